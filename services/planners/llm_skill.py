@@ -1,0 +1,143 @@
+"""A planner that asks a language model, through the gateway, for the next skills.
+
+Two modes, because models differ in what they can do:
+
+* `generate`: for capable chat models. The observation goes into a prompt with few-shot
+  examples; the answer is parsed into skills by a `SkillGrammar`. An answer that is not a
+  valid plan is shown back to the model with a correction, at most `max_attempts` times in
+  all; if none parses, the plan is empty and the caller decides (When2Ask explores).
+* `score`: for small local models that cannot write plans reliably (FACTS.md: SmolLM2-135M
+  often answers "1. 2. 3."). The model scores every skill that is feasible now as a
+  continuation of the prompt, in one batched gateway call; the best one is the plan.
+
+Every query is returned in `Plan.llm_calls`, with tokens and cost as the gateway's ledger
+counted them, so episodes record exactly what was asked and what it cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from llmrl.common.episodes import LlmCall
+from llmrl.common.registry import registry
+from llmrl.planners.base import Plan, Planner
+from llmrl.planners.plan_parsing import SkillGrammar
+
+# Builds the chat prompt from one env's observation entries.
+PromptBuilder = Callable[[dict[str, Any]], list[dict[str, str]]]
+
+CORRECTION = (
+    "That is not a valid plan. Answer again with skills only, one per line, each of the form "
+    "{forms}."
+)
+
+
+def _text(value: Any) -> str:
+    """Observation entries arrive as numpy string scalars or plain strings."""
+    return str(value.item() if hasattr(value, "item") else value)
+
+
+@registry.register_planner("llm")
+class LlmSkillPlanner(Planner):
+    """Asks a language model through the gateway; generate-and-parse or score-candidates."""
+
+    observations = ("text", "feasible_skills")
+    uses_llm = True
+
+    def __init__(
+        self,
+        client: Any,
+        prompt: PromptBuilder,
+        grammar: SkillGrammar,
+        mode: Literal["generate", "score"] = "generate",
+        model: str | None = None,
+        run_id: str = "default",
+        tag: str = "planner",
+        max_attempts: int = 3,
+        max_tokens: int = 64,
+        score_norm: Literal["sum", "mean"] = "sum",
+        skill_forms: str = "'explore', 'go to the <colour> <object>', "
+        "'pick up the <colour> <object>', 'toggle the <colour> <object>'",
+    ) -> None:
+        if mode not in ("generate", "score"):
+            raise ValueError(f"mode must be 'generate' or 'score', got {mode!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.client = client
+        self.prompt = prompt
+        self.grammar = grammar
+        self.mode = mode
+        self.model = model
+        self.run_id = run_id
+        self.tag = tag
+        self.max_attempts = max_attempts
+        self.max_tokens = max_tokens
+        self.score_norm = score_norm
+        self.skill_forms = skill_forms
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        messages = self.prompt(observation)
+        if self.mode == "score":
+            return self._plan_by_scoring(messages, observation, t)
+        return self._plan_by_generating(messages, t)
+
+    def _plan_by_generating(self, messages: list[dict[str, str]], t: int) -> Plan:
+        calls: list[LlmCall] = []
+        conversation = list(messages)
+        for _ in range(self.max_attempts):
+            result = self.client.chat(
+                conversation,
+                model=self.model,
+                run_id=self.run_id,
+                tag=self.tag,
+                temperature=0.0,
+                max_tokens=self.max_tokens,
+            )
+            answer = result.texts[0] if result.texts else ""
+            skills = self.grammar.parse_plan(answer)
+            calls.append(_llm_call(t, conversation, answer, skills or [], result))
+            if skills:
+                return Plan(skills=skills, llm_calls=calls)
+            conversation = [
+                *conversation,
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": CORRECTION.format(forms=self.skill_forms)},
+            ]
+        return Plan(skills=[], llm_calls=calls)
+
+    def _plan_by_scoring(
+        self, messages: list[dict[str, str]], observation: dict[str, Any], t: int
+    ) -> Plan:
+        candidates = [s for s in _text(observation.get("feasible_skills", "")).split("\n") if s]
+        if not candidates:
+            return Plan(skills=[])
+        if len(candidates) == 1:  # nothing to choose: no need to pay for a query
+            return Plan(skills=candidates)
+        result = self.client.score(
+            messages, candidates, model=self.model, run_id=self.run_id, tag=self.tag
+        )
+        scores = list(result.logprobs)
+        if self.score_norm == "mean":
+            lengths = [max(len(tokens), 1) for tokens in result.token_logprobs]
+            scores = [s / n for s, n in zip(scores, lengths, strict=True)]
+        best = max(range(len(candidates)), key=scores.__getitem__)
+        call = _llm_call(t, messages, candidates[best], [candidates[best]], result)
+        call.info["candidates"] = dict(zip(candidates, scores, strict=True))
+        return Plan(skills=[candidates[best]], llm_calls=[call])
+
+
+def _llm_call(
+    t: int, messages: list[dict[str, str]], response: str, parsed: list[str], result: Any
+) -> LlmCall:
+    return LlmCall(
+        t=t,
+        messages=list(messages),
+        response=response,
+        parsed=list(parsed),
+        model=getattr(result, "model", "") or "",
+        prompt_tokens=int(getattr(result, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(result, "completion_tokens", 0) or 0),
+        cost_usd=float(getattr(result, "cost_usd", 0.0) or 0.0),
+        cached=bool(getattr(result, "cached", False)),
+    )
