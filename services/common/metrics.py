@@ -1,0 +1,70 @@
+"""Shared Prometheus and health helpers for every service.
+
+FastAPI services mount `add_health_and_metrics(app, service, check)`; processes without a
+REST API (rollout workers) call `serve_health_and_metrics(port, service, check)`, a tiny
+threaded HTTP server with the same two endpoints. `/health` answers 200 with
+`{"status": "ok", "service": ...}` (plus what `check` returns) or 503 when `check` raises.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+HealthCheck = Callable[[], dict[str, Any]]
+
+
+def health_payload(service: str, check: HealthCheck | None) -> tuple[int, dict[str, Any]]:
+    try:
+        extra = check() if check else {}
+    except Exception as exc:  # a failing check is an unhealthy service, not a crash
+        return 503, {"status": "unhealthy", "service": service, "error": str(exc)}
+    return 200, {"status": "ok", "service": service, **extra}
+
+
+def add_health_and_metrics(app: Any, service: str, check: HealthCheck | None = None) -> None:
+    """GET /health and GET /metrics on a FastAPI app."""
+    from fastapi import Response
+    from fastapi.responses import JSONResponse
+
+    @app.get("/health", tags=["service"], summary="Liveness and readiness")
+    def health() -> JSONResponse:
+        code, body = health_payload(service, check)
+        return JSONResponse(body, status_code=code)
+
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics")
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def serve_health_and_metrics(
+    port: int, service: str, check: HealthCheck | None = None, host: str = "127.0.0.1"
+) -> ThreadingHTTPServer:
+    """Serve /health and /metrics on a daemon thread; returns the server (shutdown() stops it)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body, code, kind = generate_latest(), 200, CONTENT_TYPE_LATEST
+            elif self.path == "/health":
+                code, payload = health_payload(service, check)
+                body, kind = json.dumps(payload).encode(), "application/json"
+            else:
+                body, code, kind = b'{"detail": "not found"}', 404, "application/json"
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:  # keep stderr for structured logs
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health-http", daemon=True).start()
+    return server

@@ -1,0 +1,174 @@
+"""Where episode jobs are played: in this process (embedded) or by rollout workers (service).
+
+Both modes use the same path: jobs go on a `Broker`'s jobs queue, an `EpisodeWorker` plays
+them, results come back on the results queue and a `ResultCollector` stores them in the run
+store (idempotently) and tells the waiting phase. In embedded mode the phase's own thread
+pumps the in-memory queues; in service mode rollout workers in other processes consume a
+Redis stream and the orchestrator's collector thread stores what they return.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.logs import log_event
+from llmrl.common.queues import Broker, InMemoryBroker, retry_on_disconnect
+from llmrl.common.store import RunStore
+from llmrl.orchestrator import metrics
+from llmrl.orchestrator.episode_worker import EpisodeWorker
+from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources
+from llmrl.recipes.base import RunCancelled
+
+log = logging.getLogger("llmrl.orchestrator")
+
+
+class RunInterrupted(Exception):
+    """The orchestrator is shutting down: the run stays unfinished and resumes at restart."""
+
+
+class EpisodeFailed(RuntimeError):
+    """A worker could not play an episode; the message carries the worker's error."""
+
+
+class ResultCollector:
+    """Stores results from the results queue and wakes the phases waiting for them."""
+
+    def __init__(self, store: RunStore, broker: Broker, name: str = "orchestrator") -> None:
+        self.store, self.broker, self.name = store, broker, name
+        self._stored: dict[str, list[str]] = defaultdict(list)
+        self._errors: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        self._recipes: dict[str, str] = {}
+        self._cond = threading.Condition()
+
+    def drain(self, block_s: float = 0.0, count: int = 100) -> int:
+        deliveries = self.broker.results.get(self.name, count=count, block_s=block_s)
+        for delivery in deliveries:
+            self._take(delivery.payload)
+            self.broker.results.ack(delivery)  # only after the store has it
+        return len(deliveries)
+
+    def _take(self, payload: dict[str, Any]) -> None:
+        run_id, episode_id = payload["run_id"], payload["episode_id"]
+        if "error" in payload:
+            with self._cond:
+                self._errors[run_id].append((episode_id, payload["error"]))
+                self._cond.notify_all()
+            return
+        record = EpisodeRecord.from_dict(payload["record"])
+        if self.store.store_episode(record):
+            metrics.EPISODES_STORED.labels(recipe=self._recipe(run_id)).inc()
+            for call in record.llm_calls:
+                metrics.EPISODE_LLM_CALLS.labels(cached=str(call.cached).lower()).inc()
+                metrics.EPISODE_LLM_TOKENS.inc(call.prompt_tokens + call.completion_tokens)
+                metrics.EPISODE_LLM_COST.inc(call.cost_usd)
+        else:
+            metrics.EPISODES_DUPLICATE.inc()
+        with self._cond:
+            self._stored[run_id].append(episode_id)
+            self._cond.notify_all()
+
+    def _recipe(self, run_id: str) -> str:
+        if run_id not in self._recipes:
+            run = self.store.get_run(run_id, with_phases=False)
+            self._recipes[run_id] = run.recipe if run else "unknown"
+        return self._recipes[run_id]
+
+    def take(self, run_id: str, timeout: float) -> tuple[list[str], list[tuple[str, str]]]:
+        """Episode ids stored for `run_id` since the last call, and errors; waits if none."""
+        with self._cond:
+            if not self._stored.get(run_id) and not self._errors.get(run_id) and timeout > 0:
+                self._cond.wait(timeout)
+            return self._stored.pop(run_id, []), self._errors.pop(run_id, [])
+
+    def forget(self, run_id: str) -> None:
+        with self._cond:
+            self._stored.pop(run_id, None)
+            self._errors.pop(run_id, None)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """The service's collector thread: drain until `stop`, riding out Redis outages."""
+        while not stop.is_set():
+            try:
+                self.drain(block_s=1.0)
+                metrics.QUEUE_BACKLOG.set(self.broker.jobs.backlog())
+            except Exception as exc:  # Redis restarting; keep trying
+                log_event(log, "results queue unavailable", logging.WARNING, error=str(exc))
+                stop.wait(0.5)
+
+
+class QueueExecutor:
+    """Submits jobs to the broker and waits until the collector has stored all of them.
+
+    `pump`, when given, is called in the waiting loop to make progress in this thread
+    (embedded mode); otherwise other processes do the work (service mode).
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        collector: ResultCollector,
+        pump: Callable[[], None] | None = None,
+        interrupted: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.broker, self.collector, self.pump = broker, collector, pump
+        self.interrupted = interrupted
+
+    def run_jobs(
+        self,
+        jobs: Sequence[EpisodeJob],
+        on_record: Callable[[EpisodeRecord], None],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        if not jobs:
+            return
+        run_id = jobs[0].run_id
+        retry_on_disconnect(
+            lambda: self.broker.jobs.put_many([{"job": job.to_dict()} for job in jobs]),
+            give_up=self.interrupted,
+        )
+        remaining = {job.episode_id for job in jobs}
+        store = self.collector.store
+        while remaining:
+            if self.interrupted():
+                raise RunInterrupted(run_id)
+            if should_stop():
+                raise RunCancelled(run_id)
+            if self.pump is not None:
+                self.pump()
+            stored, errors = self.collector.take(run_id, 0.0 if self.pump else 0.5)
+            for episode_id, error in errors:
+                if episode_id in remaining:
+                    raise EpisodeFailed(f"episode {episode_id} failed on a worker: {error}")
+            new = remaining.intersection(stored)
+            if new:
+                remaining -= new
+                for record in store.episodes(run_id, episode_ids=new):
+                    on_record(record)
+
+
+def embedded_executor(store: RunStore, resources: RolloutResources) -> QueueExecutor:
+    """The in-process executor: in-memory queues pumped by the phase's own thread."""
+    broker = InMemoryBroker()
+    worker = EpisodeWorker(broker, resources, name="embedded")
+    collector = ResultCollector(store, broker)
+
+    def pump() -> None:
+        worker.process(block_s=0.0)
+        collector.drain(block_s=0.0)
+
+    return QueueExecutor(broker, collector, pump=pump)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,402 @@
+"""The recipe framework: what a recipe is, what a phase gets, and how results are written.
+
+A recipe is registered by name and has a pydantic config model and an ordered list of
+phases:
+
+    class MyConfig(RecipeConfig):
+        env: str = Field("SimpleDoorKey", description="registered environment id")
+        episodes: int = Field(20, ge=1, description="episodes per evaluation")
+
+    @registry.register_recipe("my-recipe")
+    class MyRecipe(Recipe):
+        Config = MyConfig
+
+        def phases(self) -> list[Phase]:
+            return [Phase("collect", self.collect), Phase("report", self.report)]
+
+        def collect(self, ctx: RunContext) -> dict:
+            records = ctx.run_episodes("collect", [ctx.episode_job("collect", i, ...) ...])
+            return {"episodes": len(records)}        # the phase's outputs, persisted
+
+Phases run in order (collect → annotate → train → evaluate, repeated per self-training round
+with names like "collect/1"); each is resumable. A completed phase is never run again: its
+outputs are kept in the run store (`ctx.phase_outputs(name)` reads them in later phases).
+Episode jobs are named `<phase>/<index>`, so a phase interrupted half-way and run again only
+plays the episodes that are not stored yet. Phases should therefore be deterministic given
+the config (seeds derived from `config.seed` and the episode index).
+
+The run context hides the mode: in embedded mode episodes are played in-process, in service
+mode they go through the Redis queue to rollout workers; either way `run_episodes` returns
+the stored records, in index order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from llmrl.common.episodes import EpisodeRecord, write_jsonl
+from llmrl.common.registry import registry
+from llmrl.common.store import RunStore
+
+log = logging.getLogger("llmrl.recipes")
+
+
+class RecipeConfig(BaseModel):
+    """Base of every recipe's config: unknown keys are errors, field descriptions are docs."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+@dataclass
+class Phase:
+    name: str  # unique within the recipe; "<kind>" or "<kind>/<round>", e.g. "collect/2"
+    run: Callable[[RunContext], dict[str, Any] | None]
+    description: str = ""
+
+
+class Recipe(ABC):
+    Config: ClassVar[type[RecipeConfig]] = RecipeConfig
+
+    def __init__(self, config: RecipeConfig) -> None:
+        self.config = config
+
+    @abstractmethod
+    def phases(self) -> list[Phase]:
+        """The ordered phases of a run of this recipe (may depend on the config)."""
+
+
+# -- configs and schemas --------------------------------------------------------------------
+class ConfigError(ValueError):
+    """A recipe name or config the recipe does not accept; the message says what and why."""
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+def recipe_class(name: str) -> type[Recipe]:
+    from llmrl.common.registry import UnknownNameError
+
+    try:
+        return registry.get_recipe(name)
+    except UnknownNameError as exc:
+        raise ConfigError(str(exc), [{"loc": ["recipe"], "msg": str(exc)}]) from None
+
+
+def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
+    """The recipe's config model built from `config`; ConfigError names each bad field."""
+    if config is not None and not isinstance(config, dict):
+        kind = type(config).__name__
+        raise ConfigError(f"config must be a mapping of keys to values, got {kind}")
+    cls = recipe_class(recipe)
+    try:
+        return cls.Config(**(config or {}))
+    except ValidationError as exc:
+        errors = [
+            {
+                "loc": ["config", *map(str, err["loc"])],
+                "msg": err["msg"],
+                "type": err["type"],
+            }
+            for err in exc.errors(include_url=False)
+        ]
+        allowed = ", ".join(cls.Config.model_fields)
+        lines = [f"config.{'.'.join(e['loc'][1:])}: {e['msg']}" for e in errors]
+        raise ConfigError(
+            f"invalid config for recipe {recipe!r}: " + "; ".join(lines) + f" (keys: {allowed})",
+            errors,
+        ) from None
+
+
+def recipe_schemas() -> dict[str, dict[str, Any]]:
+    """Every registered recipe with its description and its config's JSON schema."""
+    return {
+        name: {
+            "name": name,
+            "description": entry.description,
+            "config_schema": entry.obj.Config.model_json_schema(),
+        }
+        for name, entry in registry.entries("recipe").items()
+    }
+
+
+# -- results ----------------------------------------------------------------------------------
+@dataclass
+class Results:
+    """A run's final table (rows of equal keys) plus notes and the plot files beside it."""
+
+    title: str
+    rows: list[dict[str, Any]]
+    columns: list[str] | None = None  # default: keys of the first row, in order
+    notes: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)  # file names relative to the out dir
+
+    def column_names(self) -> list[str]:
+        return self.columns or (list(self.rows[0]) if self.rows else [])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "columns": self.column_names(),
+            "rows": self.rows,
+            "notes": self.notes,
+            "plots": self.plots,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Results:
+        return cls(
+            title=data["title"],
+            rows=data["rows"],
+            columns=data.get("columns"),
+            notes=data.get("notes", []),
+            plots=data.get("plots", []),
+        )
+
+    def to_markdown(self) -> str:
+        columns = self.column_names()
+        lines = [f"# {self.title}", ""]
+        lines.append("| " + " | ".join(columns) + " |")
+        lines.append("|" + "|".join("---" for _ in columns) + "|")
+        for row in self.rows:
+            lines.append("| " + " | ".join(format_cell(row.get(c)) for c in columns) + " |")
+        lines += [""] + [f"- {note}" for note in self.notes]
+        lines += [f"![{plot}]({plot})" for plot in self.plots]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def format_cell(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "n/a"
+        return f"{value:.4g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+    return "" if value is None else str(value)
+
+
+# -- progress ---------------------------------------------------------------------------------
+class ProgressReporter(Protocol):
+    def start(self, phase: str, total: int, done: int = 0) -> None: ...
+    def advance(self, n: int = 1) -> None: ...
+    def finish(self) -> None: ...
+
+
+class NullProgress:
+    """Keeps the counts (for the REST API) and draws nothing."""
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.total = 0
+        self.done = 0
+
+    def start(self, phase: str, total: int, done: int = 0) -> None:
+        self.phase, self.total, self.done = phase, total, done
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+
+    def finish(self) -> None:
+        pass
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"phase": self.phase, "done": self.done, "total": self.total}
+
+
+# -- the run context ----------------------------------------------------------------------------
+class EpisodeExecutor(Protocol):
+    """Plays episode jobs somewhere and stores their records (see llmrl.orchestrator.executors)."""
+
+    def run_jobs(
+        self,
+        jobs: Sequence[Any],
+        on_record: Callable[[EpisodeRecord], None],
+        should_stop: Callable[[], bool],
+    ) -> None: ...
+
+
+class RunCancelled(Exception):
+    """The run was cancelled while a phase was running."""
+
+
+class RunContext:
+    """What a phase gets: config, out dir, store, episodes, world/LLM factories, outputs."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        recipe: str,
+        config: RecipeConfig,
+        out_dir: Path,
+        store: RunStore,
+        executor: EpisodeExecutor,
+        simulator: str | None = None,
+        llm_gateway: str | None = None,
+        progress: ProgressReporter | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.run_id = run_id
+        self.recipe = recipe
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.store = store
+        self.executor = executor
+        self.simulator = simulator  # None: in-process worlds (embedded mode)
+        self.llm_gateway = llm_gateway  # None: in-process gateway (embedded mode)
+        self.progress: ProgressReporter = progress or NullProgress()
+        self.should_stop = should_stop
+        self._llm: Any = None
+        self._tb: Any = None
+        self._tb_step = 0
+
+    # -- episodes ---------------------------------------------------------------------------
+    def episode_job(
+        self,
+        phase: str,
+        index: int,
+        *,
+        env: str,
+        seed: int,
+        policy: dict[str, Any],
+        env_kwargs: dict[str, Any] | None = None,
+        max_steps: int | None = None,
+    ) -> Any:
+        from llmrl.orchestrator.rollout import EpisodeJob
+
+        return EpisodeJob(
+            run_id=self.run_id,
+            episode_id=f"{phase}/{index}",
+            env=env,
+            seed=seed,
+            policy=policy,
+            env_kwargs=dict(env_kwargs or {}),
+            max_steps=max_steps,
+        )
+
+    def run_episodes(self, phase: str, jobs: Sequence[Any]) -> list[EpisodeRecord]:
+        """Play the jobs not stored yet, wait for all, and return every record in index order.
+
+        Also appends them to `<out>/episodes/<phase>.jsonl` and logs CleanRL-style TensorBoard
+        scalars (`charts/episodic_return`, `charts/episodic_length`, `charts/success`).
+        """
+        ids = [job.episode_id for job in jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"phase {phase!r}: episode ids are not unique")
+        stored = self.store.stored_episode_ids(self.run_id, ids)
+        missing = [job for job in jobs if job.episode_id not in stored]
+        self.progress.start(phase, len(jobs), done=len(stored))
+
+        def on_record(record: EpisodeRecord) -> None:
+            self.progress.advance(1)
+            self._log_episode(record)
+
+        try:
+            if missing:
+                self.executor.run_jobs(missing, on_record, self.should_stop)
+        finally:
+            self.progress.finish()
+        records = sorted(
+            self.store.episodes(self.run_id, episode_ids=ids),
+            key=lambda r: int(r.episode_id.rpartition("/")[2]),
+        )
+        if len(records) != len(ids):
+            raise RuntimeError(f"phase {phase!r}: {len(records)} of {len(ids)} episodes stored")
+        self._export_episodes(phase, records)
+        return records
+
+    def _export_episodes(self, phase: str, records: list[EpisodeRecord]) -> None:
+        path = self.out_dir / "episodes" / f"{phase.replace('/', '-')}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)  # rewritten whole: the store is the source of truth
+        write_jsonl(path, records)
+        self.add_artifact(str(path.relative_to(self.out_dir)), path, kind="episodes")
+
+    def _log_episode(self, record: EpisodeRecord) -> None:
+        writer = self.tensorboard
+        if writer is None:
+            return
+        self._tb_step += 1
+        writer.add_scalar("charts/episodic_return", record.episode_return, self._tb_step)
+        writer.add_scalar("charts/episodic_length", record.length, self._tb_step)
+        writer.add_scalar("charts/success", float(record.success), self._tb_step)
+        if record.llm_calls:
+            writer.add_scalar("charts/llm_calls", len(record.llm_calls), self._tb_step)
+
+    # -- services -----------------------------------------------------------------------------
+    def make_world(self, env: str, num_envs: int = 1, seed: int | None = None, **env_kwargs: Any):
+        """A simulator world (in-process in embedded mode, over gRPC in service mode)."""
+        from llmrl.simulator.client import make_world
+
+        return make_world(env, num_envs=num_envs, seed=seed, address=self.simulator, **env_kwargs)
+
+    @property
+    def llm(self) -> Any:
+        """The LLM gateway client (contract 3), connected on first use."""
+        if self._llm is None:
+            from llmrl.llm_gateway.client import connect
+
+            self._llm = connect(self.llm_gateway)
+        return self._llm
+
+    @property
+    def tensorboard(self) -> Any:
+        """A TensorBoard SummaryWriter on `<out>/tb`, or None when tensorboard is missing."""
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard comes with the [learn] extra
+                self._tb = False
+            else:
+                self._tb = SummaryWriter(str(self.out_dir / "tb"))
+        return self._tb or None
+
+    # -- outputs ------------------------------------------------------------------------------
+    def phase_outputs(self, phase: str) -> dict[str, Any]:
+        outputs = self.store.phase_outputs(self.run_id, phase)
+        if outputs is None:
+            raise KeyError(f"phase {phase!r} of run {self.run_id} has not completed")
+        return outputs
+
+    def add_artifact(self, name: str, path: str | Path, kind: str = "file") -> None:
+        self.store.add_artifact(self.run_id, name, Path(path), kind)
+
+    def set_summary(self, **metrics: Any) -> None:
+        """Summary figures shown by GET /runs/{id} (merged into what is there)."""
+        run = self.store.get_run(self.run_id, with_phases=False)
+        summary = dict(run.summary if run else {})
+        summary.update(metrics)
+        self.store.update_run(self.run_id, summary=summary)
+
+    def plot_path(self, name: str) -> Path:
+        return self.out_dir / name
+
+    def write_results(self, results: Results) -> None:
+        """results.json (the table as data) and results.md, both registered as artifacts."""
+        json_path = self.out_dir / "results.json"
+        json_path.write_text(json.dumps(results.to_dict(), indent=2, default=float) + "\n")
+        md_path = self.out_dir / "results.md"
+        md_path.write_text(results.to_markdown())
+        self.add_artifact("results.json", json_path, kind="results")
+        self.add_artifact("results.md", md_path, kind="results")
+        for plot in results.plots:
+            self.add_artifact(plot, self.out_dir / plot, kind="plot")
+
+    def close(self) -> None:
+        if self._tb:
+            self._tb.close()
+        if self._llm is not None and hasattr(self._llm, "close"):
+            self._llm.close()
+
+
+def read_results(out_dir: str | Path) -> Results | None:
+    path = Path(out_dir) / "results.json"
+    return Results.from_dict(json.loads(path.read_text())) if path.exists() else None

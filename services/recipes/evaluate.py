@@ -1,0 +1,169 @@
+"""`evaluate`: N episodes of a planner on an environment → success, return, length, LLM use.
+
+The simplest recipe and the template for the others: one phase plays the episodes (resumable
+episode by episode), one phase turns the stored records into the results table, JSON and a
+plot. `llmrl run evaluate env=SimpleDoorKey planner=oracle episodes=20 --out runs/demo`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.registry import registry
+from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
+
+PLAY, REPORT = "evaluate", "report"
+
+
+def _registered(kind: str, name: str) -> str:
+    names = registry.names(kind)  # type: ignore[arg-type]
+    if name not in names:
+        raise ValueError(f"unknown {kind} {name!r}; registered {kind}s: {', '.join(names)}")
+    return name
+
+
+class EvaluateConfig(RecipeConfig):
+    env: str = Field("SimpleDoorKey", description="Registered environment id (`llmrl envs`).")
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the environment."
+    )
+    planner: str = Field("oracle", description="Registered planner name.")
+    planner_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments of the planner (e.g. model for LLM planners).",
+    )
+    episodes: int = Field(20, ge=1, le=100_000, description="Episodes to play.")
+    seed: int = Field(0, ge=0, description="Seed of episode 0; episode i uses seed + i.")
+    max_steps: int | None = Field(
+        None, ge=1, description="Cap on low-level steps per episode (default: the env's limit)."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_registered(cls, value: str) -> str:
+        from llmrl.orchestrator.plugins import load_plugins
+
+        load_plugins()
+        return _registered("env", value)
+
+    @field_validator("planner")
+    @classmethod
+    def _planner_is_registered(cls, value: str) -> str:
+        return _registered("planner", value)
+
+
+@registry.register_recipe("evaluate", "N episodes of a planner on an env: success, return, cost")
+class Evaluate(Recipe):
+    Config = EvaluateConfig
+    config: EvaluateConfig
+
+    def phases(self) -> list[Phase]:
+        return [
+            Phase(PLAY, self.play, "play the episodes"),
+            Phase(REPORT, self.report, "results table, JSON and plot"),
+        ]
+
+    def play(self, ctx: RunContext) -> dict[str, Any]:
+        cfg = self.config
+        policy = {"kind": "planner", "name": cfg.planner, "kwargs": cfg.planner_kwargs}
+        jobs = [
+            ctx.episode_job(
+                PLAY,
+                i,
+                env=cfg.env,
+                seed=cfg.seed + i,
+                policy=policy,
+                env_kwargs=cfg.env_kwargs,
+                max_steps=cfg.max_steps,
+            )
+            for i in range(cfg.episodes)
+        ]
+        records = ctx.run_episodes(PLAY, jobs)
+        summary = summarize(records)
+        ctx.set_summary(**summary)
+        return summary
+
+    def report(self, ctx: RunContext) -> dict[str, Any]:
+        cfg = self.config
+        records = ctx.store.episodes(ctx.run_id, phase=PLAY)
+        summary = summarize(records)
+        row = {"env": cfg.env, "planner": cfg.planner, **summary}
+        plot = "evaluate.png"
+        plot_episodes(records, ctx.plot_path(plot), f"{cfg.planner} on {cfg.env}")
+        results = Results(
+            title=f"evaluate: {cfg.planner} on {cfg.env}",
+            rows=[row],
+            notes=[
+                f"{summary['episodes']} episodes, seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}",
+                "success_ci95: Wilson 95% interval of the success rate",
+            ],
+            plots=[plot],
+        )
+        ctx.write_results(results)
+        writer = ctx.tensorboard
+        if writer is not None:
+            writer.add_scalar("charts/success_rate", summary["success_rate"], 0)
+            writer.add_scalar("charts/mean_return", summary["mean_return"], 0)
+        return {"results": "results.json"}
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
+    n = len(records)
+    returns = np.array([r.episode_return for r in records], dtype=float)
+    lengths = np.array([r.length for r in records], dtype=float)
+    successes = sum(r.success for r in records)
+    low, high = wilson_interval(successes, n)
+    calls = sum(len(r.llm_calls) for r in records)
+    tokens = sum(c.prompt_tokens + c.completion_tokens for r in records for c in r.llm_calls)
+    cost = sum(c.cost_usd for r in records for c in r.llm_calls)
+    per = (lambda x: x / n) if n else (lambda x: math.nan)
+    return {
+        "episodes": n,
+        "success_rate": per(successes),
+        "success_ci95": f"[{low:.2f}, {high:.2f}]",
+        "mean_return": float(returns.mean()) if n else math.nan,
+        "std_return": float(returns.std()) if n else math.nan,
+        "mean_length": float(lengths.mean()) if n else math.nan,
+        "llm_calls_per_episode": per(calls),
+        "tokens_per_episode": per(tokens),
+        "cost_per_episode_usd": per(cost),
+    }
+
+
+def plot_episodes(records: list[EpisodeRecord], path: Any, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    index = np.arange(len(records))
+    returns = [r.episode_return for r in records]
+    colors = ["tab:green" if r.success else "tab:red" for r in records]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.bar(index, returns, color=colors)
+    left.set_xlabel("episode")
+    left.set_ylabel("return")
+    left.set_title("return per episode (green: success)")
+    right.hist([r.length for r in records], bins=min(20, max(len(records), 1)), color="tab:blue")
+    right.set_xlabel("episode length (steps)")
+    right.set_ylabel("episodes")
+    right.set_title("episode lengths")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
