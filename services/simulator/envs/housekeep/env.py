@@ -41,6 +41,7 @@ from .state import KnownHouse
 
 TEXT_CHARSET = frozenset(string.printable)
 DEFAULT_REWARD_WEIGHTS = {"objects_found": 1.0, "receptacles_found": 1.0, "placement": 10.0}
+TEXT_ENTRIES = ("text", "known_house", "oracle_plan", "feasible_skills", "correct_receptacles")
 COUNTERS = (
     "step",
     "rooms_explored",
@@ -105,11 +106,7 @@ class HousekeepEnv(SkillEnv):
         self.layout = ActionLayout(max_rooms, max_receptacles, max_objects)
         self.action_space = spaces.Discrete(self.layout.size)
         text = spaces.Text(max_length=text_max_length, min_length=0, charset=TEXT_CHARSET)
-        entries: dict[str, spaces.Space] = {
-            name: text
-            for name in ("text", "known_house", "oracle_plan", "feasible_skills")
-            + ("correct_receptacles",)
-        }
+        entries: dict[str, spaces.Space] = {name: text for name in TEXT_ENTRIES}
         entries["skill_status"] = spaces.Discrete(len(SkillStatus))
         for name in COUNTERS:
             entries[name] = spaces.Box(0, np.iinfo(np.int32).max, shape=(), dtype=np.int32)
