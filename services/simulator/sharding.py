@@ -9,6 +9,8 @@ what an env needs. Their stdout is sent to /dev/null (BabyAI level generation pr
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import multiprocessing
 import os
 import sys
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.registry import registry
 from llmrl.simulator.world import WorldError, _EnvBatch
 
 
@@ -28,12 +31,14 @@ def _shard_main(
     seed: int | None,
     env_kwargs: dict[str, Any],
     first_index: int,
+    env_module: str,
 ) -> None:
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  keep the worker's stdout clean
     try:
         from llmrl.simulator.world import load_extra_env_modules
 
         load_extra_env_modules()
+        importlib.import_module(env_module)  # registers the env, wherever it is defined
         batch = _EnvBatch(env, num_envs, seed, env_kwargs, first_index)
     except BaseException as exc:  # report why the shard could not start, then stop
         conn.send(("error", _portable(exc)))
@@ -74,6 +79,7 @@ class ShardedBatch:
         env_kwargs: dict[str, Any],
     ) -> None:
         context = multiprocessing.get_context("spawn")
+        env_module = registry.entry("env", env).obj.__module__
         sizes = [len(part) for part in np.array_split(np.arange(num_envs), num_workers)]
         self.bounds = np.cumsum([0, *sizes])
         self.conns: list[Connection] = []
@@ -84,7 +90,7 @@ class ShardedBatch:
                 shard_seed = None if seed is None else seed + int(offset)
                 process = context.Process(
                     target=_shard_main,
-                    args=(child, env, size, shard_seed, env_kwargs, int(offset)),
+                    args=(child, env, size, shard_seed, env_kwargs, int(offset), env_module),
                     daemon=True,
                 )
                 process.start()
@@ -146,10 +152,8 @@ class ShardedBatch:
 
     def close(self) -> None:
         for conn in self.conns:
-            try:
+            with contextlib.suppress(OSError):  # the worker is already gone
                 conn.send(("close", ()))
-            except (OSError, BrokenPipeError):
-                pass
         for process in self.processes:
             process.join(timeout=5)
             if process.is_alive():

@@ -1,0 +1,198 @@
+"""Worlds on a simulator server, with the same API as an in-process `World`.
+
+    with make_world("SimpleDoorKey", num_envs=8, seed=0, address="127.0.0.1:50051") as world:
+        obs = world.reset()
+        obs = world.step(action=np.zeros(8, np.int64))
+
+`RemoteWorld` creates its world on the server, joins it over one dm_env_rpc connection and
+destroys it on `close()` (the server also destroys it if the connection drops). Bad input
+raises `WorldError` naming the field, as in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+import numpy as np
+from dm_env_rpc.v1 import connection as dm_connection
+from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
+
+from llmrl.simulator.specs import ACTION_UIDS, spaces_from_specs
+from llmrl.simulator.world import PRIVILEGED_OBSERVATIONS, World, WorldError
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _as_world_error(exc: error.DmEnvRpcError) -> Exception:
+    """Invalid-argument errors become WorldError (same type as in-process); others stay."""
+    if exc.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]:
+        field, _, message = exc.message.partition(": ")
+        return WorldError(field, message or exc.message)
+    return exc
+
+
+class RemoteWorld:
+    """A world hosted by a simulator server (see module docstring)."""
+
+    def __init__(
+        self,
+        address: str,
+        env: str,
+        num_envs: int = 1,
+        seed: int | None = None,
+        **env_kwargs: Any,
+    ) -> None:
+        self.address = address
+        self.env = env
+        self.num_envs = num_envs
+        self.seed = seed
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        self._channel = grpc.insecure_channel(address, options=options)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=CONNECT_TIMEOUT_S)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise ConnectionError(
+                f"no simulator answers at {address} (waited {CONNECT_TIMEOUT_S:.0f} s); "
+                "start one with `llmrl serve simulator`"
+            ) from None
+        self._connection = dm_connection.Connection(self._channel)
+        self.world_name: str | None = None
+        settings = {"env": env, "num_envs": num_envs, **env_kwargs}
+        if seed is not None:
+            settings["seed"] = seed
+        try:
+            response = self._send(
+                dm_env_rpc_pb2.CreateWorldRequest(
+                    settings={k: tensor_utils.pack_tensor(v) for k, v in settings.items()}
+                )
+            )
+            self.world_name = response.world_name
+            specs = self._send(dm_env_rpc_pb2.JoinWorldRequest(world_name=self.world_name)).specs
+        except BaseException:
+            self.close()
+            raise
+        self.observation_space, self.action_space, self.has_skills = spaces_from_specs(specs)
+        self._uids = {spec.name: uid for uid, spec in specs.observations.items()}
+        self._names = {uid: name for name, uid in self._uids.items()}
+        self.privileged_observations = tuple(
+            name for name in PRIVILEGED_OBSERVATIONS if name in self._uids
+        )
+        self.default_observations = [
+            name
+            for name in self.observation_space.spaces
+            if name not in self.privileged_observations
+        ]
+        self._default_uids = [self._uids[name] for name in self.default_observations]
+        self._closed = False
+
+    def _send(self, request: Any) -> Any:
+        try:
+            return self._connection.send(request)
+        except error.DmEnvRpcError as exc:
+            raise _as_world_error(exc) from None
+
+    def _requested(self, observations: Iterable[str] | None) -> list[int]:
+        if observations is None:
+            return self._default_uids
+        if isinstance(observations, str):
+            observations = [observations]
+        uids = []
+        for name in dict.fromkeys(observations):
+            if name not in self._uids:
+                raise WorldError(
+                    "observations",
+                    f"unknown entry {name!r}; entries: {', '.join(self.observation_space.spaces)}",
+                )
+            uids.append(self._uids[name])
+        return uids
+
+    def _unpack(self, response: dm_env_rpc_pb2.StepResponse) -> dict[str, np.ndarray]:
+        names = self._names
+        return {
+            names[uid]: tensor_utils.unpack_tensor(tensor)
+            for uid, tensor in response.observations.items()
+        }
+
+    def reset(
+        self, seed: int | None = None, observations: Iterable[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        self._check_open()
+        uids = self._requested(observations)
+        settings = {} if seed is None else {"seed": tensor_utils.pack_tensor(seed)}
+        self._send(dm_env_rpc_pb2.ResetRequest(settings=settings))
+        # dm_env_rpc: the first step after a reset starts the episodes and ignores actions.
+        return self._unpack(self._send(dm_env_rpc_pb2.StepRequest(requested_observations=uids)))
+
+    def step(
+        self,
+        action: Any = None,
+        skill: Any = None,
+        observations: Iterable[str] | None = None,
+        *,
+        active: Any = None,
+    ) -> dict[str, np.ndarray]:
+        self._check_open()
+        request = dm_env_rpc_pb2.StepRequest(requested_observations=self._requested(observations))
+        actions = request.actions
+        if action is not None:
+            value = np.asarray(action)
+            if value.dtype.kind in "iu":  # any integer type travels as the spec's INT64
+                value = value.astype(np.int64, copy=False)
+            actions[ACTION_UIDS["action"]].CopyFrom(_pack(value))
+        if skill is not None:
+            actions[ACTION_UIDS["skill"]].CopyFrom(_pack(np.asarray(skill)))
+        if active is not None:
+            actions[ACTION_UIDS["active"]].CopyFrom(_pack(np.asarray(active)))
+        return self._unpack(self._send(request))
+
+    def close(self) -> None:
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        try:
+            if self.world_name is not None:
+                self._connection.send(dm_env_rpc_pb2.LeaveWorldRequest())
+                self._connection.send(
+                    dm_env_rpc_pb2.DestroyWorldRequest(world_name=self.world_name)
+                )
+        except (error.DmEnvRpcError, grpc.RpcError, ValueError):
+            pass  # the server is gone or already dropped the world: nothing left to free
+        finally:
+            self._connection.close()
+            self._channel.close()
+
+    def _check_open(self) -> None:
+        if getattr(self, "_closed", False):
+            raise WorldError("world", "this world is closed")
+
+    def __enter__(self) -> RemoteWorld:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteWorld({self.address!r}, env={self.env!r}, num_envs={self.num_envs})"
+
+
+def _pack(value: np.ndarray) -> dm_env_rpc_pb2.Tensor:
+    try:
+        return tensor_utils.pack_tensor(value)
+    except (TypeError, ValueError) as exc:
+        raise WorldError("action", f"cannot send a value of dtype {value.dtype}: {exc}") from None
+
+
+def make_world(
+    env: str,
+    num_envs: int = 1,
+    seed: int | None = None,
+    address: str | None = None,
+    **env_kwargs: Any,
+) -> World | RemoteWorld:
+    """An in-process World (address None: embedded mode) or a RemoteWorld on `address`."""
+    if address is None:
+        return World(env, num_envs=num_envs, seed=seed, **env_kwargs)
+    return RemoteWorld(address, env, num_envs=num_envs, seed=seed, **env_kwargs)

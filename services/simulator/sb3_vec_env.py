@@ -1,0 +1,90 @@
+"""Stable-Baselines3 VecEnv over a world; import it as `llmrl.simulator.vector.WorldVecEnv`.
+
+SB3 wants same-step autoreset: the step that ends an episode already returns the next
+episode's first observation, with the final one in `infos[i]["terminal_observation"]`.
+Worlds reset on the next step instead, so the adapter steps only the finished envs once more
+(the world's `active` mask): the other envs never take an extra step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import VecEnv
+
+from llmrl.simulator.vector import _STEP_ENTRIES, _check_keys, _episode_ends
+
+
+class WorldVecEnv(VecEnv):
+    """A Stable-Baselines3 VecEnv over a world (same-step autoreset; see module docstring)."""
+
+    def __init__(self, world: Any, keys: Sequence[str] | None = None) -> None:
+        self.world = world
+        self.keys = _check_keys(world, keys, numeric_only=True)
+        self._single = len(self.keys) == 1
+        spaces_by_key = {key: world.observation_space[key] for key in self.keys}
+        observation_space = (
+            spaces_by_key[self.keys[0]] if self._single else spaces.Dict(spaces_by_key)
+        )
+        self._requested = [*self.keys, *_STEP_ENTRIES]
+        self._actions: np.ndarray | None = None
+        super().__init__(world.num_envs, observation_space, world.action_space)
+
+    def _observation(self, result: dict[str, np.ndarray]) -> Any:
+        if self._single:
+            return result[self.keys[0]]
+        return {key: result[key] for key in self.keys}
+
+    def reset(self) -> Any:
+        seed = self._seeds[0]  # SB3's seed(s) gives env i seed + i, as worlds do
+        result = self.world.reset(seed=seed, observations=self._requested)
+        self._reset_seeds()
+        self.reset_infos = [{} for _ in range(self.num_envs)]
+        return self._observation(result)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions).reshape(self.num_envs)
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        result = self.world.step(action=self._actions, observations=self._requested)
+        terminated, truncated = _episode_ends(result)
+        dones = terminated | truncated
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        observation = {key: result[key] for key in self.keys}
+        if dones.any():
+            observation = {key: np.array(value) for key, value in observation.items()}
+            # Start the finished envs' next episodes now; the others are not stepped.
+            restarted = self.world.step(observations=self.keys, active=dones)
+            for i in np.flatnonzero(dones):
+                final = {key: observation[key][i].copy() for key in self.keys}
+                infos[i]["terminal_observation"] = final[self.keys[0]] if self._single else final
+                infos[i]["TimeLimit.truncated"] = bool(truncated[i])
+                for key in self.keys:
+                    observation[key][i] = restarted[key][i]
+        rewards = result["reward"].astype(np.float32)
+        return self._observation(observation), rewards, dones, infos
+
+    def close(self) -> None:
+        self.world.close()
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        if attr_name == "render_mode":
+            return [None] * len(self._indices(indices))
+        raise AttributeError(f"{attr_name!r}: a world's envs expose no attributes")
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        raise AttributeError(f"{attr_name!r}: a world's envs expose no attributes")
+
+    def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list:
+        raise AttributeError(f"{method_name!r}: a world's envs expose no methods")
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [False] * len(self._indices(indices))
+
+    def _indices(self, indices: Any) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        return [indices] if isinstance(indices, int) else list(indices)

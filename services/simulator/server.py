@@ -1,0 +1,410 @@
+"""The simulator's dm_env_rpc v1 server: worlds of N envs, stepped as one batch per request.
+
+Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
+
+* CreateWorld settings: `env` (a registered id, required), `num_envs` (default 1), `seed`,
+  `num_workers` (worker processes that share the envs; 0 = step them in the server process),
+  `max_episode_steps`, plus the env's own keyword arguments. Returns the world's name.
+* JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
+  Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
+  `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
+  Actions: `action` (INT64, bounded, uid 1), `skill` (STRING, uid 2, skill envs only; "" means
+  the env takes `action`), `active` (BOOL, uid 3, optional: envs set to False are not stepped
+  and repeat their previous observation with reward 0; adapters use it to reset finished envs
+  alone). Step returns only the requested observations.
+* Auto-reset: the world's state is always RUNNING; episodes end per env. An env whose last
+  step was LAST is reset by its next step, which ignores its action and returns FIRST with
+  reward 0 and discount 1. The first Step after JoinWorld, Reset or ResetWorld resets every
+  env and ignores all actions (dm_env_rpc's rule). Reset and ResetWorld accept a `seed`
+  setting (env i then gets seed + i); CreateWorld's `seed` seeds each env's first episode.
+* Worlds live as long as the connection that created them: when a client disconnects, its
+  joined world is left and the worlds it created are destroyed.
+
+Bad input (unknown env id or setting, wrong action dtype/shape, out-of-range action, unknown
+skill, unknown uid, a destroyed world) gets a dm_env_rpc error whose message names the field
+and what is allowed; the server goes on serving every other world and connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import grpc
+import numpy as np
+from dm_env_rpc.v1 import dm_env_rpc_pb2, dm_env_rpc_pb2_grpc, tensor_utils
+from google.rpc import status_pb2
+
+from llmrl.common.logs import log_event
+from llmrl.simulator.specs import ACTION_UIDS, world_specs
+from llmrl.simulator.world import World, WorldError
+
+logger = logging.getLogger("llmrl.simulator.server")
+
+_ACTION_NAMES = {uid: name for name, uid in ACTION_UIDS.items()}
+_RESET_SETTINGS = ("seed",)
+
+
+class RequestError(Exception):
+    """A request the server refuses; becomes a dm_env_rpc error status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Metrics(Protocol):
+    """What the server reports (service.py backs it with Prometheus)."""
+
+    def world_count(self, count: int) -> None: ...
+    def env_steps(self, count: int) -> None: ...
+    def error(self, request: str, field: str) -> None: ...
+
+
+class _NoMetrics:
+    def world_count(self, count: int) -> None:
+        pass
+
+    def env_steps(self, count: int) -> None:
+        pass
+
+    def error(self, request: str, field: str) -> None:
+        pass
+
+
+@dataclass
+class _WorldHandle:
+    name: str
+    world: World
+    owner: int
+    specs: dm_env_rpc_pb2.ActionObservationSpecs
+    observation_names: dict[int, str]
+    packers: dict[int, Any]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    joined_by: int | None = None
+    pending_reset: bool = True
+    pending_seed: int | None = None
+    destroyed: bool = False
+
+
+@dataclass
+class _Session:
+    """One client connection (one Process stream)."""
+
+    id: int
+    joined: _WorldHandle | None = None
+
+
+def _unpack_settings(settings: Any) -> dict[str, Any]:
+    values = {}
+    for name, tensor in settings.items():
+        try:
+            value = tensor_utils.unpack_tensor(tensor)
+        except (ValueError, TypeError) as exc:
+            raise WorldError(name, f"cannot read the setting's tensor: {exc}") from None
+        values[name] = value.item() if isinstance(value, np.generic) else value
+    return values
+
+
+class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics: Metrics = metrics or _NoMetrics()
+        self._worlds: dict[str, _WorldHandle] = {}
+        self._lock = threading.Lock()
+        self._session_ids = itertools.count(1)
+        self._world_ids = itertools.count(1)
+
+    # -- the stream ---------------------------------------------------------------------
+    def Process(
+        self,
+        request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[dm_env_rpc_pb2.EnvironmentResponse]:
+        session = _Session(next(self._session_ids))
+        handlers = {
+            "create_world": self._create_world,
+            "join_world": self._join_world,
+            "step": self._step,
+            "reset": self._reset,
+            "reset_world": self._reset_world,
+            "leave_world": self._leave_world,
+            "destroy_world": self._destroy_world,
+        }
+        try:
+            for request in request_iterator:
+                kind = request.WhichOneof("payload")
+                try:
+                    handler = handlers.get(kind)  # type: ignore[arg-type]
+                    if handler is None:
+                        raise RequestError(
+                            grpc.StatusCode.UNIMPLEMENTED,
+                            f"request {kind!r} is not supported; requests: {', '.join(handlers)}",
+                        )
+                    response = dm_env_rpc_pb2.EnvironmentResponse()
+                    getattr(response, kind).CopyFrom(handler(session, getattr(request, kind)))
+                except (WorldError, RequestError) as exc:
+                    response = self._error_response(kind or "", exc)
+                except Exception as exc:  # a bug or a broken env: report it, keep serving
+                    logger.exception("request %s failed", kind)
+                    response = self._error_response(
+                        kind or "", RequestError(grpc.StatusCode.INTERNAL, f"{kind}: {exc!r}")
+                    )
+                yield response
+        finally:
+            self._disconnect(session)
+
+    def _error_response(
+        self, kind: str, exc: WorldError | RequestError
+    ) -> dm_env_rpc_pb2.EnvironmentResponse:
+        if isinstance(exc, WorldError):
+            code, field_name = grpc.StatusCode.INVALID_ARGUMENT, exc.field
+        else:
+            code, field_name = exc.code, ""
+        self.metrics.error(kind, field_name)
+        log_event(logger, "request refused", request=kind, error=str(exc))
+        return dm_env_rpc_pb2.EnvironmentResponse(
+            error=status_pb2.Status(code=code.value[0], message=str(exc))
+        )
+
+    # -- worlds -------------------------------------------------------------------------
+    def _create_world(
+        self, session: _Session, request: dm_env_rpc_pb2.CreateWorldRequest
+    ) -> dm_env_rpc_pb2.CreateWorldResponse:
+        settings = _unpack_settings(request.settings)
+        if "env" not in settings:
+            raise WorldError("env", "required setting is missing (a registered env id)")
+        env = settings.pop("env")
+        if not isinstance(env, str):
+            raise WorldError("env", f"expected a string env id, got {env!r}")
+        try:
+            world = World(env, **settings)
+        except WorldError:
+            raise
+        except (ValueError, TypeError) as exc:  # the env's constructor refused a setting
+            raise WorldError("settings", f"env {env!r} refused its settings: {exc}") from None
+        specs = world_specs(
+            world.observation_space, world.action_space, world.has_skills, world.num_envs
+        )
+        name = f"world-{next(self._world_ids)}"
+        handle = _WorldHandle(
+            name=name,
+            world=world,
+            owner=session.id,
+            specs=specs,
+            observation_names={uid: spec.name for uid, spec in specs.observations.items()},
+            packers={
+                uid: tensor_utils.get_packer(tensor_utils.data_type_to_np_type(spec.dtype))
+                for uid, spec in specs.observations.items()
+            },
+        )
+        with self._lock:
+            self._worlds[name] = handle
+            self.metrics.world_count(len(self._worlds))
+        log_event(logger, "world created", world=name, env=env, num_envs=world.num_envs)
+        return dm_env_rpc_pb2.CreateWorldResponse(world_name=name)
+
+    def _find_world(self, name: str) -> _WorldHandle:
+        with self._lock:
+            handle = self._worlds.get(name)
+            known = ", ".join(self._worlds) or "(none)"
+        if handle is None:
+            raise RequestError(
+                grpc.StatusCode.NOT_FOUND, f"world_name: no world {name!r}; worlds: {known}"
+            )
+        return handle
+
+    def _destroy_world(
+        self, session: _Session, request: dm_env_rpc_pb2.DestroyWorldRequest
+    ) -> dm_env_rpc_pb2.DestroyWorldResponse:
+        self._destroy(self._find_world(request.world_name))
+        return dm_env_rpc_pb2.DestroyWorldResponse()
+
+    def _destroy(self, handle: _WorldHandle) -> None:
+        with self._lock:
+            if self._worlds.pop(handle.name, None) is None:
+                return
+            self.metrics.world_count(len(self._worlds))
+        with handle.lock:
+            handle.destroyed = True
+            handle.world.close()
+        log_event(logger, "world destroyed", world=handle.name)
+
+    def _reset_world(
+        self, session: _Session, request: dm_env_rpc_pb2.ResetWorldRequest
+    ) -> dm_env_rpc_pb2.ResetWorldResponse:
+        handle = self._find_world(request.world_name)
+        seed = self._reset_seed(request.settings)
+        with handle.lock:
+            handle.pending_reset, handle.pending_seed = True, seed
+        return dm_env_rpc_pb2.ResetWorldResponse()
+
+    def destroy_all(self) -> None:
+        with self._lock:
+            handles = list(self._worlds.values())
+        for handle in handles:
+            self._destroy(handle)
+
+    @property
+    def world_count(self) -> int:
+        with self._lock:
+            return len(self._worlds)
+
+    # -- a connection's world -----------------------------------------------------------
+    def _join_world(
+        self, session: _Session, request: dm_env_rpc_pb2.JoinWorldRequest
+    ) -> dm_env_rpc_pb2.JoinWorldResponse:
+        if session.joined is not None:
+            raise RequestError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"world_name: this connection already joined {session.joined.name!r}; "
+                "leave it first",
+            )
+        for name in request.settings:
+            raise WorldError(name, "unknown JoinWorld setting; JoinWorld takes no settings")
+        handle = self._find_world(request.world_name)
+        with handle.lock:
+            if handle.joined_by is not None:
+                raise RequestError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"world_name: world {handle.name!r} is joined by another connection",
+                )
+            handle.joined_by = session.id
+            handle.pending_reset, handle.pending_seed = True, None
+        session.joined = handle
+        return dm_env_rpc_pb2.JoinWorldResponse(specs=handle.specs)
+
+    def _leave_world(
+        self, session: _Session, request: dm_env_rpc_pb2.LeaveWorldRequest
+    ) -> dm_env_rpc_pb2.LeaveWorldResponse:
+        handle, session.joined = session.joined, None
+        if handle is not None:
+            with handle.lock:
+                if handle.joined_by == session.id:
+                    handle.joined_by = None
+        return dm_env_rpc_pb2.LeaveWorldResponse()
+
+    def _joined(self, session: _Session) -> _WorldHandle:
+        handle = session.joined
+        if handle is None:
+            raise RequestError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this connection has not joined a world; send JoinWorld first",
+            )
+        if handle.destroyed:
+            raise RequestError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"world_name: world {handle.name!r} was destroyed; create and join a new world",
+            )
+        return handle
+
+    def _reset_seed(self, settings: Any) -> int | None:
+        values = _unpack_settings(settings)
+        for name in values:
+            if name not in _RESET_SETTINGS:
+                raise WorldError(
+                    name, f"unknown reset setting; settings: {', '.join(_RESET_SETTINGS)}"
+                )
+        seed = values.get("seed")
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
+            raise WorldError("seed", f"expected an integer >= 0, got {seed!r}")
+        return seed
+
+    def _reset(
+        self, session: _Session, request: dm_env_rpc_pb2.ResetRequest
+    ) -> dm_env_rpc_pb2.ResetResponse:
+        handle = self._joined(session)
+        seed = self._reset_seed(request.settings)
+        with handle.lock:
+            handle.pending_reset, handle.pending_seed = True, seed
+        return dm_env_rpc_pb2.ResetResponse(specs=handle.specs)
+
+    def _step(
+        self, session: _Session, request: dm_env_rpc_pb2.StepRequest
+    ) -> dm_env_rpc_pb2.StepResponse:
+        handle = self._joined(session)
+        names = handle.observation_names
+        uids = list(dict.fromkeys(request.requested_observations))
+        for uid in uids:
+            if uid not in names:
+                raise WorldError(
+                    "requested_observations",
+                    f"unknown observation uid {uid}; uids: "
+                    + ", ".join(f"{u} ({n})" for u, n in names.items()),
+                )
+        requested = [names[uid] for uid in uids]
+        with handle.lock:
+            if handle.destroyed:
+                raise RequestError(
+                    grpc.StatusCode.FAILED_PRECONDITION, f"world {handle.name!r} was destroyed"
+                )
+            world = handle.world
+            if handle.pending_reset:  # the first step of a sequence ignores its actions
+                result = world.reset(seed=handle.pending_seed, observations=requested)
+                handle.pending_reset, handle.pending_seed = False, None
+            else:
+                actions = self._unpack_actions(handle, request.actions)
+                result = world.step(observations=requested, **actions)
+        self.metrics.env_steps(world.num_envs)
+        response = dm_env_rpc_pb2.StepResponse(state=dm_env_rpc_pb2.EnvironmentStateType.RUNNING)
+        observations = response.observations
+        for uid, name in zip(uids, requested, strict=True):
+            array = result[name]
+            tensor = observations[uid]
+            tensor.shape.extend(array.shape)
+            handle.packers[uid].pack(tensor, array)
+        return response
+
+    def _unpack_actions(self, handle: _WorldHandle, actions: Any) -> dict[str, Any]:
+        specs = handle.specs.actions
+        unpacked: dict[str, Any] = {}
+        for uid, tensor in actions.items():
+            if uid not in specs:
+                raise WorldError(
+                    "actions",
+                    f"unknown action uid {uid}; uids: "
+                    + ", ".join(f"{u} ({s.name})" for u, s in specs.items()),
+                )
+            name = _ACTION_NAMES[uid]
+            try:
+                unpacked[name] = tensor_utils.unpack_tensor(tensor)
+            except (ValueError, TypeError) as exc:
+                raise WorldError(name, f"cannot read the tensor: {exc}") from None
+        return unpacked
+
+    def _disconnect(self, session: _Session) -> None:
+        """A client went away: leave its world and destroy the worlds it created."""
+        self._leave_world(session, dm_env_rpc_pb2.LeaveWorldRequest())
+        with self._lock:
+            owned = [h for h in self._worlds.values() if h.owner == session.id]
+        for handle in owned:
+            self._destroy(handle)
+
+
+def create_server(
+    host: str,
+    port: int,
+    servicer: SimulatorServicer,
+    max_connections: int = 64,
+) -> tuple[grpc.Server, int]:
+    """A started gRPC server for `servicer`; returns it and the bound port (port 0: any)."""
+    options = [
+        ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ]
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_connections, thread_name_prefix="sim-rpc"),
+        options=options,
+        maximum_concurrent_rpcs=max_connections,
+    )
+    dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind the simulator's gRPC port {host}:{port}")
+    server.start()
+    return server, bound
