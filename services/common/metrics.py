@@ -68,3 +68,29 @@ def serve_health_and_metrics(
     server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="health-http", daemon=True).start()
     return server
+
+
+def basic_app(service: str, description: str, info: dict[str, Any]) -> Any:
+    """A FastAPI app with /health, /metrics and GET /info (what the service offers so far)."""
+    from fastapi import FastAPI
+
+    app = FastAPI(title=f"llmrl {service}", version="1", description=description)
+    add_health_and_metrics(app, service)
+
+    @app.get("/info", tags=["service"], summary="What this service implements")
+    def service_info() -> dict[str, Any]:
+        return {"service": service, **info}
+
+    return app
+
+
+def serve_app(app: Any, service: str, host: str, port: int) -> None:
+    """Run a FastAPI app with uvicorn until SIGTERM/SIGINT (uvicorn's own graceful shutdown)."""
+    import uvicorn
+
+    from llmrl.common.logs import configure_logging, log_event
+
+    logger = configure_logging(service)
+    log_event(logger, f"{service} listening", host=host, port=port)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    log_event(logger, f"{service} stopped")

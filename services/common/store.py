@@ -267,6 +267,20 @@ class RunStore:
         with self._lock:
             return int(self._db.execute(query, args).fetchone()[0])
 
+    def llm_totals(self, run_id: str) -> dict[str, float]:
+        """LLM calls, tokens and spend summed over the run's stored episodes."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*) AS episodes,"
+                " TOTAL(json_extract(record, '$.metrics.llm_calls')) AS calls,"
+                " TOTAL(json_extract(record, '$.metrics.llm_tokens')) AS tokens,"
+                " TOTAL(json_extract(record, '$.metrics.llm_cost_usd')) AS cost_usd,"
+                " TOTAL(json_extract(record, '$.metrics.llm_cached_calls')) AS cached_calls"
+                " FROM episodes WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+        return dict(row)
+
     def episodes(
         self,
         run_id: str,

@@ -37,9 +37,13 @@ def execute_run(
     simulator: str | None = None,
     llm_gateway: str | None = None,
     progress: ProgressReporter | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> RunRow:
-    """Run (or resume) `run_id` until it completes, fails, is cancelled or interrupted."""
+    """Run (or resume) `run_id` until it completes, fails, is cancelled or interrupted.
+
+    `interrupted()` true means the process is shutting down: the run stops where it is and
+    stays unfinished (status "running"), to be resumed by the next `execute_run`.
+    """
     run = store.get_run(run_id)
     if run is None:
         raise KeyError(f"unknown run id {run_id!r}")
@@ -47,8 +51,6 @@ def execute_run(
     recipe = recipe_class(run.recipe)(config)
 
     def cancelled() -> bool:
-        if should_stop():
-            return True
         current = store.get_run(run_id, with_phases=False)
         return bool(current and current.cancel_requested)
 
@@ -72,6 +74,8 @@ def execute_run(
         for phase in recipe.phases():
             if store.phase_outputs(run_id, phase.name) is not None:
                 continue  # completed before a restart
+            if interrupted():
+                raise RunInterrupted(run_id)
             if cancelled():
                 raise RunCancelled(run_id)
             store.start_phase(run_id, phase.name)
@@ -86,7 +90,7 @@ def execute_run(
         final = states.CANCELLED
         store.update_run(run_id, status=final)
     except Exception as exc:  # the run fails, the orchestrator keeps serving
-        if should_stop():  # a shutdown that surfaced as another error: resume later
+        if interrupted():  # a shutdown that surfaced as another error: resume later
             log_event(log, "run interrupted; it resumes at restart", run_id=run_id)
         else:
             final = states.FAILED

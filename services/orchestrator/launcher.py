@@ -1,0 +1,239 @@
+"""`llmrl up`: every service as a local process, for machines without Docker.
+
+Starts its own Redis (AOF persistence under LLMRL_HOME/redis; port 6379 when free, else a
+free one) unless given `--redis-url`, then simulator, llm_gateway, learner, annotator,
+orchestrator and N rollout workers, each with the same command as its docker-compose service
+(`service_commands`; a test checks the two agree). Settings travel as environment variables
+(LLMRL_REDIS_URL, LLMRL_HOME, LLMRL_<SERVICE>_PORT...). A service whose module does not exist
+in this version is reported and skipped, never imitated. Logs go to LLMRL_HOME/logs/<name>.log.
+Ctrl-C or SIGTERM stops everything: workers first, Redis last.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from llmrl.common import config as cfg
+
+# Start order; shutdown goes the other way.
+SERVICES = ("simulator", "llm_gateway", "learner", "annotator", "orchestrator")
+READY_TIMEOUT_S = 120.0
+
+
+@dataclass
+class ProcessSpec:
+    name: str
+    args: list[str]  # after the program: what `llmrl <args>` runs (compose: command)
+    env: dict[str, str] = field(default_factory=dict)
+    health_url: str | None = None
+    program: str = "llmrl"
+
+    def argv(self) -> list[str]:
+        if self.program == "llmrl":
+            return [sys.executable, "-m", "llmrl.cli", *self.args]
+        return [self.program, *self.args]
+
+
+def service_commands(workers: int) -> dict[str, list[str]]:
+    """The `llmrl` arguments of each service (the same in docker-compose.yml)."""
+    commands = {service: ["serve", service] for service in SERVICES}
+    for i in range(1, workers + 1):
+        commands[f"worker-{i}"] = ["worker"]
+    return commands
+
+
+def redis_command(port: int, data_dir: Path) -> list[str]:
+    return [
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--dir",
+        str(data_dir),
+    ]
+
+
+def service_available(service: str) -> bool:
+    return importlib.util.find_spec(f"llmrl.{service}.service") is not None
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def plan_processes(
+    workers: int, redis_url: str, home: Path, console: Console
+) -> tuple[list[ProcessSpec], list[str]]:
+    """The processes to start and notes on what is skipped."""
+    notes: list[str] = []
+    env = {"LLMRL_REDIS_URL": redis_url, "LLMRL_HOME": str(home)}
+    if not service_available("simulator"):
+        env["LLMRL_SIMULATOR_ADDRESS"] = "local"
+        notes.append("workers and recipes play in-process worlds (no simulator service)")
+    specs: list[ProcessSpec] = []
+    commands = service_commands(workers)
+    for service in SERVICES:
+        if not service_available(service):
+            notes.append(f"{service}: not implemented in this version of llmrl (skipped)")
+            continue
+        url = f"http://{cfg.service_host(service)}:{cfg.service_port(service)}/health"
+        specs.append(ProcessSpec(service, commands[service], dict(env), url))
+    base_port = cfg.service_port("worker")
+    for i in range(1, workers + 1):
+        worker_env = {**env, "LLMRL_WORKER_PORT": str(base_port + i - 1)}
+        url = f"http://127.0.0.1:{base_port + i - 1}/health"
+        specs.append(ProcessSpec(f"worker-{i}", commands[f"worker-{i}"], worker_env, url))
+    return specs, notes
+
+
+class Launcher:
+    def __init__(self, home: Path, console: Console) -> None:
+        self.home, self.console = home, console
+        self.logs = home / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.procs: list[tuple[ProcessSpec, subprocess.Popen]] = []
+
+    def start(self, spec: ProcessSpec) -> subprocess.Popen:
+        log_file = open(self.logs / f"{spec.name}.log", "ab")  # noqa: SIM115 - the child owns it
+        env = {**os.environ, **spec.env}
+        proc = subprocess.Popen(
+            spec.argv(),
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the launcher only; it stops them in order
+        )
+        log_file.close()
+        self.procs.append((spec, proc))
+        return proc
+
+    def wait_ready(self, spec: ProcessSpec, proc: subprocess.Popen, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return f"exited with code {proc.returncode} (see {self.logs / spec.name}.log)"
+            if spec.health_url is None:
+                return "started"
+            try:
+                if httpx.get(spec.health_url, timeout=1.0).status_code == 200:
+                    return "ready"
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        return f"not ready after {timeout:.0f} s (see {self.logs / spec.name}.log)"
+
+    def stop_all(self, grace_s: float = 15.0) -> None:
+        for spec, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    self.console.print(f"{spec.name} did not stop in {grace_s:.0f} s: killed")
+                    proc.kill()
+                    proc.wait()
+
+
+def start_redis(launcher: Launcher) -> tuple[str, ProcessSpec, subprocess.Popen]:
+    if shutil.which("redis-server") is None:
+        raise RuntimeError("redis-server is not on PATH; install Redis or pass --redis-url")
+    port = 6379 if port_free(6379) else free_port()
+    data_dir = launcher.home / "redis"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    spec = ProcessSpec("redis", redis_command(port, data_dir), program="redis-server")
+    proc = launcher.start(spec)
+    url = f"redis://127.0.0.1:{port}/0"
+    import redis
+
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.1)
+    client.close()
+    return url, spec, proc
+
+
+def up(workers: int = 2, redis_url: str | None = None, home: str | Path | None = None) -> None:
+    """Start everything, print where it listens, and wait for Ctrl-C/SIGTERM."""
+    console = Console()
+    home_dir = Path(home).resolve() if home else cfg.home_dir()
+    home_dir.mkdir(parents=True, exist_ok=True)
+    launcher = Launcher(home_dir, console)
+    stop = {"requested": False}
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    table = Table(title=f"llmrl up (LLMRL_HOME={home_dir})")
+    for column in ("process", "pid", "state", "address"):
+        table.add_column(column)
+    try:
+        if redis_url is None:
+            redis_url, spec, proc = start_redis(launcher)
+            state = "ready" if proc.poll() is None else f"exited ({proc.returncode})"
+            table.add_row("redis", str(proc.pid), state, redis_url + " (AOF)")
+        specs, notes = plan_processes(workers, redis_url, home_dir, console)
+        for spec in specs:
+            if stop["requested"]:
+                break
+            proc = launcher.start(spec)
+            state = launcher.wait_ready(spec, proc, READY_TIMEOUT_S)
+            address = spec.health_url.rsplit("/health", 1)[0] if spec.health_url else ""
+            table.add_row(spec.name, str(proc.pid), state, address)
+        console.print(table)
+        for note in notes:
+            console.print(f"[yellow]note:[/] {note}")
+        orchestrator = cfg.http_url("orchestrator")
+        console.print(
+            f"orchestrator: {orchestrator}/docs  —  try: llmrl submit evaluate "
+            "env=SimpleDoorKey planner=oracle episodes=20 --wait"
+        )
+        console.print(f"logs in {launcher.logs}; Ctrl-C stops everything")
+        while not stop["requested"]:
+            for spec, proc in launcher.procs:
+                if proc.poll() is not None and not getattr(proc, "_reported", False):
+                    proc._reported = True  # type: ignore[attr-defined]
+                    console.print(f"[red]{spec.name} exited with code {proc.returncode}")
+            time.sleep(0.5)
+    finally:
+        console.print("stopping every service ...")
+        launcher.stop_all()
+        console.print("stopped")

@@ -1,0 +1,149 @@
+"""The orchestrator service's runs: one thread per active run, resumed after a restart.
+
+Episodes of every run go through the Redis jobs stream to rollout workers; one collector
+thread stores what comes back. Runs left unfinished by a previous orchestrator process
+(killed, restarted, crashed) are picked up again by `start()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from llmrl.common import store as states
+from llmrl.common.logs import log_event
+from llmrl.common.queues import Broker
+from llmrl.common.store import RunRow, RunStore, new_run_id
+from llmrl.orchestrator.executors import QueueExecutor, ResultCollector
+from llmrl.orchestrator.runner import execute_run
+from llmrl.recipes.base import NullProgress, validate_config
+
+log = logging.getLogger("llmrl.orchestrator")
+
+
+class RunNotFound(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RunNotActive(ValueError):
+    """Cancelling a run that has already ended."""
+
+
+class RunManager:
+    def __init__(
+        self,
+        store: RunStore,
+        broker: Broker,
+        home: Path,
+        simulator: str | None,
+        llm_gateway: str | None,
+    ) -> None:
+        self.store, self.broker, self.home = store, broker, Path(home)
+        self.simulator, self.llm_gateway = simulator, llm_gateway
+        self.collector = ResultCollector(store, broker)
+        self._stopping = threading.Event()
+        self._threads: dict[str, threading.Thread] = {}
+        self._progress: dict[str, NullProgress] = {}
+        self._lock = threading.Lock()
+        self._collector_thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> list[str]:
+        """Start collecting results and resume every unfinished run; returns their ids."""
+        self._collector_thread = threading.Thread(
+            target=self.collector.run_forever, args=(self._stopping,), name="collector", daemon=True
+        )
+        self._collector_thread.start()
+        resumed = [run.run_id for run in self.store.unfinished_runs()]
+        for run_id in resumed:
+            log_event(log, "resuming run", run_id=run_id)
+            self._launch(run_id)
+        return resumed
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every run where it is (they stay unfinished and resume at the next start)."""
+        self._stopping.set()
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(timeout)
+        if self._collector_thread is not None:
+            self._collector_thread.join(timeout)
+
+    # -- runs -------------------------------------------------------------------------------
+    def submit(self, recipe: str, config: dict[str, Any] | None) -> RunRow:
+        """Validate and start a run; ConfigError for a bad recipe or config."""
+        validated = validate_config(recipe, config)
+        run_id = new_run_id(recipe)
+        out_dir = self.home / "runs" / run_id
+        self.store.create_run(recipe, validated.model_dump(mode="json"), out_dir, run_id=run_id)
+        self._launch(run_id)
+        return self.get(run_id)
+
+    def _launch(self, run_id: str) -> None:
+        progress = NullProgress()
+        executor = QueueExecutor(self.broker, self.collector, interrupted=self._stopping.is_set)
+
+        def work() -> None:
+            try:
+                execute_run(
+                    self.store,
+                    run_id,
+                    executor,
+                    simulator=self.simulator,
+                    llm_gateway=self.llm_gateway,
+                    progress=progress,
+                    interrupted=self._stopping.is_set,
+                )
+            finally:
+                self.collector.forget(run_id)
+                run = self.store.get_run(run_id, with_phases=False)
+                if run is not None and run.status not in states.ACTIVE_STATES:
+                    try:
+                        self.broker.forget_run(run_id)
+                    except Exception as exc:  # Redis away: the done-set only costs memory
+                        log_event(log, "could not drop done-set", logging.WARNING, error=str(exc))
+                with self._lock:
+                    self._threads.pop(run_id, None)
+
+        thread = threading.Thread(target=work, name=f"run-{run_id}", daemon=True)
+        with self._lock:
+            self._threads[run_id] = thread
+            self._progress[run_id] = progress
+        thread.start()
+
+    def get(self, run_id: str) -> RunRow:
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFound(f"unknown run id {run_id!r}")
+        return run
+
+    def progress(self, run_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            progress = self._progress.get(run_id)
+        return progress.snapshot() if progress is not None else None
+
+    def cancel(self, run_id: str) -> RunRow:
+        run = self.get(run_id)
+        if run.status not in states.ACTIVE_STATES:
+            raise RunNotActive(f"run {run_id} has already ended ({run.status})")
+        self.store.update_run(run_id, cancel_requested=True)
+        try:
+            self.broker.cancel_run(run_id)  # workers skip its queued jobs
+        except Exception as exc:  # Redis away: workers will play them, nothing is stored twice
+            log_event(log, "could not flag cancelled run", logging.WARNING, error=str(exc))
+        with self._lock:
+            running = run_id in self._threads
+        if not running:
+            self.store.update_run(run_id, status=states.CANCELLED)
+        return self.get(run_id)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunRow:
+        with self._lock:
+            thread = self._threads.get(run_id)
+        if thread is not None:
+            thread.join(timeout)
+        return self.get(run_id)
