@@ -22,8 +22,6 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
 from llmrl.simulator.specs import ACTION_UIDS, spaces_from_specs
 from llmrl.simulator.world import PRIVILEGED_OBSERVATIONS, World, WorldError
 
-CONNECT_TIMEOUT_S = 10.0
-
 
 def _as_world_error(exc: error.DmEnvRpcError) -> Exception:
     """Invalid-argument errors become WorldError (same type as in-process); others stay."""
@@ -50,14 +48,6 @@ class RemoteWorld:
         self.seed = seed
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         self._channel = grpc.insecure_channel(address, options=options)
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=CONNECT_TIMEOUT_S)
-        except grpc.FutureTimeoutError:
-            self._channel.close()
-            raise ConnectionError(
-                f"no simulator answers at {address} (waited {CONNECT_TIMEOUT_S:.0f} s); "
-                "start one with `llmrl serve simulator`"
-            ) from None
         self._connection = dm_connection.Connection(self._channel)
         self.world_name: str | None = None
         settings = {"env": env, "num_envs": num_envs, **env_kwargs}
@@ -71,6 +61,12 @@ class RemoteWorld:
             )
             self.world_name = response.world_name
             specs = self._send(dm_env_rpc_pb2.JoinWorldRequest(world_name=self.world_name)).specs
+        except grpc.RpcError as exc:
+            self.close()
+            raise ConnectionError(
+                f"no simulator answers at {address} ({exc.code().name}); "
+                "start one with `llmrl serve simulator`"
+            ) from None
         except BaseException:
             self.close()
             raise

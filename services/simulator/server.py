@@ -258,6 +258,8 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     def _join_world(
         self, session: _Session, request: dm_env_rpc_pb2.JoinWorldRequest
     ) -> dm_env_rpc_pb2.JoinWorldResponse:
+        if session.joined is not None and session.joined.destroyed:
+            session.joined = None  # its world is gone: nothing left to leave
         if session.joined is not None:
             raise RequestError(
                 grpc.StatusCode.FAILED_PRECONDITION,

@@ -2,7 +2,7 @@
 the HTTP port, JSON logs on stderr, graceful shutdown on SIGTERM/SIGINT.
 
 Settings (`--set key=value` or a YAML file): `max_connections` (concurrent client streams,
-default 64), `grace_s` (seconds in-flight requests get at shutdown, default 5).
+default 64), `grace_s` (seconds open streams get to finish at shutdown, default 1).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
 from llmrl.simulator.server import SimulatorServicer, create_server
 
-SETTINGS_DEFAULTS: dict[str, Any] = {"max_connections": 64, "grace_s": 5.0}
+SETTINGS_DEFAULTS: dict[str, Any] = {"max_connections": 64, "grace_s": 1.0}
 
 _WORLDS = Gauge("llmrl_simulator_worlds", "Worlds currently hosted by the simulator")
 _ENV_STEPS = Counter(

@@ -165,8 +165,9 @@ def check_actions(
                 "action", f"expected shape ({num_envs},) (one per env), got {actions.shape}"
             )
         low, high = int(action_space.start), int(action_space.start + action_space.n - 1)
-        if actions.size and (actions.min() < low or actions.max() > high):
-            bad = int(np.flatnonzero((actions < low) | (actions > high))[0])
+        outside = stepping & ((actions < low) | (actions > high))  # resetting envs ignore theirs
+        if outside.any():
+            bad = int(np.flatnonzero(outside)[0])
             raise WorldError(
                 f"action[{bad}]", f"{int(actions[bad])} is out of range; allowed {low}..{high}"
             )
