@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from llmrl.common.episodes import LlmCall
-from llmrl.common.registry import registry
 from llmrl.planners.base import Plan, Planner
 from llmrl.planners.plan_parsing import SkillGrammar
 
@@ -38,7 +37,6 @@ def _text(value: Any) -> str:
     return str(value.item() if hasattr(value, "item") else value)
 
 
-@registry.register_planner("llm")
 class LlmSkillPlanner(Planner):
     """Asks a language model through the gateway; generate-and-parse or score-candidates."""
 
@@ -47,7 +45,7 @@ class LlmSkillPlanner(Planner):
 
     def __init__(
         self,
-        client: Any,
+        llm: Any,
         prompt: PromptBuilder,
         grammar: SkillGrammar,
         mode: Literal["generate", "score"] = "generate",
@@ -64,7 +62,7 @@ class LlmSkillPlanner(Planner):
             raise ValueError(f"mode must be 'generate' or 'score', got {mode!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        self.client = client
+        self.llm = llm  # the gateway client (llmrl.llm_gateway.client)
         self.prompt = prompt
         self.grammar = grammar
         self.mode = mode
@@ -86,7 +84,7 @@ class LlmSkillPlanner(Planner):
         calls: list[LlmCall] = []
         conversation = list(messages)
         for _ in range(self.max_attempts):
-            result = self.client.chat(
+            result = self.llm.chat(
                 conversation,
                 model=self.model,
                 run_id=self.run_id,
@@ -114,7 +112,7 @@ class LlmSkillPlanner(Planner):
             return Plan(skills=[])
         if len(candidates) == 1:  # nothing to choose: no need to pay for a query
             return Plan(skills=candidates)
-        result = self.client.score(
+        result = self.llm.score(
             messages, candidates, model=self.model, run_id=self.run_id, tag=self.tag
         )
         scores = list(result.logprobs)

@@ -1,0 +1,34 @@
+"""The When2Ask LLM planner: `LlmSkillPlanner` with the MiniGrid prompt and skill grammar."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from llmrl.common.registry import registry
+from llmrl.planners.llm_skill import LlmSkillPlanner
+from llmrl.recipes.when2ask.prompts import GRAMMAR, planner_messages
+
+
+@registry.register_planner(
+    "when2ask-llm", "LLM planner for the When2Ask MiniGrid tasks (mode: generate or score)"
+)
+class When2AskLlmPlanner(LlmSkillPlanner):
+    def __init__(
+        self,
+        llm: Any,
+        mode: Literal["generate", "score"] = "score",
+        model: str | None = None,
+        run_id: str = "default",
+        tag: str = "when2ask/planner",
+        max_attempts: int = 3,
+    ) -> None:
+        super().__init__(
+            llm,
+            planner_messages,
+            GRAMMAR,
+            mode=mode,
+            model=model,
+            run_id=run_id,
+            tag=tag,
+            max_attempts=max_attempts,
+        )

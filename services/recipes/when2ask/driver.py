@@ -1,0 +1,102 @@
+"""Rollout driver for When2Ask policy specs, so evaluation episodes run on rollout workers.
+
+Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
+"planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...}`. Each step's
+`info` records `queried`, `asked` and `penalty`, from which the recipe computes queries per
+episode and the penalised return.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmrl.common.registry import registry
+from llmrl.orchestrator.rollout import (
+    Decision,
+    EpisodeDriver,
+    EpisodeJob,
+    RolloutResources,
+    register_driver,
+)
+from llmrl.recipes.when2ask.asking import AskPolicy, make_ask_policy
+from llmrl.recipes.when2ask.mediator import MediatorCore
+
+
+class MediatorDriver(EpisodeDriver):
+    optional_observations = ("success",)
+
+    def __init__(self, core: MediatorCore, ask_policy: AskPolicy) -> None:
+        self.core = core
+        self.ask_policy = ask_policy
+        self.observations = core.observations
+
+    def reset(self) -> None:
+        self.core.reset()
+
+    def act(self, observation: dict[str, Any], t: int) -> Decision:
+        if t > 0:
+            self.core.after_step(observation)
+        ask = self.ask_policy.ask(self.core.features(observation))
+        choice = self.core.choose(observation, ask=ask, t=t)
+        return Decision(
+            skill=choice.skill,
+            llm_calls=choice.llm_calls,
+            info={"queried": int(choice.queried), "asked": int(ask), "penalty": choice.penalty},
+        )
+
+
+def build_planner(spec: dict[str, Any], resources: RolloutResources, run_id: str) -> Any:
+    planner_cls = registry.get_planner(spec["name"])
+    kwargs = dict(spec.get("kwargs", {}))
+    if getattr(planner_cls, "uses_llm", False):
+        kwargs.setdefault("llm", resources.llm)
+        kwargs.setdefault("run_id", run_id)
+    return planner_cls(**kwargs)
+
+
+@register_driver("when2ask")
+def _mediator_driver(
+    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+) -> MediatorDriver:
+    planner = build_planner(policy["planner"], resources, job.run_id)
+    core = MediatorCore(
+        planner,
+        lam=float(policy.get("lam", 0.01)),
+        same_plan_penalty=float(policy.get("same_plan_penalty", 0.01)),
+    )
+    return MediatorDriver(core, make_ask_policy(policy["ask"], seed=job.seed))
+
+
+class SB3ActionDriver(EpisodeDriver):
+    """Low-level actions from a Stable-Baselines3 model (the never-ask baseline)."""
+
+    optional_observations = ("success",)
+
+    def __init__(self, model: Any, keys: list[str]) -> None:
+        self.model = model
+        self.keys = keys
+        self.observations = tuple(keys)
+
+    def act(self, observation: dict[str, Any], t: int) -> Decision:
+        import numpy as np
+
+        if len(self.keys) == 1:
+            obs: Any = np.asarray(observation[self.keys[0]])[None]
+        else:
+            obs = {key: np.asarray(observation[key])[None] for key in self.keys}
+        action, _ = self.model.predict(obs, deterministic=True)
+        return Decision(action=int(np.asarray(action).reshape(-1)[0]))
+
+
+_SB3_MODELS: dict[str, Any] = {}
+
+
+@register_driver("sb3")
+def _sb3_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    """`{"kind": "sb3", "model": <.zip path>, "algorithm": "ppo", "keys": [...]}`."""
+    from llmrl.learner.algorithms.sb3 import load_sb3
+
+    path = str(policy["model"])
+    if path not in _SB3_MODELS:
+        _SB3_MODELS[path] = load_sb3(path, policy.get("algorithm", "ppo"))
+    return SB3ActionDriver(_SB3_MODELS[path], list(policy["keys"]))

@@ -1,0 +1,220 @@
+"""The When2Ask mediator: the agent's only decision is whether to ask the planner now.
+
+Hu et al. (2023) put a small RL policy between an agent and its LLM planner. Each mediator
+step runs the current skill's controller for one low-level step in the simulator. Before the
+step the planner is queried when the mediator's action is ASK, and always when the plan is
+finished or its last skill turned out infeasible (a forced query). Every query costs:
+
+    reward = env reward - lam * [queried] - same_plan_penalty * [asked, got the same plan]
+
+The second term is the paper's penalty for asking again and getting back the plan it already
+had: asking is only worth it when something has changed.
+
+Observation (the paper feeds the change between consecutive partial observations; so do we,
+plus what the mediator knows about its own plan), all in [0, 1]:
+  - the agent's view now (3x3 minigrid encoding, scaled),
+  - which cells of the view changed since the previous step (binary),
+  - whether the agent's knowledge (its text observation) changed since the last query,
+  - the status of the last skill step (one-hot NONE/RUNNING/DONE/INFEASIBLE),
+  - plan steps remaining and steps since the last query (both scaled and clipped).
+
+`MediatorCore` holds this logic once; `MediatorEnv` (training, a gymnasium env over a world
+of one env) and the rollout driver (evaluation by rollout workers) both use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from llmrl.common.episodes import LlmCall
+from llmrl.planners.base import Planner
+from llmrl.simulator.envs.base import SkillStatus
+
+CARRY_ON, ASK = 0, 1
+FALLBACK_SKILL = "explore"  # what the agent does when the planner gave no usable plan
+VIEW_CELLS = 3 * 3 * 3
+OBS_SIZE = 2 * VIEW_CELLS + 1 + len(SkillStatus) + 2
+WORLD_ENTRIES = ("reward", "discount", "step_type")
+_ENCODING_SCALE = np.float32(1 / 10)  # minigrid encodes object/colour/state as ints < 11
+
+
+def _text(value: Any) -> str:
+    return str(value.item() if hasattr(value, "item") else value)
+
+
+@dataclass
+class EpisodeStats:
+    """What one mediator episode did; reset at every episode start."""
+
+    queries: int = 0  # every planner query, forced or asked for
+    asked: int = 0  # the mediator's ASK actions
+    forced: int = 0  # queries the mediator did not choose (plan finished or infeasible)
+    same_plan: int = 0  # asks that returned the plan already being followed
+    penalty: float = 0.0
+    llm_calls: list[LlmCall] = field(default_factory=list)
+
+
+@dataclass
+class StepChoice:
+    """What the mediator does at one step, and what deciding it cost."""
+
+    skill: str
+    queried: bool
+    asked: bool
+    penalty: float
+    llm_calls: list[LlmCall]
+
+
+class MediatorCore:
+    """Plan bookkeeping, query accounting and observation features for one env."""
+
+    def __init__(self, planner: Planner, lam: float = 0.01, same_plan_penalty: float = 0.01):
+        if lam < 0 or same_plan_penalty < 0:
+            raise ValueError("lam and same_plan_penalty must be non-negative")
+        self.planner = planner
+        self.lam = float(lam)
+        self.same_plan_penalty = float(same_plan_penalty)
+        self.observations = tuple(sorted({"text", "image", "skill_status", *planner.observations}))
+        self.reset()
+
+    def reset(self) -> None:
+        self.planner.reset()
+        self.stats = EpisodeStats()
+        self.plan: list[str] = []
+        self.needs_plan = True
+        self._text_at_query = ""
+        self._since_query = 0
+        self._prev_view: np.ndarray | None = None
+
+    def after_step(self, obs: dict[str, Any]) -> None:
+        """Advance the plan by the status the last skill step reported."""
+        status = int(obs.get("skill_status", SkillStatus.NONE))
+        if status == SkillStatus.DONE and self.plan:
+            self.plan.pop(0)
+        if status == SkillStatus.INFEASIBLE:
+            self.plan = []  # the plan is stale: the next step asks whatever the policy says
+        if not self.plan:
+            self.needs_plan = True
+        self._since_query += 1
+
+    def choose(self, obs: dict[str, Any], ask: bool, t: int) -> StepChoice:
+        """Query the planner if asked to (or forced), then pick the skill to run now."""
+        penalty, calls, queried = 0.0, [], False
+        if ask or self.needs_plan:
+            queried = True
+            plan = self.planner.plan(obs, t=t)
+            calls = list(plan.llm_calls)
+            self.stats.llm_calls.extend(calls)
+            self.stats.queries += 1
+            penalty = self.lam
+            if ask:
+                self.stats.asked += 1
+                if plan.skills and plan.skills == self.plan:
+                    self.stats.same_plan += 1
+                    penalty += self.same_plan_penalty
+            else:
+                self.stats.forced += 1
+            self.plan = list(plan.skills)
+            self.needs_plan = False
+            self._text_at_query = _text(obs.get("text", ""))
+            self._since_query = 0
+        self.stats.penalty += penalty
+        skill = self.plan[0] if self.plan else FALLBACK_SKILL
+        return StepChoice(skill, queried, bool(ask), penalty, calls)
+
+    def features(self, obs: dict[str, Any]) -> np.ndarray:
+        """The mediator's observation (see the module docstring); call once per step."""
+        image = np.asarray(obs.get("image", np.zeros(VIEW_CELLS)), dtype=np.float32)
+        view = image.reshape(-1)[:VIEW_CELLS] * _ENCODING_SCALE
+        prev = view if self._prev_view is None else self._prev_view
+        changed = (view != prev).astype(np.float32)
+        self._prev_view = view
+        knowledge_changed = float(_text(obs.get("text", "")) != self._text_at_query)
+        status = int(obs.get("skill_status", SkillStatus.NONE))
+        status_onehot = np.eye(len(SkillStatus), dtype=np.float32)[status]
+        progress = np.array(
+            [min(len(self.plan), 10) / 10, min(self._since_query, 20) / 20], np.float32
+        )
+        features = np.concatenate([view, changed, [knowledge_changed], status_onehot, progress])
+        return np.clip(features, 0.0, 1.0).astype(np.float32)
+
+
+OBSERVATION_SPACE = spaces.Box(0.0, 1.0, shape=(OBS_SIZE,), dtype=np.float32)
+
+
+class MediatorEnv(gym.Env):
+    """Action {0: carry on, 1: ask} over a world of one skill env; see the module docstring.
+
+    An infeasible skill does not advance the underlying env (no time passes), so the
+    mediator caps its own steps at `max_steps` (truncation) as well.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(
+        self,
+        world_factory: Callable[[], Any],
+        planner: Planner,
+        lam: float = 0.01,
+        same_plan_penalty: float = 0.01,
+        max_steps: int = 200,
+    ) -> None:
+        self.world = world_factory()
+        if self.world.num_envs != 1:
+            raise ValueError(f"a mediator needs a world of 1 env, got {self.world.num_envs}")
+        self.core = MediatorCore(planner, lam, same_plan_penalty)
+        self.max_steps = max_steps
+        self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
+        self.observation_space = OBSERVATION_SPACE
+        self.action_space = spaces.Discrete(2)
+        self._obs: dict[str, Any] = {}
+        self._steps = 0
+        self._env_return = 0.0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        batch = self.world.reset(seed=seed, observations=self.requested)
+        self._obs = {k: v[0] for k, v in batch.items()}
+        self.core.reset()
+        self._steps, self._env_return = 0, 0.0
+        return self.core.features(self._obs), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if int(action) not in (CARRY_ON, ASK):
+            raise ValueError(f"action must be 0 (carry on) or 1 (ask), got {action!r}")
+        choice = self.core.choose(self._obs, ask=int(action) == ASK, t=self._steps)
+        batch = self.world.step(skill=[choice.skill], observations=self.requested)
+        self._obs = {k: v[0] for k, v in batch.items()}
+        self.core.after_step(self._obs)
+        self._steps += 1
+        env_reward = float(self._obs["reward"])
+        self._env_return += env_reward
+        last = int(self._obs["step_type"]) == 2
+        terminated = last and float(self._obs["discount"]) == 0.0
+        truncated = (last and not terminated) or (not last and self._steps >= self.max_steps)
+        info: dict[str, Any] = {"skill": choice.skill, "queried": choice.queried}
+        if terminated or truncated:
+            # "r" and "l" are SB3's Monitor keys (its logger reads them); the rest are ours.
+            info["episode"] = {
+                "r": self._env_return - self.core.stats.penalty,
+                "l": self._steps,
+                "env_return": self._env_return,
+                "success": terminated and env_reward > 0,
+                "length": self._steps,
+                "queries": self.core.stats.queries,
+                "asked": self.core.stats.asked,
+                "penalty": self.core.stats.penalty,
+            }
+        reward = env_reward - choice.penalty
+        return self.core.features(self._obs), reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.world.close()
