@@ -38,7 +38,7 @@ from gymnasium import spaces
 from minigrid.core.constants import COLOR_NAMES, COLOR_TO_IDX, OBJECT_TO_IDX
 from minigrid.core.grid import Grid
 from minigrid.core.mission import MissionSpace
-from minigrid.core.world_object import Door, Goal, WorldObj
+from minigrid.core.world_object import Door, Goal, Wall, WorldObj
 from minigrid.minigrid_env import MiniGridEnv
 
 from ..base import SkillEnv, SkillStatus
@@ -174,6 +174,44 @@ class When2AskEnv(MiniGridEnv, SkillEnv):
         self.agent_pos = free.pop(int(self._rand_int(0, len(free))))
         self.agent_dir = int(self._rand_int(0, 4))
         return _solvable(set(near_side) - occupied, self.agent_pos, door_front, occupied)
+
+    def load_layout(self, art: str, legend: dict[str, WorldObj] | None = None) -> dict[str, Any]:
+        """Replace the current episode's grid by a hand-drawn one; returns the observation.
+
+        One character per cell, rows top to bottom: `#` wall, space or `.` floor, `G` the
+        goal, `>` `v` `<` `^` the agent facing right/down/left/up; any other character is
+        looked up in `legend` (e.g. {"k": Key("red"), "L": Door("red", is_locked=True)}).
+        The first door is the task's door. Used by tests and by anyone checking a controller
+        on a known situation; the agent's map starts empty, as after a reset.
+        """
+        legend = legend or {}
+        rows = [row for row in art.strip("\n").split("\n")]
+        if len(rows) > self.height or max(map(len, rows)) > self.width:
+            raise ValueError(f"layout larger than the {self.width}x{self.height} grid")
+        self.grid = Grid(self.width, self.height)
+        self.door, self.carrying = None, None
+        for y, row in enumerate(rows):
+            for x, char in enumerate(row):
+                if char == "#":
+                    self.grid.set(x, y, Wall())
+                elif char == "G":
+                    self.put_obj(Goal(), x, y)
+                    self.goal_pos = (x, y)
+                elif char in ">v<^":
+                    self.agent_pos, self.agent_dir = (x, y), ">v<^".index(char)
+                elif char in legend:
+                    self.put_obj(legend[char], x, y)
+                    if isinstance(legend[char], Door) and self.door is None:
+                        self.door = legend[char]
+                        self.behind_door = (x + 1, y)
+                elif char not in " .":
+                    raise ValueError(f"unknown layout character {char!r} at ({x}, {y})")
+        if self.door is None:
+            raise ValueError("a layout needs a door (give one in the legend)")
+        self.knowledge.clear()
+        self._run = None
+        self.step_count = 0
+        return self.gen_obs()
 
     # -- gymnasium API ------------------------------------------------------------------
     def reset(
