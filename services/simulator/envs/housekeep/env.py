@@ -9,7 +9,8 @@ step (see `skills.py` for the phrases); travel between places costs their distan
 Observations: `text` (the context, `context.py`), `known_house` (the same, as JSON),
 counters (`step`, `rooms_explored`, `receptacles_found`, `objects_found`, `correctly_placed`,
 `correct_at_start`, `misplaced_at_start`, `holding`), metrics (`success_rate`,
-`object_success`, `soft_score`, `distance`), `skill_status`, and the privileged Text entries
+`object_success`, `soft_score`, `distance`), `success` (every object is on a correct
+receptacle), `skill_status`, and the privileged Text entries
 `oracle_plan`, `feasible_skills` and `correct_receptacles` (JSON: object -> correct receptacles).
 
 Reward per step, after LLM-Personalize: newly found objects + newly found receptacles
@@ -108,12 +109,13 @@ class HousekeepEnv(SkillEnv):
         text = spaces.Text(max_length=text_max_length, min_length=0, charset=TEXT_CHARSET)
         entries: dict[str, spaces.Space] = {name: text for name in TEXT_ENTRIES}
         entries["skill_status"] = spaces.Discrete(len(SkillStatus))
+        entries["success"] = spaces.Discrete(2)  # every object is on a correct receptacle
         for name in COUNTERS:
             entries[name] = spaces.Box(0, np.iinfo(np.int32).max, shape=(), dtype=np.int32)
         entries["success_rate"] = spaces.Box(-1e4, 100.0, shape=(), dtype=np.float32)
         for name in ("object_success", "soft_score"):
             entries[name] = spaces.Box(0.0, 1.0, shape=(), dtype=np.float32)
-        entries["distance"] = spaces.Box(0.0, np.inf, shape=(), dtype=np.float32)
+        entries["distance"] = spaces.Box(0.0, 1e6, shape=(), dtype=np.float32)
         self.observation_space = spaces.Dict(entries)
         self.house: House | None = None
 
@@ -436,6 +438,7 @@ class HousekeepEnv(SkillEnv):
             "feasible_skills": "\n".join(self.feasible_skills()),
             "correct_receptacles": json.dumps(self.correct_receptacles(), separators=(",", ":")),
             "skill_status": int(skill_status),
+            "success": int(metrics.correctly_placed == len(house.objects)),
         }
         obs.update({name: np.asarray(value, dtype=np.int32) for name, value in counters.items()})
         obs["success_rate"] = np.asarray(metrics.success_rate, dtype=np.float32)

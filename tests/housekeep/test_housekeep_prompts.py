@@ -1,0 +1,36 @@
+"""The LLM planner's prompt and plan format."""
+
+from __future__ import annotations
+
+from llmrl.simulator.envs.housekeep.prompts import (
+    EXAMPLE_PLAN,
+    SYSTEM_PROMPT,
+    build_messages,
+    format_plan,
+    parse_plan,
+)
+from llmrl.simulator.envs.housekeep.skills import SKILL_TEMPLATES
+
+
+def test_messages_are_system_few_shot_and_context():
+    messages = build_messages("CONTEXT", few_shot=True)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0]["content"] == SYSTEM_PROMPT
+    assert all(template in SYSTEM_PROMPT for template in SKILL_TEMPLATES)
+    assert messages[-1]["content"].startswith("CONTEXT")
+    assert [m["role"] for m in build_messages("CONTEXT", few_shot=False)] == ["system", "user"]
+
+
+def test_plan_round_trip_and_mission_complete():
+    text = format_plan(list(EXAMPLE_PLAN), done=True)
+    assert text.splitlines()[0] == "1. pick up toothbrush_1"
+    parsed = parse_plan(text)
+    assert parsed.skills == list(EXAMPLE_PLAN) and parsed.done and not parsed.unparsable
+    assert parse_plan("mission complete").done
+
+
+def test_parse_plan_keeps_unparsable_lines_apart():
+    parsed = parse_plan("Plan:\n1) Go to room Kitchen_0.\n- pick up the mug 1\n3. dance\n")
+    assert parsed.skills == ["go to room kitchen_0", "pick up mug_1"]
+    assert parsed.unparsable == ["Plan:", "3. dance"]
+    assert not parsed.done
