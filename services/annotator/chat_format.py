@@ -47,7 +47,8 @@ def chat_example_errors(example: Any) -> list[str]:
                 errors.append(f"{where}: a system message may only come first")
             continue
         if role != expected_next:
-            errors.append(f"{where}: expected a {expected_next} message, got {role}")
+            article = "an" if expected_next == "assistant" else "a"
+            errors.append(f"{where}: expected {article} {expected_next} message, got {role}")
         expected_next = "assistant" if role == "user" else "user"
     last = messages[-1]
     if isinstance(last, dict) and last.get("role") != "assistant":

@@ -1,0 +1,150 @@
+"""Annotator datasets: query scoring, self-training selection and de-duplication, bootstrap data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmrl.annotator.chat_format import chat_jsonl_errors
+from llmrl.annotator.datasets import (
+    bootstrap_dataset,
+    build_self_training_dataset,
+    query_steps,
+    score_queries,
+    self_training_dataset,
+    write_dataset,
+)
+from llmrl.annotator.demonstrations import demonstration_episode, make_housekeep_env
+from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord, write_jsonl
+from llmrl.simulator.envs.housekeep.prompts import build_messages
+
+
+def call(t: int, context: str, response: str = "1. something") -> LlmCall:
+    return LlmCall(t=t, messages=build_messages(context, few_shot=False), response=response)
+
+
+def step(t: int, skill: str, ok: bool, objects: int, receptacles: int, placed: int) -> StepRecord:
+    info = {
+        "skill_success": ok,
+        "objects_found": objects,
+        "receptacles_found": receptacles,
+        "correctly_placed": placed,
+        "correct_at_start": 2,
+    }
+    return StepRecord(t=t, skill=skill, info=info)
+
+
+def episode(episode_id: str, calls: list[LlmCall], steps: list[StepRecord]) -> EpisodeRecord:
+    return EpisodeRecord("run", episode_id, "Housekeep", 0, "llm", steps=steps, llm_calls=calls)
+
+
+def explore_then_carry(episode_id: str, carry_prompt: str, placed_after: int) -> EpisodeRecord:
+    """Query 0 explores; query 1 fails a skill; a re-ask; query 3 carries (placement 2 -> N)."""
+    return episode(
+        episode_id,
+        [
+            call(0, "nothing explored"),
+            call(2, "kitchen and bedroom explored"),
+            call(4, "re-asked, first answer"),  # a re-ask at the same step: drives nothing
+            call(4, carry_prompt),
+        ],
+        [
+            step(0, "go to room kitchen_0", True, 2, 2, 2),
+            step(1, "go to room bedroom_0", True, 3, 4, 2),
+            step(2, "go to mug_1", True, 3, 4, 2),
+            step(3, "go to counterr_1", False, 3, 4, 2),
+            step(4, "pick up mug_1", True, 3, 4, 2),
+            step(5, "place mug_1 on counter_1", False, 3, 4, 2),  # not at the counter yet
+            step(6, "go to counter_1", True, 3, 4, 2),
+            step(7, "place mug_1 on counter_1", True, 3, 4, placed_after),
+        ],
+    )
+
+
+def test_steps_are_attributed_to_the_query_that_drove_them():
+    record = explore_then_carry("a", "carry", 3)
+    assert [[s.t for s in steps] for steps in query_steps(record)] == [
+        [0, 1],
+        [2, 3],
+        [],
+        [4, 5, 6, 7],
+    ]
+
+
+def test_query_reward_is_found_objects_receptacles_and_ten_times_placement():
+    scores = score_queries(explore_then_carry("a", "carry", 3))
+    assert [s.reward for s in scores] == [3 + 4 + 0.0, 0.0, 0.0, 10.0]
+    assert [s.placement_delta for s in scores] == [0, 0, 0, 1]
+    assert (scores[0].objects_found, scores[0].receptacles_found) == (3, 4)
+    # the first step's baseline: nothing found, the objects right at the start placed
+    first = episode("b", [call(0, "x")], [step(0, "go to room kitchen_0", True, 1, 2, 3)])
+    assert score_queries(first)[0].reward == 1 + 2 + 10.0
+
+
+def test_self_training_keeps_improving_queries_with_only_their_successful_steps():
+    dataset = self_training_dataset([explore_then_carry("a", "carry", 3)])
+    assert len(dataset.examples) == 1
+    (example,) = dataset.examples
+    assert example.messages[-2]["content"].startswith("carry")
+    assert example.messages[-1] == {
+        "role": "assistant",
+        "content": "1. pick up mug_1\n2. go to counter_1\n3. place mug_1 on counter_1",
+    }
+    assert example.reward == 10.0 and example.source == "run/a#3"
+    assert dataset.stats["dropped"] == {"no_placement_gain": 3}
+
+
+def test_self_training_drops_queries_that_make_placement_worse():
+    dataset = self_training_dataset([explore_then_carry("a", "carry", 1)])
+    assert dataset.examples == [] and dataset.stats["dropped"] == {"no_placement_gain": 4}
+
+
+def test_duplicate_prompts_keep_the_best_reward_and_the_earliest_on_ties():
+    first = explore_then_carry("first", "same prompt", 3)  # reward 10
+    better = explore_then_carry("better", "same prompt", 4)  # reward 20
+    tie = explore_then_carry("tie", "same prompt", 4)  # reward 20, later
+    other = explore_then_carry("other", "another prompt", 3)
+    dataset = self_training_dataset([first, better, tie, other])
+    assert [e.source for e in dataset.examples] == ["run/better#3", "run/other#3"]
+    assert [e.reward for e in dataset.examples] == [20.0, 10.0]
+    assert dataset.stats["dropped"]["duplicate_prompt"] == 2
+    assert dataset.stats["examples"] == 2 and dataset.stats["queries"] == 16
+
+
+def test_steps_without_counters_are_reported():
+    record = episode("c", [call(0, "x")], [StepRecord(t=0, skill="go to room a", info={})])
+    with pytest.raises(ValueError, match="objects_found"):
+        score_queries(record)
+
+
+def test_bootstrap_from_demonstrations_gives_valid_chat_data(tmp_path):
+    env = make_housekeep_env()
+    demos = [demonstration_episode(env, seed=seed) for seed in range(3)]
+    assert all(d.metrics["success_rate"] == 100.0 and d.success for d in demos)
+    for demo in demos:
+        assert demo.llm_calls[-1].response == "1. mission complete"
+        assert demo.llm_calls[0].messages == build_messages(demo.steps[0].text)
+    dataset = bootstrap_dataset(demos + demos[:1])  # the repeated episode is de-duplicated
+    calls = sum(len(d.llm_calls) for d in demos)
+    assert len(dataset.examples) <= calls and dataset.stats["dropped"]["duplicate"] >= calls // 3
+    paths = write_dataset(dataset, tmp_path, "bootstrap")
+    assert chat_jsonl_errors(paths["data"]) == []
+    lines = open(paths["data"]).read().splitlines()
+    assert len(lines) == len(dataset.examples)
+    assert json.loads(lines[0])["messages"][-1]["content"] == demos[0].llm_calls[0].response
+
+    # self-training on the demonstrations keeps the carrying queries only
+    selected = self_training_dataset(demos)
+    assert 0 < len(selected.examples) < calls
+    assert all("pick up" in e.messages[-1]["content"] for e in selected.examples)
+
+
+def test_self_training_dataset_from_an_episode_log(tmp_path):
+    log = tmp_path / "episodes.jsonl"
+    write_jsonl(log, [explore_then_carry("a", "p1", 3), explore_then_carry("b", "p2", 4)])
+    result = build_self_training_dataset([log], tmp_path / "out")
+    stats = json.loads(open(result["stats"]).read())
+    assert stats == result["stats_data"] and stats["examples"] == 2
+    assert stats["reward"] == {"mean": 15.0, "min": 10.0, "max": 20.0}
+    assert chat_jsonl_errors(result["data"]) == []
