@@ -32,12 +32,13 @@ def add_health_and_metrics(app: Any, service: str, check: HealthCheck | None = N
     from fastapi import Response
     from fastapi.responses import JSONResponse
 
-    @app.get("/health", tags=["service"], summary="Liveness and readiness")
+    # response_model=None: the return types are imported here, out of FastAPI's sight.
+    @app.get("/health", tags=["service"], summary="Liveness and readiness", response_model=None)
     def health() -> JSONResponse:
         code, body = health_payload(service, check)
         return JSONResponse(body, status_code=code)
 
-    @app.get("/metrics", tags=["service"], summary="Prometheus metrics")
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_model=None)
     def prometheus_metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 

@@ -287,9 +287,8 @@ def _settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _address(value: Any, service: str) -> str | None:
     """'local' or '' means in-process; None means the configured default address."""
-    if value in ("local", ""):
-        return None
-    return str(value) if value is not None else cfg.grpc_address(service)
+    address = cfg.grpc_address(service) if value is None else str(value)
+    return None if address in ("local", "") else address
 
 
 def build_manager(settings: dict[str, Any]) -> RunManager:
