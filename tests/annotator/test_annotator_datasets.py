@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_bootstrap_from_demonstrations_gives_valid_chat_data(tmp_path):
     assert len(dataset.examples) <= calls and dataset.stats["dropped"]["duplicate"] >= calls // 3
     paths = write_dataset(dataset, tmp_path, "bootstrap")
     assert chat_jsonl_errors(paths["data"]) == []
-    lines = open(paths["data"]).read().splitlines()
+    lines = Path(paths["data"]).read_text().splitlines()
     assert len(lines) == len(dataset.examples)
     assert json.loads(lines[0])["messages"][-1]["content"] == demos[0].llm_calls[0].response
 
@@ -144,7 +145,7 @@ def test_self_training_dataset_from_an_episode_log(tmp_path):
     log = tmp_path / "episodes.jsonl"
     write_jsonl(log, [explore_then_carry("a", "p1", 3), explore_then_carry("b", "p2", 4)])
     result = build_self_training_dataset([log], tmp_path / "out")
-    stats = json.loads(open(result["stats"]).read())
+    stats = json.loads(Path(result["stats"]).read_text())
     assert stats == result["stats_data"] and stats["examples"] == 2
     assert stats["reward"] == {"mean": 15.0, "min": 10.0, "max": 20.0}
     assert chat_jsonl_errors(result["data"]) == []
