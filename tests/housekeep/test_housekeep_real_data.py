@@ -75,3 +75,13 @@ def test_random_episodes_of_a_split_are_seeded(data_dir):
     sources = [env.reset(seed=s)[0] and env.house.source for s in (1, 2, 1)]
     assert sources[0] == sources[2]
     assert all(source.startswith("val/") for source in sources)
+
+
+def test_episode_ranges_restrict_the_draw(data_dir):
+    env = HousekeepEnv(data_dir=data_dir, scene="Merom_1_int", episode="10:13")
+    drawn = {(env.reset(seed=s), env.house.source)[1] for s in range(12)}
+    assert drawn <= {f"val/Merom_1_int#{i}" for i in (10, 11, 12)} and len(drawn) > 1
+    with pytest.raises(ValueError, match="start:stop"):
+        HousekeepEnv(data_dir=data_dir, episode="ten")
+    with pytest.raises(ValueError, match="need data_dir"):
+        HousekeepEnv(episode=3)

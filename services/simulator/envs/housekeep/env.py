@@ -13,6 +13,15 @@ counters (`step`, `rooms_explored`, `receptacles_found`, `objects_found`, `corre
 receptacle), `skill_status`, and the privileged Text entries
 `oracle_plan`, `feasible_skills` and `correct_receptacles` (JSON: object -> correct receptacles).
 
+Settings (constructor keywords, also world settings):
+- `data_dir`: the Housekeep data (None: procedural houses, shaped by `procedural`, a dict of
+  `generate_house` ranges); `scene` (one scene), else `split` ("train", "val"), else every
+  scene present; `episode`: an index into the scene's episodes, a list, or "start:stop"
+  (None: any); each reset draws a scene and an episode with the env's seeded generator, and
+  `reset(options={"scene": ..., "episode": ...})` picks one explicitly.
+- `max_steps` (truncation), `observe_objects_on_entry`, `reward_weights`, `travel_cost`,
+  `max_rooms`/`max_receptacles`/`max_objects` (the discrete action layout).
+
 Reward per step, after LLM-Personalize: newly found objects + newly found receptacles
 + 10 x change in correctly placed objects (weights in `reward_weights`), minus
 `travel_cost` x metres walked.
@@ -56,6 +65,26 @@ COUNTERS = (
 FLOAT_METRICS = ("success_rate", "object_success", "soft_score", "distance")
 
 
+def parse_episodes(episode: int | list[int] | str | None) -> int | list[int] | None:
+    """`episode`: an index, a list of indices, or a range "start:stop" (e.g. "0:100")."""
+    if isinstance(episode, str):
+        start, sep, stop = episode.partition(":")
+        try:
+            if not sep:
+                return int(episode)
+            return list(range(int(start or 0), int(stop)))
+        except ValueError:
+            raise ValueError(
+                "episode must be an index, a list of indices or a range 'start:stop', "
+                f"got {episode!r}"
+            ) from None
+    if isinstance(episode, (list, tuple)):
+        if not episode:
+            raise ValueError("episode: an empty list of episodes")
+        return [int(e) for e in episode]
+    return None if episode is None else int(episode)
+
+
 @registry.register_env(
     "Housekeep",
     description="Housekeep rearrangement: find misplaced objects and put them where people would",
@@ -75,7 +104,7 @@ class HousekeepEnv(SkillEnv):
         data_dir: str | Path | None = None,
         scene: str | None = None,
         split: str | None = None,
-        episode: int | list[int] | None = None,
+        episode: int | list[int] | str | None = None,
         max_steps: int = 60,
         observe_objects_on_entry: bool = True,
         reward_weights: dict[str, float] | None = None,
@@ -96,8 +125,8 @@ class HousekeepEnv(SkillEnv):
                 f"allowed: {', '.join(DEFAULT_REWARD_WEIGHTS)}"
             )
         self.data_dir = housekeep_data.check_data_dir(data_dir) if data_dir else None
+        self.episode = parse_episodes(episode)
         self.scenes = self._choose_scenes(scene, split)
-        self.episode = episode
         self.max_steps = int(max_steps)
         self.observe_objects_on_entry = observe_objects_on_entry
         self.reward_weights = {**DEFAULT_REWARD_WEIGHTS, **(reward_weights or {})}
@@ -122,8 +151,10 @@ class HousekeepEnv(SkillEnv):
     # -- choosing houses ------------------------------------------------------------------
     def _choose_scenes(self, scene: str | None, split: str | None) -> list[str]:
         if self.data_dir is None:
-            if scene or split:
-                raise ValueError("scene and split need data_dir (procedural houses have none)")
+            if scene or split or self.episode is not None:
+                raise ValueError(
+                    "scene, split and episode need data_dir (procedural houses have none)"
+                )
             return []
         if scene is not None:
             housekeep_data.scene_split(self.data_dir, scene)  # validates the name
