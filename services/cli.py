@@ -94,8 +94,12 @@ def run(
     `llmrl recipes` lists the recipes and their keys.
     """
     run_embedded = _load("llmrl.orchestrator.embedded", "run_embedded")
+    config_error = _load("llmrl.recipes.base", "ConfigError")
     config = _settings(config_file, overrides)
-    run_embedded(recipe, config, out_dir=out, progress=not quiet)
+    try:
+        run_embedded(recipe, config, out_dir=out, progress=not quiet)
+    except config_error as exc:  # unknown recipe or bad key/value: say which, no traceback
+        raise click.UsageError(str(exc)) from exc
 
 
 @main.command()
@@ -234,8 +238,21 @@ def envs() -> None:
 
 @main.command()
 def recipes() -> None:
-    """List the registered recipes and what each runs."""
+    """List the registered recipes, what each runs, and their configuration keys."""
+    from rich.console import Console
+    from rich.table import Table
+
     _print_entries("recipe")
+    config_fields = _load("llmrl.recipes.base", "config_fields")
+    from llmrl.common.registry import registry
+
+    for name in registry.names("recipe"):
+        table = Table(title=f"{name}: configuration (key=value)")
+        for column in ("key", "type", "default", "description"):
+            table.add_column(column)
+        for field in config_fields(name):
+            table.add_row(field["name"], field["type"], field["default"], field["description"])
+        Console().print(table)
 
 
 @main.command()

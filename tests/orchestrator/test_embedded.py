@@ -1,0 +1,98 @@
+"""Embedded mode: `llmrl run evaluate` on SimpleDoorKey with the oracle planner, results files,
+config errors, and resuming an interrupted run without replaying stored episodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from click.testing import CliRunner
+
+from llmrl.cli import main
+from llmrl.common.registry import registry
+from llmrl.common.store import RunStore
+from llmrl.orchestrator.embedded import run_embedded
+from llmrl.planners.base import Plan
+from llmrl.planners.oracle import OraclePlanner
+from llmrl.recipes.base import ConfigError
+
+
+@registry.register_planner("test-interrupting-oracle")
+class InterruptingOracle(OraclePlanner):
+    """The oracle, counting episodes; raises KeyboardInterrupt (a Ctrl-C) at episode `stop_at`."""
+
+    episodes_started: ClassVar[int] = 0
+    stop_at: ClassVar[int | None] = None
+
+    def reset(self) -> None:
+        cls = type(self)
+        cls.episodes_started += 1
+        if cls.stop_at is not None and cls.episodes_started == cls.stop_at:
+            raise KeyboardInterrupt
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        return super().plan(observation, t)
+
+
+def test_llmrl_run_evaluate_simpledoorkey_oracle_writes_results(tmp_path: Path):
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(
+        main,
+        ["run", "evaluate", "env=SimpleDoorKey", "planner=oracle", "episodes=6", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "success_rate" in result.output  # the table is printed
+    results = json.loads((out / "results.json").read_text())
+    (row,) = results["rows"]
+    assert row["env"] == "SimpleDoorKey" and row["planner"] == "oracle"
+    assert row["episodes"] == 6
+    assert row["success_rate"] == 1.0  # the oracle solves every seed
+    assert 0 < row["mean_return"] <= 1 and row["mean_length"] > 1
+    assert row["llm_calls_per_episode"] == 0
+    assert "| SimpleDoorKey | oracle | 6 | 1 |" in (out / "results.md").read_text()
+    assert (out / "evaluate.png").read_bytes()[:4] == b"\x89PNG"
+    lines = (out / "episodes" / "evaluate.jsonl").read_text().splitlines()
+    assert [json.loads(line)["episode_id"] for line in lines] == [f"evaluate/{i}" for i in range(6)]
+    assert any(path.name.startswith("events.out.tfevents") for path in (out / "tb").iterdir())
+
+
+def test_bad_configs_name_the_problem(tmp_path: Path):
+    with pytest.raises(ConfigError, match="episodez"):
+        run_embedded("evaluate", {"episodez": 3}, out_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match=r"unknown recipe 'nope'.*evaluate"):
+        run_embedded("nope", {}, out_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="unknown planner 'psychic'"):
+        run_embedded("evaluate", {"planner": "psychic"}, out_dir=tmp_path, progress=False)
+    result = CliRunner().invoke(main, ["run", "evaluate", "episodes=lots", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "config.episodes" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_interrupted_run_resumes_without_replaying_stored_episodes(tmp_path: Path):
+    config = {"env": "SimpleDoorKey", "planner": "test-interrupting-oracle", "episodes": 8}
+    InterruptingOracle.episodes_started, InterruptingOracle.stop_at = 0, 4
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C during episode 4 (index 3)
+        run_embedded("evaluate", config, out_dir=tmp_path / "run", progress=False)
+    store = RunStore(tmp_path / "run" / "run.sqlite")
+    (interrupted,) = store.list_runs()
+    assert interrupted.status == "running"
+    assert store.count_episodes(interrupted.run_id) == 3
+    store.close()
+
+    InterruptingOracle.episodes_started, InterruptingOracle.stop_at = 0, None
+    resumed = run_embedded("evaluate", config, out_dir=tmp_path / "run", progress=False)
+    assert resumed.run_id == interrupted.run_id and resumed.status == "completed"
+    assert InterruptingOracle.episodes_started == 5  # only the 5 missing episodes were played
+
+    fresh = run_embedded("evaluate", config, out_dir=tmp_path / "fresh", progress=False)
+    assert fresh.run_id != resumed.run_id
+    assert read_episodes(tmp_path / "run") == read_episodes(tmp_path / "fresh")  # deterministic
+
+
+def read_episodes(out: Path) -> list[tuple[str, float, int]]:
+    lines = (out / "episodes" / "evaluate.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return [(r["episode_id"], r["episode_return"], r["length"]) for r in records]
