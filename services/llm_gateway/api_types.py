@@ -1,0 +1,250 @@
+"""Requests and results of the gateway's operations, and the checks every request passes.
+
+The same dataclasses serve the in-process client, the gRPC service and the REST API, so a
+request is validated once, in one place, whatever door it came through. Every check raises
+`InvalidRequestError` naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from llmrl.llm_gateway.errors import InvalidRequestError
+
+CachePolicy = Literal["auto", "bypass", "always"]
+CACHE_POLICIES: tuple[str, ...] = ("auto", "bypass", "always")
+ROLES = ("system", "user", "assistant")
+MAX_N = 16
+MAX_STOP = 4
+MAX_TOKENS_LIMIT = 8192
+
+
+def cache_policy(value: bool | str) -> CachePolicy:
+    """`True` → "auto" (deterministic requests only), `False` → "bypass", or a policy name."""
+    if value is True:
+        return "auto"
+    if value is False:
+        return "bypass"
+    if value in CACHE_POLICIES:
+        return value  # type: ignore[return-value]
+    raise InvalidRequestError(
+        f"cache must be true, false or one of {', '.join(CACHE_POLICIES)}; got {value!r}", "cache"
+    )
+
+
+def normalize_messages(messages: Any, field_name: str = "messages") -> list[dict[str, str]]:
+    """Check a chat prompt: a non-empty list of {role, content}, system messages first, the
+    last one from the user. A bare string is taken as one user message."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    if not isinstance(messages, list | tuple) or not messages:
+        raise InvalidRequestError(
+            f"{field_name} must be a non-empty list of {{role, content}} messages", field_name
+        )
+    result: list[dict[str, str]] = []
+    seen_non_system = False
+    for i, message in enumerate(messages):
+        where = f"{field_name}[{i}]"
+        if not isinstance(message, dict):
+            raise InvalidRequestError(f"{where} must be an object with role and content", where)
+        role, content = message.get("role"), message.get("content")
+        if role not in ROLES:
+            raise InvalidRequestError(
+                f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}", f"{where}.role"
+            )
+        if not isinstance(content, str):
+            raise InvalidRequestError(f"{where}.content must be a string", f"{where}.content")
+        if role == "system" and seen_non_system:
+            raise InvalidRequestError(
+                f"{where}: system messages must come before every user/assistant message",
+                where,
+            )
+        seen_non_system = seen_non_system or role != "system"
+        result.append({"role": role, "content": content})
+    if result[-1]["role"] != "user":
+        raise InvalidRequestError(
+            f"{field_name}: the last message must have role 'user', got {result[-1]['role']!r}",
+            f"{field_name}[{len(result) - 1}].role",
+        )
+    return result
+
+
+def _check_number(
+    name: str, value: Any, low: float, high: float, *, integer: bool = False, low_open=False
+) -> None:
+    ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(value)):
+        kind = "an integer" if integer else "a number"
+        raise InvalidRequestError(f"{name} must be {kind}; got {value!r}", name)
+    if value < low or value > high or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise InvalidRequestError(f"{name} must be in {bracket}{low}, {high}]; got {value!r}", name)
+
+
+@dataclass
+class GenerateRequest:
+    """A chat request (`messages`) or a plain completion (`prompt`)."""
+
+    messages: list[dict[str, str]] | None = None
+    prompt: str | None = None
+    model: str | None = None
+    run_id: str = "default"
+    tag: str = ""
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 128
+    stop: list[str] | None = None
+    seed: int | None = None
+    cache: CachePolicy = "auto"
+    timeout_s: float | None = None
+
+    @property
+    def op(self) -> str:
+        return "chat" if self.messages is not None else "completion"
+
+    @property
+    def sampled(self) -> bool:
+        """Temperature > 0 without a seed: a different answer each time, so not cached."""
+        return self.temperature > 0 and self.seed is None
+
+    def validate(self) -> GenerateRequest:
+        if (self.messages is None) == (self.prompt is None):
+            raise InvalidRequestError("give exactly one of messages or prompt", "messages")
+        if self.messages is not None:
+            self.messages = normalize_messages(self.messages)
+        elif not isinstance(self.prompt, str):
+            raise InvalidRequestError("prompt must be a string", "prompt")
+        _check_number("n", self.n, 1, MAX_N, integer=True)
+        _check_number("temperature", self.temperature, 0.0, 2.0)
+        _check_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _check_number("max_tokens", self.max_tokens, 1, MAX_TOKENS_LIMIT, integer=True)
+        if self.seed is not None:
+            _check_number("seed", self.seed, 0, 2**63 - 1, integer=True)
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        if self.stop is not None:
+            if not isinstance(self.stop, list) or not all(
+                isinstance(s, str) and s for s in self.stop
+            ):
+                raise InvalidRequestError("stop must be a list of non-empty strings", "stop")
+            if len(self.stop) > MAX_STOP:
+                raise InvalidRequestError(f"stop allows at most {MAX_STOP} strings", "stop")
+            self.stop = self.stop or None
+        self.cache = cache_policy(self.cache)
+        _check_common(self.run_id, self.tag, self.timeout_s)
+        return self
+
+
+@dataclass
+class ScoreRequest:
+    """Log-probabilities of candidate continuations of one prompt (a string or a chat)."""
+
+    prompt: str | list[dict[str, str]]
+    candidates: list[str]
+    model: str | None = None
+    run_id: str = "default"
+    tag: str = ""
+    cache: CachePolicy = "auto"
+    timeout_s: float | None = None
+
+    def validate(self, max_candidates: int) -> ScoreRequest:
+        if isinstance(self.prompt, list):
+            self.prompt = normalize_messages(self.prompt, "prompt")
+        elif not isinstance(self.prompt, str) or not self.prompt:
+            raise InvalidRequestError("prompt must be a non-empty string or messages", "prompt")
+        if not isinstance(self.candidates, list | tuple) or not self.candidates:
+            raise InvalidRequestError(
+                "candidates must be a non-empty list of strings", "candidates"
+            )
+        if len(self.candidates) > max_candidates:
+            raise InvalidRequestError(
+                f"candidates: at most {max_candidates} per request; got {len(self.candidates)}",
+                "candidates",
+            )
+        for i, candidate in enumerate(self.candidates):
+            if not isinstance(candidate, str) or not candidate:
+                raise InvalidRequestError(
+                    f"candidates[{i}] must be a non-empty string", f"candidates[{i}]"
+                )
+        self.candidates = list(self.candidates)
+        self.cache = cache_policy(self.cache)
+        _check_common(self.run_id, self.tag, self.timeout_s)
+        return self
+
+
+@dataclass
+class EmbedRequest:
+    texts: list[str]
+    model: str | None = None
+    run_id: str = "default"
+    tag: str = ""
+    cache: CachePolicy = "auto"
+    timeout_s: float | None = None
+
+    def validate(self, max_texts: int) -> EmbedRequest:
+        if isinstance(self.texts, str):
+            self.texts = [self.texts]
+        if not isinstance(self.texts, list | tuple) or not self.texts:
+            raise InvalidRequestError("input must be a non-empty list of strings", "input")
+        if len(self.texts) > max_texts:
+            raise InvalidRequestError(
+                f"input: at most {max_texts} texts per request; got {len(self.texts)}", "input"
+            )
+        for i, text in enumerate(self.texts):
+            if not isinstance(text, str):
+                raise InvalidRequestError(f"input[{i}] must be a string", f"input[{i}]")
+        self.texts = list(self.texts)
+        self.cache = cache_policy(self.cache)
+        _check_common(self.run_id, self.tag, self.timeout_s)
+        return self
+
+
+def _check_common(run_id: Any, tag: Any, timeout_s: Any) -> None:
+    if not isinstance(run_id, str) or not run_id or len(run_id) > 200:
+        raise InvalidRequestError("run_id must be a non-empty string (≤ 200 chars)", "run_id")
+    if not isinstance(tag, str) or len(tag) > 200:
+        raise InvalidRequestError("tag must be a string (≤ 200 chars)", "tag")
+    if timeout_s is not None:
+        _check_number("timeout_s", timeout_s, 0.0, 3600.0, low_open=True)
+
+
+@dataclass
+class ChatResult:
+    texts: list[str]
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+    latency_s: float = 0.0
+    finish_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+
+@dataclass
+class ScoreResult:
+    logprobs: list[float]  # summed over each candidate's tokens
+    token_logprobs: list[list[float]]
+    model: str
+    prompt_tokens: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+    latency_s: float = 0.0
+
+
+@dataclass
+class EmbedResult:
+    vectors: np.ndarray  # float32 [len(texts), dim]
+    model: str
+    prompt_tokens: int = 0
+    cost_usd: float = 0.0
+    cached: bool = False
+    latency_s: float = 0.0

@@ -1,0 +1,87 @@
+"""What every backend implements (the provider boundary, in the style of LiteLLM's
+per-provider transformation classes: a request in, a response out, nothing else)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
+from llmrl.llm_gateway.errors import UnsupportedOperationError
+from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
+
+
+@dataclass
+class Generation:
+    texts: list[str]
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Scores:
+    token_logprobs: list[list[float]]
+    prompt_tokens: int
+
+
+@dataclass
+class Embeddings:
+    vectors: np.ndarray  # float32 [n, dim]
+    prompt_tokens: int
+
+
+class Backend:
+    """One configured model served by one provider kind.
+
+    `ops` lists what it can do among chat, completion, score and embed; `remote` backends are
+    retried by the gateway on 429/5xx/timeouts, local ones are not (their failures repeat).
+    """
+
+    ops: ClassVar[frozenset[str]] = frozenset()
+    remote: ClassVar[bool] = False
+
+    def __init__(self, name: str, config: ModelConfig, settings: GatewaySettings) -> None:
+        self.name = name
+        self.config = config
+        self.settings = settings
+
+    @property
+    def identity(self) -> str:
+        """What makes this model's answers what they are (goes into cache keys)."""
+        return f"{self.config.backend}:{self.config.path or self.config.remote_model or self.name}"
+
+    def prompt_tokens(self, request: GenerateRequest | ScoreRequest) -> int:
+        """Tokens of the request's prompt (an upper bound where counting is not exact); used
+        to reserve budget before the call. Score requests include their candidates."""
+        raise self._unsupported("count_tokens")
+
+    def count_tokens(self, text: str) -> int:
+        raise self._unsupported("count_tokens")
+
+    def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
+        raise self._unsupported(request.op)
+
+    def score(self, request: ScoreRequest, adapter: str, timeout_s: float) -> Scores:
+        raise self._unsupported("score")
+
+    def embed(self, texts: list[str], timeout_s: float) -> Embeddings:
+        raise self._unsupported("embed")
+
+    def close(self) -> None:
+        """Release threads and connections."""
+
+    def _unsupported(self, op: str) -> UnsupportedOperationError:
+        return UnsupportedOperationError(
+            f"model {self.name!r} (backend {self.config.backend!r}) does not support {op}; "
+            f"it supports: {', '.join(sorted(self.ops))}",
+            "model",
+        )
+
+
+def utf8_token_bound(texts: list[str], per_text_overhead: int = 8) -> int:
+    """An upper bound on tokens for text we cannot tokenize exactly (remote models): a BPE
+    token covers at least one byte, plus a few tokens of chat framing per message."""
+    return sum(len(t.encode()) + per_text_overhead for t in texts)

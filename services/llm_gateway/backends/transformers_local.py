@@ -1,0 +1,373 @@
+"""`hf`: a local transformers causal LM (default SmolLM2-135M-Instruct), with LoRA adapters,
+dynamic batching of concurrent requests, and scoring that computes each prompt's KV cache once.
+
+Adapters are addressed as `<model>:<adapter>@<version>` (e.g. `smollm2:glam@3`) and found in
+the model's `adapters` setting or under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`
+(a peft `save_pretrained` directory, e.g. one the learner wrote). They are loaded once with
+peft into the same base model and switched per batch without reloading the base.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Hashable, Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llmrl.common.config import home_dir
+from llmrl.common.registry import registry
+from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
+from llmrl.llm_gateway.backends.base import Backend, Generation, Scores
+from llmrl.llm_gateway.batching import DynamicBatcher
+from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError
+from llmrl.llm_gateway.local_models import resolve_path
+from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def native_bf16() -> bool:
+    """Whether bf16 matmuls run natively here (a GPU, or a CPU with AVX512-BF16 or AMX)."""
+    if torch.cuda.is_available():
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if native_bf16() else torch.float32
+    return DTYPES[name]
+
+
+@dataclass
+class _GenJob:
+    prompt_ids: list[int]
+    n: int
+    max_tokens: int
+    stop: list[str] | None
+
+
+@dataclass
+class _ScoreJob:
+    prompt_ids: list[int]
+    candidate_ids: list[list[int]]
+
+
+class LocalCausalLM:
+    """A model and its tokenizer, with the two batched primitives the backend needs."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else next(iter(self.eos_ids))
+        self.device = next(model.parameters()).device
+
+    # -- prompts ---------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+        lines = [f"{m['role']}: {m['content']}" for m in messages]
+        return "\n".join([*lines, "assistant:"])
+
+    # -- generation ------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(
+        self, jobs: list[_GenJob], temperature: float, top_p: float, seed: int | None
+    ) -> list[Generation]:
+        """One `generate` call for every row of every job (left-padded batch)."""
+        from transformers import GenerationConfig
+
+        rows = [job.prompt_ids for job in jobs for _ in range(job.n)]
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, width - len(row) :] = torch.tensor(row)
+            mask[i, width - len(row) :] = 1
+        sampling = temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=max(job.max_tokens for job in jobs),
+            do_sample=sampling,
+            temperature=temperature if sampling else None,
+            top_p=top_p if sampling else None,
+            top_k=None,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids),
+        )
+        if seed is not None:
+            torch.manual_seed(seed)
+        output = self.model.generate(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            generation_config=config,
+        )
+        new_tokens = output[:, width:].tolist()
+        results, row = [], 0
+        for job in jobs:
+            texts, reasons, completion_tokens = [], [], 0
+            for tokens in new_tokens[row : row + job.n]:
+                text, reason, used = self._finish(tokens[: job.max_tokens], job.stop)
+                texts.append(text)
+                reasons.append(reason)
+                completion_tokens += used
+            row += job.n
+            results.append(Generation(texts, len(job.prompt_ids), completion_tokens, reasons))
+        return results
+
+    def _finish(self, tokens: list[int], stop: list[str] | None) -> tuple[str, str, int]:
+        """Cut a row at its end-of-sequence token and stop strings: (text, reason, tokens)."""
+        reason = "length"
+        for i, token in enumerate(tokens):
+            if token in self.eos_ids:
+                tokens, reason = tokens[:i], "stop"
+                break
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        if stop:
+            cuts = [text.find(s) for s in stop if s in text]
+            if cuts:
+                text, reason = text[: min(cuts)], "stop"
+                return text, reason, len(self.encode(text))
+        return text, reason, len(tokens)
+
+    # -- scoring ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def score(self, jobs: list[_ScoreJob]) -> list[list[list[float]]]:
+        """Log-probabilities of each candidate's tokens after its prompt.
+
+        Pass 1 runs every distinct prompt once (left-padded) and keeps its KV cache; pass 2
+        runs all candidates of all jobs in one batch on top of their prompt's cache (right
+        padded). Positions are given explicitly so padding never shifts them.
+        """
+        prompt_len = torch.tensor([len(job.prompt_ids) for job in jobs])
+        width = int(prompt_len.max())
+        prompt_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for i, job in enumerate(jobs):
+            prompt_ids[i, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
+            prompt_mask[i, width - len(job.prompt_ids) :] = 1
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        first = self.model(
+            input_ids=prompt_ids.to(self.device),
+            attention_mask=prompt_mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        next_logprobs = torch.log_softmax(first.logits[:, -1, :].float(), dim=-1)
+
+        owner = [i for i, job in enumerate(jobs) for _ in job.candidate_ids]
+        candidates = [c for job in jobs for c in job.candidate_ids]
+        owner_index = torch.tensor(owner)
+        cache = first.past_key_values
+        cache.reorder_cache(owner_index.to(self.device))  # one copy of the prompt per candidate
+        cand_width = max(len(c) for c in candidates)
+        cand_ids = torch.full((len(candidates), cand_width), self.pad_id, dtype=torch.long)
+        cand_mask = torch.zeros((len(candidates), cand_width), dtype=torch.long)
+        for i, tokens in enumerate(candidates):
+            cand_ids[i, : len(tokens)] = torch.tensor(tokens)
+            cand_mask[i, : len(tokens)] = 1
+        cand_positions = prompt_len[owner_index].unsqueeze(1) + torch.arange(cand_width)
+        second = self.model(
+            input_ids=cand_ids.to(self.device),
+            attention_mask=torch.cat([prompt_mask[owner_index], cand_mask], dim=1).to(self.device),
+            position_ids=cand_positions.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logprobs = torch.log_softmax(second.logits.float(), dim=-1)  # [R, C, V]
+        results: list[list[list[float]]] = [[] for _ in jobs]
+        for row, tokens in enumerate(candidates):
+            target = torch.tensor(tokens, device=logprobs.device)
+            head = next_logprobs[owner[row], target[0]].unsqueeze(0)
+            tail = logprobs[row, : len(tokens) - 1].gather(1, target[1:, None]).squeeze(1)
+            results[owner[row]].append(torch.cat([head, tail]).tolist())
+        return results
+
+
+class Adapters:
+    """LoRA adapters of one base model, loaded once with peft and switched by name."""
+
+    def __init__(self, model: Any, model_name: str, configured: dict[str, dict[str, str]]) -> None:
+        self.base = model
+        self.model_name = model_name
+        self.configured = configured
+        self.peft_model: Any = None
+        self.loaded: set[str] = set()
+
+    def path(self, adapter: str) -> Path:
+        name, _, version = adapter.partition("@")
+        path = self.configured.get(name, {}).get(version)
+        candidate = (
+            Path(path) if path else home_dir() / "adapters" / self.model_name / name / version
+        )
+        if not (candidate / "adapter_config.json").exists():
+            known = [f"{n}@{v}" for n, versions in self.configured.items() for v in versions]
+            raise InvalidRequestError(
+                f"model: adapter {adapter!r} of {self.model_name!r} not found (looked in "
+                f"{candidate}); configured adapters: {', '.join(known) or '(none)'}",
+                "model",
+            )
+        return candidate
+
+    @staticmethod
+    def _peft_name(adapter: str) -> str:
+        return "a_" + re.sub(r"[^A-Za-z0-9_]", "_", adapter)
+
+    def ensure_loaded(self, adapter: str) -> None:
+        """Load `adapter` next to the others (the base model's weights are not touched)."""
+        if not adapter or adapter in self.loaded:
+            return
+        path = self.path(adapter)
+        if self.peft_model is None:
+            from peft import PeftModel
+
+            self.peft_model = PeftModel.from_pretrained(
+                self.base, str(path), adapter_name=self._peft_name(adapter)
+            )
+            self.peft_model.eval()
+        else:
+            self.peft_model.load_adapter(str(path), adapter_name=self._peft_name(adapter))
+        self.loaded.add(adapter)
+
+    @contextmanager
+    def active(self, adapter: str) -> Iterator[None]:
+        """Within the block, calls to the base model apply `adapter` ("" = none)."""
+        if self.peft_model is None:
+            yield
+        elif not adapter:
+            with self.peft_model.disable_adapter():
+                yield
+        else:
+            self.peft_model.set_adapter(self._peft_name(adapter))
+            yield
+
+
+@registry.register_backend("hf", description="Local transformers causal LM (LoRA, batching)")
+class TransformersBackend(Backend):
+    """A local Hugging Face causal LM; concurrent requests are batched by one model thread."""
+
+    ops = frozenset({"chat", "completion", "score"})
+
+    def __init__(self, name: str, config: ModelConfig, settings: GatewaySettings) -> None:
+        super().__init__(name, config, settings)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not config.path:
+            raise InvalidRequestError(f"models.{name}.path: the hf backend needs a path", "path")
+        path = resolve_path(config.path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))
+        self.lm = LocalCausalLM(model, tokenizer)
+        self.adapters = Adapters(model, name, config.adapters)
+        self.batcher = DynamicBatcher(
+            self._run_group, config.max_batch_size, config.max_wait_ms / 1000, f"hf-{name}"
+        )
+
+    # -- requests in -------------------------------------------------------------------------
+    def _prompt_ids(self, request: GenerateRequest | ScoreRequest) -> list[int]:
+        if isinstance(request, GenerateRequest):
+            text = request.prompt if request.messages is None else None
+            field_name = "prompt" if text is not None else "messages"
+            if text is None:
+                text = self.lm.chat_prompt(request.messages or [])
+        else:
+            field_name = "prompt"
+            prompt = request.prompt
+            text = prompt if isinstance(prompt, str) else self.lm.chat_prompt(prompt)
+        ids = self.lm.encode(text)
+        if not ids:
+            raise InvalidRequestError(f"{field_name} encodes to no tokens", field_name)
+        return ids
+
+    def prompt_tokens(self, request: GenerateRequest | ScoreRequest) -> int:
+        count = len(self._prompt_ids(request))
+        if isinstance(request, ScoreRequest):
+            count += sum(len(self.lm.encode(c)) for c in request.candidates)
+        return count
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.lm.encode(text))
+
+    def _check_context(self, tokens: int, field_name: str) -> None:
+        limit = self.config.max_context_tokens
+        if tokens > limit:
+            raise InvalidRequestError(
+                f"{field_name}: the request needs {tokens} tokens but model {self.name!r} "
+                f"allows {limit} (prompt + max_tokens, or prompt + longest candidate)",
+                field_name,
+            )
+
+    def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
+        prompt_ids = self._prompt_ids(request)
+        self._check_context(len(prompt_ids) + request.max_tokens, "max_tokens")
+        if adapter:
+            self.adapters.path(adapter)  # unknown adapters fail here, not in the model thread
+        sampling = request.temperature > 0
+        group: Hashable = (adapter, "greedy")
+        if sampling:
+            # a seeded sample must not depend on what else shares its batch: it runs alone
+            alone = uuid.uuid4().hex if request.seed is not None else None
+            group = (adapter, request.temperature, request.top_p, request.seed, alone)
+        job = _GenJob(prompt_ids, request.n, request.max_tokens, request.stop)
+        return self._wait(self.batcher.submit("generate", group, job), timeout_s)
+
+    def score(self, request: ScoreRequest, adapter: str, timeout_s: float) -> Scores:
+        prompt_ids = self._prompt_ids(request)
+        candidate_ids = []
+        for i, candidate in enumerate(request.candidates):
+            ids = self.lm.encode(candidate)
+            if not ids:
+                raise InvalidRequestError(
+                    f"candidates[{i}] encodes to no tokens", f"candidates[{i}]"
+                )
+            candidate_ids.append(ids)
+        self._check_context(len(prompt_ids) + max(map(len, candidate_ids)), "candidates")
+        if adapter:
+            self.adapters.path(adapter)
+        future = self.batcher.submit("score", (adapter,), _ScoreJob(prompt_ids, candidate_ids))
+        token_logprobs = self._wait(future, timeout_s)
+        return Scores(token_logprobs, len(prompt_ids))
+
+    def _wait(self, future: Any, timeout_s: float) -> Any:
+        try:
+            return future.result(timeout=timeout_s)
+        except FutureTimeout:
+            future.cancel()
+            raise GatewayTimeoutError(
+                f"model {self.name!r} did not answer within {timeout_s:g} s", "timeout_s"
+            ) from None
+
+    # -- the model thread ----------------------------------------------------------------
+    def _run_group(self, kind: str, group: Hashable, jobs: list[Any]) -> list[Any]:
+        adapter = group[0]  # type: ignore[index]
+        self.adapters.ensure_loaded(adapter)
+        with self.adapters.active(adapter):
+            if kind == "score":
+                return self.lm.score(jobs)
+            if len(group) == 2:  # type: ignore[arg-type]
+                return self.lm.generate(jobs, 0.0, 1.0, None)
+            _, temperature, top_p, seed, _ = group  # type: ignore[misc]
+            return self.lm.generate(jobs, temperature, top_p, seed)
+
+    def close(self) -> None:
+        self.batcher.close()

@@ -1,0 +1,140 @@
+"""Exact-match response cache: a canonical key and two stores behind one interface.
+
+The key is the SHA-256 of a canonical JSON document (sorted keys, no whitespace, numbers
+normalised so 0 and 0.0 are the same) holding the operation, backend, model, adapter version,
+every generation parameter and the prompt. Parameters that change the answer are always in the
+key; a request that differs in any of them gets a different key. SQLite backs embedded mode,
+Redis service mode; both expire entries after a TTL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+KEY_VERSION = 1  # bump when the meaning of cached values changes
+
+
+def _canonical(value: Any) -> Any:
+    """Numbers that compare equal serialise equally (1 == 1.0); tuples become lists."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    raise TypeError(f"cannot put a {type(value).__name__} in a cache key")
+
+
+def cache_key(op: str, backend: str, model: str, adapter: str, **params: Any) -> str:
+    """The canonical hash of everything that determines a response."""
+    document = {
+        "v": KEY_VERSION,
+        "op": op,
+        "backend": backend,
+        "model": model,
+        "adapter": adapter,
+        "params": params,
+    }
+    text = json.dumps(
+        _canonical(document), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ResponseCache(ABC):
+    """A key → JSON-able value store with a TTL (0: keep forever)."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+
+    @abstractmethod
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+class NullCache(ResponseCache):
+    """No cache at all (cache.backend: none)."""
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        return None
+
+
+class SqliteCache(ResponseCache):
+    """One table in a SQLite file; thread-safe through one connection and a lock."""
+
+    def __init__(self, path: str | Path, ttl_s: float) -> None:
+        super().__init__(ttl_s)
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS responses "
+            "(key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at REAL)"
+        )
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT value, expires_at FROM responses WHERE key = ?", (key,)
+            ).fetchone()
+            if row is None:
+                return None
+            if row[1] is not None and row[1] <= time.time():
+                self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
+                return None
+        return json.loads(row[0])
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        expires_at = time.time() + self.ttl_s if self.ttl_s > 0 else None
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses (key, value, expires_at) VALUES (?, ?, ?)",
+                (key, json.dumps(value), expires_at),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class RedisCache(ResponseCache):
+    """Keys `<prefix><sha256>` holding JSON, expiring through Redis's own TTL."""
+
+    def __init__(self, url: str, ttl_s: float, prefix: str = "llmrl:llm_cache:") -> None:
+        super().__init__(ttl_s)
+        import redis
+
+        self.prefix = prefix
+        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._redis.ping()  # fail at start-up, not on the first request
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        raw = self._redis.get(self.prefix + key)
+        return None if raw is None else json.loads(raw)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        ttl_ms = max(1, int(self.ttl_s * 1000)) if self.ttl_s > 0 else None
+        self._redis.set(self.prefix + key, json.dumps(value), px=ttl_ms)
+
+    def close(self) -> None:
+        self._redis.close()

@@ -1,0 +1,98 @@
+"""The gateway's errors: one class per outcome a caller must handle differently.
+
+Each error knows its HTTP status and gRPC status code, so the REST API, the gRPC service and
+both clients map them the same way. Messages never contain secrets (API keys are redacted
+before an error is built from a provider's message).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class GatewayError(Exception):
+    """Base class; `field` names the request field at fault when there is one."""
+
+    http_status: ClassVar[int] = 500
+    grpc_code: ClassVar[str] = "INTERNAL"  # a grpc.StatusCode name
+    kind: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidRequestError(GatewayError, ValueError):
+    """A malformed request: the message names the field and what is allowed."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+    kind = "invalid_request_error"
+
+
+class UnknownModelError(InvalidRequestError):
+    """The requested model is not configured (HTTP 404 as OpenAI does)."""
+
+    http_status = 404
+    kind = "model_not_found"
+
+
+class BudgetExceededError(GatewayError):
+    """The run's budget (USD or calls) does not allow this request; nothing was spent."""
+
+    http_status = 429
+    grpc_code = "RESOURCE_EXHAUSTED"
+    kind = "budget_exceeded"
+
+
+class GatewayTimeoutError(GatewayError, TimeoutError):
+    """The request did not finish within its timeout (retries included)."""
+
+    http_status = 504
+    grpc_code = "DEADLINE_EXCEEDED"
+    kind = "timeout"
+
+
+class UpstreamError(GatewayError):
+    """A remote provider failed (after retries and fallback)."""
+
+    http_status = 502
+    grpc_code = "UNAVAILABLE"
+    kind = "upstream_error"
+
+
+class RetryableUpstreamError(UpstreamError):
+    """Raised by a backend for a failure worth retrying (429, 5xx, timeout, connection)."""
+
+    def __init__(
+        self, message: str, status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+class UnsupportedOperationError(InvalidRequestError):
+    """The model's backend cannot do this operation (e.g. `score` on a chat-only API)."""
+
+
+ERRORS_BY_KIND: dict[str, type[GatewayError]] = {
+    cls.kind: cls
+    for cls in (
+        GatewayError,
+        InvalidRequestError,
+        UnknownModelError,
+        BudgetExceededError,
+        GatewayTimeoutError,
+        UpstreamError,
+    )
+}
+
+
+def error_from_kind(kind: str, message: str, field: str = "") -> GatewayError:
+    """Rebuild an error on the client side from its wire form (kind, message, field)."""
+    return ERRORS_BY_KIND.get(kind, GatewayError)(message, field)

@@ -1,0 +1,449 @@
+"""The gateway core: everything around a backend call.
+
+For each request: validate → resolve the model (and adapter) → cache lookup (a hit costs
+nothing and is counted) → reserve budget → call the backend, retrying remote failures with
+exponential backoff that honours Retry-After, then the configured fallback model, all within
+the request's timeout → account the real cost in the ledger → store in the cache → metrics.
+Both clients, the gRPC service and the REST API call this class.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from llmrl.common.config import home_dir, redis_url
+from llmrl.common.logs import log_event
+from llmrl.common.registry import registry
+from llmrl.llm_gateway.api_types import (
+    ChatResult,
+    EmbedRequest,
+    EmbedResult,
+    GenerateRequest,
+    ScoreRequest,
+    ScoreResult,
+)
+from llmrl.llm_gateway.backends.base import Backend, utf8_token_bound
+from llmrl.llm_gateway.cache import NullCache, RedisCache, ResponseCache, SqliteCache, cache_key
+from llmrl.llm_gateway.errors import (
+    GatewayError,
+    GatewayTimeoutError,
+    InvalidRequestError,
+    RetryableUpstreamError,
+    UpstreamError,
+)
+from llmrl.llm_gateway.ledger import Ledger
+from llmrl.llm_gateway.metrics import GatewayMetrics
+from llmrl.llm_gateway.settings import CacheSettings, GatewaySettings, load_settings
+
+Mode = Literal["embedded", "service"]
+log = logging.getLogger("llmrl.llm_gateway")
+
+
+def make_cache(settings: CacheSettings, mode: Mode) -> ResponseCache:
+    """SQLite when embedded, Redis in service mode (unless the settings name one)."""
+    backend = settings.backend
+    if backend == "auto":
+        backend = "redis" if mode == "service" else "sqlite"
+    if backend == "none":
+        return NullCache(settings.ttl_s)
+    if backend == "redis":
+        return RedisCache(settings.redis_url or redis_url(), settings.ttl_s, settings.prefix)
+    path = settings.sqlite_path or str(home_dir() / "llm_cache.sqlite")
+    return SqliteCache(path, settings.ttl_s)
+
+
+@dataclass
+class _Outcome:
+    payload: dict[str, Any]
+    cached: bool
+    cost_usd: float
+    latency_s: float
+    model: str
+
+
+class Gateway:
+    """One gateway: its models (loaded on first use), cache, ledger and metrics."""
+
+    def __init__(
+        self, settings: GatewaySettings | dict[str, Any] | None = None, mode: Mode = "embedded"
+    ) -> None:
+        self.settings = load_settings(settings)
+        self.mode = mode
+        self.ledger = Ledger()
+        self.metrics = GatewayMetrics(self.ledger)
+        self.cache = make_cache(self.settings.cache, mode)
+        self._backends: dict[str, Backend] = {}
+        self._loading: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    # -- models ------------------------------------------------------------------------------
+    def backend(self, name: str) -> Backend:
+        """The backend serving model `name`, built on first use (once, even if concurrent)."""
+        backend = self._backends.get(name)
+        if backend is not None:
+            return backend
+        config = self.settings.model(name)
+        with self._lock:
+            lock = self._loading.setdefault(name, threading.Lock())
+        with lock:
+            if name in self._backends:
+                return self._backends[name]
+            backend_class = registry.get_backend(config.backend)
+            started = time.perf_counter()
+            try:
+                backend = backend_class(name, config, self.settings)
+            except GatewayError:
+                raise
+            except Exception as exc:
+                log.exception("cannot load model %s", name)
+                raise GatewayError(
+                    f"model {name!r} cannot be loaded: {type(exc).__name__}: {exc}"
+                ) from exc
+            log_event(
+                log, "model loaded", model=name, backend=config.backend,
+                seconds=round(time.perf_counter() - started, 2),
+            )  # fmt: skip
+            self._backends[name] = backend
+            return backend
+
+    def _resolve(self, model: Any, default: str, op: str | None) -> tuple[str, str, Backend]:
+        """`<model>` or `<model>:<adapter>@<version>` → (model, adapter, backend)."""
+        spec = default if model in (None, "") else model
+        if not isinstance(spec, str):
+            raise InvalidRequestError(f"model must be a string; got {spec!r}", "model")
+        name, _, adapter = spec.partition(":")
+        self.settings.model(name)  # UnknownModelError names the configured ones
+        if adapter and (
+            adapter.count("@") != 1 or adapter.startswith("@") or adapter.endswith("@")
+        ):
+            raise InvalidRequestError(
+                f"model: an adapter is addressed as <model>:<adapter>@<version>; got {spec!r}",
+                "model",
+            )
+        backend = self.backend(name)
+        if op is not None and op not in backend.ops:
+            raise backend._unsupported(op)
+        return name, adapter, backend
+
+    def _fallback_chain(self, name: str) -> list[str]:
+        chain = [name]
+        while (fallback := self.settings.models[chain[-1]].fallback) and fallback not in chain:
+            chain.append(fallback)
+        return chain
+
+    def models(self) -> list[dict[str, Any]]:
+        rows = []
+        for name, config in self.settings.models.items():
+            price = self.settings.price(name)
+            rows.append(
+                {
+                    "id": name,
+                    "backend": config.backend,
+                    "prompt_usd_per_1m": price.prompt,
+                    "completion_usd_per_1m": price.completion,
+                    "fallback": config.fallback,
+                    "default": name
+                    in (self.settings.default_model, self.settings.default_embedding_model),
+                }
+            )
+        return rows
+
+    # -- operations ----------------------------------------------------------------------------
+    @contextmanager
+    def _accounted_errors(self, op: str, request: Any) -> Iterator[None]:
+        """Count every failed request (invalid ones included) in the ledger and metrics."""
+        try:
+            yield
+        except GatewayError as exc:
+            self.metrics.errors.labels(op, exc.kind).inc()
+            run_id, tag = getattr(request, "run_id", None), getattr(request, "tag", "")
+            if isinstance(run_id, str) and run_id and isinstance(tag, str):
+                self.ledger.record_error(run_id, tag)
+            raise
+
+    def generate(self, request: GenerateRequest) -> ChatResult:
+        """Chat (request.messages) or plain completion (request.prompt)."""
+        with self._accounted_errors(request.op, request):
+            return self._generate(request)
+
+    def _generate(self, request: GenerateRequest) -> ChatResult:
+        request.validate()
+        op = request.op
+        name, adapter, backend = self._resolve(request.model, self.settings.default_model, op)
+        key_params = {
+            "messages": request.messages,
+            "prompt": request.prompt,
+            "n": request.n,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "max_tokens": request.max_tokens,
+            "stop": sorted(request.stop or []),
+            "seed": request.seed,
+        }
+
+        def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
+            result = backend.generate(request, adapter, timeout_s)
+            return {
+                "texts": result.texts,
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "finish_reasons": result.finish_reasons,
+            }
+
+        outcome = self._execute(
+            op, request, name, adapter, backend, key_params, request.sampled,
+            completion_tokens=request.max_tokens * request.n, call=call,
+        )  # fmt: skip
+        payload = outcome.payload
+        return ChatResult(
+            texts=list(payload["texts"]),
+            model=outcome.model,
+            prompt_tokens=payload["prompt_tokens"],
+            completion_tokens=payload["completion_tokens"],
+            cost_usd=outcome.cost_usd,
+            cached=outcome.cached,
+            latency_s=outcome.latency_s,
+            finish_reasons=list(payload.get("finish_reasons", [])),
+        )
+
+    def score(self, request: ScoreRequest) -> ScoreResult:
+        with self._accounted_errors("score", request):
+            return self._score(request)
+
+    def _score(self, request: ScoreRequest) -> ScoreResult:
+        request.validate(self.settings.limits.max_candidates)
+        name, adapter, backend = self._resolve(request.model, self.settings.default_model, "score")
+        key_params = {"prompt": request.prompt, "candidates": request.candidates}
+
+        def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
+            result = backend.score(request, adapter, timeout_s)
+            return {
+                "token_logprobs": result.token_logprobs,
+                "prompt_tokens": result.prompt_tokens + sum(len(t) for t in result.token_logprobs),
+                "completion_tokens": 0,
+            }
+
+        outcome = self._execute(
+            "score", request, name, adapter, backend, key_params, False, 0, call
+        )
+        token_logprobs = [list(map(float, row)) for row in outcome.payload["token_logprobs"]]
+        return ScoreResult(
+            logprobs=[float(sum(row)) for row in token_logprobs],
+            token_logprobs=token_logprobs,
+            model=outcome.model,
+            prompt_tokens=outcome.payload["prompt_tokens"],
+            cost_usd=outcome.cost_usd,
+            cached=outcome.cached,
+            latency_s=outcome.latency_s,
+        )
+
+    def embed(self, request: EmbedRequest) -> EmbedResult:
+        with self._accounted_errors("embed", request):
+            return self._embed(request)
+
+    def _embed(self, request: EmbedRequest) -> EmbedResult:
+        request.validate(self.settings.limits.max_embed_texts)
+        default = self.settings.default_embedding_model
+        name, adapter, backend = self._resolve(request.model, default, "embed")
+        if adapter:
+            raise InvalidRequestError("model: embedding models have no adapters", "model")
+
+        def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
+            result = backend.embed(request.texts, timeout_s)
+            vectors = np.ascontiguousarray(result.vectors, dtype=np.float32)
+            return {
+                "vectors": base64.b64encode(vectors.tobytes()).decode(),
+                "shape": list(vectors.shape),
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": 0,
+            }
+
+        outcome = self._execute(
+            "embed", request, name, "", backend, {"texts": request.texts}, False, 0, call
+        )
+        payload = outcome.payload
+        vectors = np.frombuffer(base64.b64decode(payload["vectors"]), dtype=np.float32)
+        return EmbedResult(
+            vectors=vectors.reshape(payload["shape"]).copy(),
+            model=outcome.model,
+            prompt_tokens=payload["prompt_tokens"],
+            cost_usd=outcome.cost_usd,
+            cached=outcome.cached,
+            latency_s=outcome.latency_s,
+        )
+
+    def count_tokens(self, text: str | list[dict[str, str]], model: str | None = None) -> int:
+        """Tokens of a text, or of a chat prompt as the model would see it."""
+        _, _, backend = self._resolve(model, self.settings.default_model, None)
+        if isinstance(text, str):
+            return backend.count_tokens(text)
+        return backend.prompt_tokens(GenerateRequest(messages=text).validate())
+
+    # -- accounting ------------------------------------------------------------------------------
+    def usage(self, run_id: str) -> dict[str, Any]:
+        return self.ledger.usage(run_id)
+
+    def set_budget(self, run_id: str, usd: float | None = None, calls: int | None = None) -> None:
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidRequestError("run_id must be a non-empty string", "run_id")
+        self.ledger.set_budget(run_id, usd, calls)
+
+    # -- the pipeline ----------------------------------------------------------------------------
+    def _execute(
+        self,
+        op: str,
+        request: GenerateRequest | ScoreRequest | EmbedRequest,
+        name: str,
+        adapter: str,
+        backend: Backend,
+        key_params: dict[str, Any],
+        sampled: bool,
+        completion_tokens: int,
+        call: Callable[[Backend, float], dict[str, Any]],
+    ) -> _Outcome:
+        started = time.perf_counter()
+        run_id, tag = request.run_id, request.tag
+        label = f"{name}:{adapter}" if adapter else name
+        backend_name = backend.config.backend
+        key = None
+        if request.cache == "always" or (request.cache == "auto" and not sampled):
+            key = cache_key(op, backend_name, backend.identity, adapter, **key_params)
+            hit = self._cache_get(key)
+            if hit is not None:
+                latency = time.perf_counter() - started
+                self.ledger.record(run_id, tag, cached=True, latency_s=latency)
+                self._observe(op, backend_name, label, "hit", latency)
+                return _Outcome(hit, True, 0.0, latency, label)
+
+        estimate = self._estimate_usd(request, name, backend, completion_tokens)
+        reservation = self.ledger.reserve(run_id, estimate)
+        try:
+            payload, used = self._call_with_retries(name, request.timeout_s, call)
+        except GatewayError:
+            self.ledger.release(reservation)
+            raise
+        except Exception as exc:  # a bug or a model failure: never take the server down
+            self.ledger.release(reservation)
+            log.exception("request to model %s failed", name)
+            raise GatewayError(f"model {name!r} failed: {type(exc).__name__}") from exc
+        cost = self.settings.price(used).cost(
+            payload["prompt_tokens"], payload["completion_tokens"]
+        )
+        latency = time.perf_counter() - started
+        self.ledger.record(
+            run_id, tag, cached=False, prompt_tokens=payload["prompt_tokens"],
+            completion_tokens=payload["completion_tokens"], cost_usd=cost, latency_s=latency,
+            reservation=reservation,
+        )  # fmt: skip
+        used_backend = self.settings.models[used].backend
+        self._observe(
+            op, used_backend, label if used == name else used, "miss" if key else "bypass", latency
+        )
+        self.metrics.tokens.labels(used_backend, used, "prompt").inc(payload["prompt_tokens"])
+        self.metrics.tokens.labels(used_backend, used, "completion").inc(
+            payload["completion_tokens"]
+        )
+        self.metrics.cost.labels(used_backend, used).inc(cost)
+        if key is not None and used == name:  # a fallback's answer is not the primary's
+            self._cache_put(key, payload)
+        return _Outcome(payload, False, cost, latency, label if used == name else used)
+
+    def _estimate_usd(
+        self,
+        request: GenerateRequest | ScoreRequest | EmbedRequest,
+        name: str,
+        backend: Backend,
+        completion_tokens: int,
+    ) -> float:
+        """The most this request may cost, over its model and fallbacks (for the budget)."""
+        chain = self._fallback_chain(name)
+        prices = [self.settings.price(model) for model in chain]
+        if not any(p.prompt or p.completion for p in prices):
+            return 0.0
+        if isinstance(request, EmbedRequest):
+            prompt_tokens = utf8_token_bound(request.texts, per_text_overhead=2)
+        else:
+            prompt_tokens = backend.prompt_tokens(request)
+            if len(chain) > 1:  # another tokenizer may count differently: take a safe bound
+                texts = (
+                    [m["content"] for m in request.messages]
+                    if isinstance(request, GenerateRequest) and request.messages is not None
+                    else [str(request.prompt)]
+                )
+                prompt_tokens = max(prompt_tokens, utf8_token_bound(texts))
+        return max(p.cost(prompt_tokens, completion_tokens) for p in prices)
+
+    def _call_with_retries(
+        self, name: str, timeout_s: float | None, call: Callable[[Backend, float], dict[str, Any]]
+    ) -> tuple[dict[str, Any], str]:
+        """Call model `name`; retry remote failures with backoff, then try its fallbacks."""
+        timeout = timeout_s or self.settings.models[name].timeout_s
+        deadline = time.monotonic() + timeout
+        last: RetryableUpstreamError | None = None
+        chain = self._fallback_chain(name)
+        for model in chain:
+            backend = self.backend(model)
+            config = self.settings.models[model]
+            attempts = config.max_retries + 1 if backend.remote else 1
+            for attempt in range(attempts):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise GatewayTimeoutError(
+                        f"model {name!r} did not answer within the request's timeout of "
+                        f"{timeout:g} s" + (f" (last error: {last})" if last else ""),
+                        "timeout_s",
+                    )
+                try:
+                    return call(backend, min(remaining, config.timeout_s)), model
+                except RetryableUpstreamError as exc:
+                    last = exc
+                    if attempt + 1 >= attempts:
+                        break
+                    backoff = min(config.max_backoff_s, config.backoff_s * 2**attempt)
+                    delay = max(backoff * random.uniform(0.5, 1.0), exc.retry_after_s or 0.0)
+                    if delay >= deadline - time.monotonic():
+                        break  # waiting would pass the deadline: go to the fallback now
+                    reason = str(exc.status) if exc.status else "network"
+                    self.metrics.retries.labels(model, reason).inc()
+                    log_event(
+                        log, "retrying", logging.WARNING, model=model, attempt=attempt + 1,
+                        delay_s=round(delay, 3), reason=reason,
+                    )  # fmt: skip
+                    time.sleep(delay)
+            if model != chain[-1]:
+                log_event(log, "falling back", logging.WARNING, model=model, error=str(last))
+        tried = " then ".join(repr(m) for m in chain)
+        raise UpstreamError(f"model {tried} failed after retries: {last}")
+
+    def _cache_get(self, key: str) -> dict[str, Any] | None:
+        try:
+            return self.cache.get(key)
+        except Exception as exc:  # a cache outage degrades to misses, never to failures
+            log_event(log, "cache read failed", logging.WARNING, error=type(exc).__name__)
+            return None
+
+    def _cache_put(self, key: str, payload: dict[str, Any]) -> None:
+        try:
+            self.cache.put(key, payload)
+        except Exception as exc:
+            log_event(log, "cache write failed", logging.WARNING, error=type(exc).__name__)
+
+    def _observe(self, op: str, backend: str, model: str, cache: str, latency: float) -> None:
+        self.metrics.requests.labels(op, backend, model, cache).inc()
+        self.metrics.latency.labels(op, backend, model, cache).observe(latency)
+
+    def close(self) -> None:
+        for backend in list(self._backends.values()):
+            backend.close()
+        self._backends.clear()
+        self.cache.close()

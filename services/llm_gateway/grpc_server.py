@@ -1,0 +1,110 @@
+"""The gateway's gRPC service (protos/llmrl/common/rpc/llm_gateway.proto): one unary
+`Process` RPC whose envelope carries one request; errors become gRPC statuses with the
+error kind and field in trailing metadata."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from llmrl.common.logs import log_event
+from llmrl.common.rpc import llm_gateway_pb2 as pb
+from llmrl.common.rpc import llm_gateway_pb2_grpc as pb_grpc
+from llmrl.llm_gateway import wire
+from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError
+from llmrl.llm_gateway.gateway import Gateway
+
+log = logging.getLogger("llmrl.llm_gateway.grpc")
+ERROR_KIND_KEY = "llmrl-error-kind"
+ERROR_FIELD_KEY = "llmrl-error-field"
+
+
+class GatewayServicer(pb_grpc.LlmGatewayServicer):
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._handlers: dict[str, Callable[[Any], pb.GatewayResponse]] = {
+            "chat": lambda m: pb.GatewayResponse(
+                chat=wire.chat_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
+            ),
+            "completion": lambda m: pb.GatewayResponse(
+                completion=wire.chat_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
+            ),
+            "score": lambda m: pb.GatewayResponse(
+                score=wire.score_result_to_pb(gateway.score(wire.score_from_pb(m)))
+            ),
+            "embed": lambda m: pb.GatewayResponse(
+                embed=wire.embed_result_to_pb(gateway.embed(wire.embed_from_pb(m)))
+            ),
+            "count_tokens": self._count_tokens,
+            "usage": lambda m: pb.GatewayResponse(
+                usage=wire.usage_to_pb(gateway.usage(m.run_id or "default"))
+            ),
+            "set_budget": self._set_budget,
+            "list_models": lambda m: pb.GatewayResponse(
+                list_models=wire.models_to_pb(gateway.models())
+            ),
+        }
+
+    def _count_tokens(self, message: pb.CountTokensRequest) -> pb.GatewayResponse:
+        text: Any = (
+            [{"role": m.role, "content": m.content} for m in message.chat.messages]
+            if message.HasField("chat")
+            else message.text
+        )
+        tokens = self.gateway.count_tokens(text, message.model or None)
+        return pb.GatewayResponse(count_tokens=pb.CountTokensResponse(tokens=tokens))
+
+    def _set_budget(self, message: pb.SetBudgetRequest) -> pb.GatewayResponse:
+        self.gateway.set_budget(
+            message.run_id or "default",
+            usd=message.usd if message.HasField("usd") else None,
+            calls=message.calls if message.HasField("calls") else None,
+        )
+        return pb.GatewayResponse(set_budget=pb.SetBudgetResponse())
+
+    def Process(
+        self, request: pb.GatewayRequest, context: grpc.ServicerContext
+    ) -> pb.GatewayResponse:
+        kind = request.WhichOneof("payload")
+        try:
+            if kind is None:
+                raise InvalidRequestError(
+                    "payload: the envelope carries no request; set one of "
+                    + ", ".join(self._handlers),
+                    "payload",
+                )
+            return self._handlers[kind](getattr(request, kind))
+        except GatewayError as exc:
+            self._abort(context, exc)
+        except Exception as exc:  # a bug must not take the server down
+            log.exception("unexpected error in %s", kind)
+            self._abort(context, GatewayError(f"internal error: {type(exc).__name__}"))
+        raise AssertionError("unreachable")  # context.abort raises
+
+    @staticmethod
+    def _abort(context: grpc.ServicerContext, exc: GatewayError) -> None:
+        if exc.http_status >= 500:
+            log_event(log, "request failed", logging.WARNING, kind=exc.kind, error=exc.message)
+        code = getattr(grpc.StatusCode, exc.grpc_code)
+        context.set_trailing_metadata(((ERROR_KIND_KEY, exc.kind), (ERROR_FIELD_KEY, exc.field)))
+        context.abort(code, exc.message)
+
+
+def start_grpc_server(gateway: Gateway, host: str, port: int, max_workers: int = 64) -> grpc.Server:
+    """Start serving on host:port (port 0: a free one; read it back from `server.port`)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gateway-grpc"),
+        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                 ("grpc.max_send_message_length", 64 * 1024 * 1024)],
+    )  # fmt: skip
+    pb_grpc.add_LlmGatewayServicer_to_server(GatewayServicer(gateway), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind the gRPC port {host}:{port}")
+    server.start()
+    server.port = bound  # type: ignore[attr-defined]
+    return server

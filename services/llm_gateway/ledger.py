@@ -1,0 +1,188 @@
+"""Per-run and per-tag accounting, and budgets that concurrent requests cannot overshoot.
+
+A request that may cost money or a call first *reserves* its worst case (USD for the prompt
+plus every token it may generate, and one call) under a lock; the reservation is refused when
+spent + reserved + this request would pass the budget. After the call the reservation is
+*settled* with the real cost (never more than reserved when token counts are exact) or
+released on failure. So with 50 concurrent requests against a budget, the sum of what is spent
+never passes it. Cache hits cost nothing, use no call and are served even when the budget is
+spent.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError
+
+
+@dataclass
+class Totals:
+    requests: int = 0  # every answered request, hits included
+    cache_hits: int = 0
+    model_calls: int = 0  # requests that reached a model (what the calls budget counts)
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+
+
+@dataclass
+class Budget:
+    usd: float | None = None
+    calls: int | None = None
+
+
+@dataclass
+class _Run:
+    totals: Totals = field(default_factory=Totals)
+    tags: dict[str, Totals] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    reserved_usd: float = 0.0
+    reserved_calls: int = 0
+
+
+@dataclass
+class Reservation:
+    run_id: str
+    usd: float
+    calls: int
+    open: bool = True
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, _Run] = {}
+
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+        return run
+
+    # -- budgets --------------------------------------------------------------------------
+    def set_budget(self, run_id: str, usd: float | None = None, calls: int | None = None) -> None:
+        """Cap a run's spending (None: no cap on that measure)."""
+        if usd is not None and (isinstance(usd, bool) or not usd >= 0):
+            raise InvalidRequestError(f"usd must be a number ≥ 0 or null; got {usd!r}", "usd")
+        if calls is not None and (
+            isinstance(calls, bool) or not isinstance(calls, int) or calls < 0
+        ):
+            raise InvalidRequestError(
+                f"calls must be an integer ≥ 0 or null; got {calls!r}", "calls"
+            )
+        with self._lock:
+            self._run(run_id).budget = Budget(None if usd is None else float(usd), calls)
+
+    def remaining(self, run_id: str) -> tuple[float | None, int | None]:
+        with self._lock:
+            run = self._run(run_id)
+            return self._remaining(run)
+
+    @staticmethod
+    def _remaining(run: _Run) -> tuple[float | None, int | None]:
+        budget, totals = run.budget, run.totals
+        usd = None if budget.usd is None else budget.usd - totals.cost_usd - run.reserved_usd
+        calls = (
+            None if budget.calls is None else budget.calls - totals.model_calls - run.reserved_calls
+        )
+        return usd, calls
+
+    def reserve(self, run_id: str, usd: float, calls: int = 1) -> Reservation:
+        """Hold `usd` and `calls` against the run's budget, or raise BudgetExceededError."""
+        with self._lock:
+            run = self._run(run_id)
+            usd_left, calls_left = self._remaining(run)
+            if calls_left is not None and calls > calls_left:
+                raise BudgetExceededError(
+                    f"budget exceeded for run {run_id!r}: its calls budget of "
+                    f"{run.budget.calls} model calls is spent "
+                    f"({run.totals.model_calls} made, {run.reserved_calls} in flight)",
+                    "calls",
+                )
+            if usd_left is not None and (usd > usd_left or usd_left <= 0):
+                raise BudgetExceededError(
+                    f"budget exceeded for run {run_id!r}: this request may cost up to "
+                    f"${usd:.6f} but only ${max(usd_left, 0.0):.6f} of its "
+                    f"${run.budget.usd:.6f} budget is left "
+                    f"(${run.totals.cost_usd:.6f} spent, ${run.reserved_usd:.6f} reserved)",
+                    "usd",
+                )
+            run.reserved_usd += usd
+            run.reserved_calls += calls
+            return Reservation(run_id, usd, calls)
+
+    def release(self, reservation: Reservation) -> None:
+        """Give a reservation back unspent (the call failed)."""
+        with self._lock:
+            self._close(reservation)
+
+    def _close(self, reservation: Reservation) -> None:
+        if reservation.open:
+            run = self._run(reservation.run_id)
+            run.reserved_usd = max(0.0, run.reserved_usd - reservation.usd)
+            run.reserved_calls -= reservation.calls
+            reservation.open = False
+
+    # -- accounting -----------------------------------------------------------------------
+    def record(
+        self,
+        run_id: str,
+        tag: str,
+        *,
+        cached: bool,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cost_usd: float = 0.0,
+        latency_s: float = 0.0,
+        reservation: Reservation | None = None,
+    ) -> None:
+        """Count one answered request (settling its reservation, if any)."""
+        with self._lock:
+            if reservation is not None:
+                self._close(reservation)
+            run = self._run(run_id)
+            for totals in (run.totals, run.tags.setdefault(tag, Totals())):
+                totals.requests += 1
+                totals.cache_hits += int(cached)
+                totals.model_calls += int(not cached)
+                totals.prompt_tokens += prompt_tokens
+                totals.completion_tokens += completion_tokens
+                totals.cost_usd += cost_usd
+                totals.latency_s += latency_s
+
+    def record_error(self, run_id: str, tag: str) -> None:
+        with self._lock:
+            run = self._run(run_id)
+            run.totals.errors += 1
+            run.tags.setdefault(tag, Totals()).errors += 1
+
+    def usage(self, run_id: str) -> dict[str, Any]:
+        """Totals of a run, its budget and what is left of it, and totals per tag."""
+        with self._lock:
+            run = self._run(run_id)
+            usd_left, calls_left = self._remaining(run)
+            return {
+                "run_id": run_id,
+                **asdict(run.totals),
+                "budget": {
+                    "usd": run.budget.usd,
+                    "calls": run.budget.calls,
+                    "usd_remaining": usd_left,
+                    "calls_remaining": calls_left,
+                },
+                "tags": {tag: asdict(totals) for tag, totals in sorted(run.tags.items())},
+            }
+
+    def budgets(self) -> dict[str, tuple[float | None, int | None]]:
+        """Remaining budget of every run that has one (for /metrics)."""
+        with self._lock:
+            return {
+                run_id: self._remaining(run)
+                for run_id, run in self._runs.items()
+                if run.budget.usd is not None or run.budget.calls is not None
+            }

@@ -1,0 +1,74 @@
+"""`llmrl serve llm_gateway`: the gRPC service and the REST API in one process.
+
+Both share one `Gateway` (models, cache, ledger, metrics). SIGTERM or Ctrl-C stops accepting
+requests, lets the ones in flight finish (grace period), then closes models and the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+from llmrl.common.logs import configure_logging, log_event
+from llmrl.llm_gateway.gateway import Gateway
+from llmrl.llm_gateway.grpc_server import start_grpc_server
+from llmrl.llm_gateway.rest import create_app
+
+GRACE_S = 10.0
+
+
+class RestServer:
+    """Uvicorn serving the REST app on an already bound socket, in a background thread
+    (port 0 picks a free port; read it from `.port`). Used by tests and benchmarks."""
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind((host, port))
+        self.host, self.port = host, self.socket.getsockname()[1]
+        config = uvicorn.Config(create_app(gateway), log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> RestServer:
+        self.thread.start()
+        while not self.server.started and self.thread.is_alive():
+            threading.Event().wait(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=GRACE_S)
+        self.socket.close()
+
+
+def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
+    """Run the gateway (REST on `port`, gRPC on `grpc_port`) until SIGTERM or Ctrl-C."""
+    log = configure_logging("llm_gateway")
+    gateway = Gateway(settings, mode="service")
+    grpc_server = start_grpc_server(gateway, host, grpc_port) if grpc_port else None
+    log_event(
+        log, "llm gateway serving", host=host, port=port, grpc_port=grpc_port,
+        models=list(gateway.settings.models), cache=type(gateway.cache).__name__,
+    )  # fmt: skip
+    config = uvicorn.Config(
+        create_app(gateway), host=host, port=port, log_level="warning", access_log=False,
+        timeout_graceful_shutdown=int(GRACE_S),
+    )  # fmt: skip
+    try:
+        uvicorn.Server(config).run()  # installs SIGTERM/SIGINT handlers; returns on either
+    finally:
+        if grpc_server is not None:
+            grpc_server.stop(GRACE_S).wait()
+        gateway.close()
+        log_event(log, "llm gateway stopped", level=logging.INFO)

@@ -1,0 +1,183 @@
+"""Gateway configuration: models, the price table, cache and limits (pydantic, extra keys
+forbidden so a typo is an error that names the key).
+
+Settings come from `defaults.yaml` (next to this file) with the user's YAML and overrides
+merged over it; models are merged by name. `print_models(config_file)` backs `llmrl models`.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from llmrl.common import config as common_config
+from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
+
+DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Price(_Strict):
+    prompt: float = Field(0.0, ge=0, description="USD per million prompt tokens")
+    completion: float = Field(0.0, ge=0, description="USD per million completion tokens")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.prompt + completion_tokens * self.completion) / 1e6
+
+
+class ModelConfig(_Strict):
+    """One model the gateway serves; `backend` is a registered backend name."""
+
+    backend: str
+    # hf / sentence_transformers: a local directory or a builtin:... name (local_models.py)
+    path: str | None = None
+    # openai: the provider's model id (default: the gateway's name), base URL, key variable
+    remote_model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key"
+    )
+    # price override (USD per million tokens); None: the price table, else 0
+    prompt_usd_per_1m: float | None = Field(None, ge=0)
+    completion_usd_per_1m: float | None = Field(None, ge=0)
+    # reliability (remote backends)
+    fallback: str | None = None
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    backoff_s: float = Field(0.5, ge=0)
+    max_backoff_s: float = Field(20.0, ge=0)
+    # local generation
+    # auto: bfloat16 where the CPU computes it natively (AVX512-BF16/AMX) or on a GPU, else
+    # float32 (on an AVX2-only CPU bf16 is emulated and measured ~3x slower than fp32)
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    max_batch_size: int = Field(8, ge=1)
+    max_wait_ms: float = Field(5.0, ge=0)
+    max_context_tokens: int = Field(4096, ge=16)
+    # LoRA adapters: name -> version -> directory (peft save_pretrained output)
+    adapters: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+
+class CacheSettings(_Strict):
+    backend: Literal["auto", "sqlite", "redis", "none"] = "auto"
+    ttl_s: float = Field(7 * 24 * 3600, ge=0)
+    sqlite_path: str | None = None
+    redis_url: str | None = None
+    prefix: str = "llmrl:llm_cache:"
+
+
+class Limits(_Strict):
+    max_candidates: int = Field(64, ge=1)
+    max_embed_texts: int = Field(2048, ge=1)
+
+
+class GatewaySettings(_Strict):
+    default_model: str = "smollm2"
+    default_embedding_model: str = "minilm"
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(default_factory=dict)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> GatewaySettings:
+        for name, model in self.models.items():
+            if model.fallback is not None and model.fallback not in self.models:
+                raise ValueError(f"models.{name}.fallback: unknown model {model.fallback!r}")
+            if ":" in name or "@" in name:
+                raise ValueError(f"models.{name}: model names may not contain ':' or '@'")
+        return self
+
+    def model(self, name: str) -> ModelConfig:
+        if name not in self.models:
+            raise UnknownModelError(
+                f"model: unknown model {name!r}; configured models: {', '.join(self.models)}",
+                "model",
+            )
+        return self.models[name]
+
+    def price(self, name: str) -> Price:
+        """The price of model `name`: its own override, else the table, else free."""
+        model = self.models[name]
+        table = self.prices.get(name) or self.prices.get(model.remote_model or name) or Price()
+        return Price(
+            prompt=table.prompt if model.prompt_usd_per_1m is None else model.prompt_usd_per_1m,
+            completion=(
+                table.completion
+                if model.completion_usd_per_1m is None
+                else model.completion_usd_per_1m
+            ),
+        )
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict[str, Any]:
+    for key, value in update.items():
+        # models are merged by name (and each model's keys over the built-in ones)
+        mergeable = path in ("", "models", "cache", "limits", "prices")
+        if mergeable and isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value, f"{path}.{key}" if path else key)
+        else:
+            base[key] = value
+    return base
+
+
+def load_settings(
+    settings: dict[str, Any] | GatewaySettings | None = None, config_file: str | Path | None = None
+) -> GatewaySettings:
+    """Defaults, then the YAML file, then `settings` (a dict of overrides) merged over them."""
+    if isinstance(settings, GatewaySettings):
+        return settings
+    data = common_config.load_yaml(DEFAULTS_FILE)
+    if config_file is not None:
+        _merge(data, common_config.load_yaml(config_file))
+    overrides = copy.deepcopy(settings or {})
+    nested_file = overrides.pop("config", None)
+    if nested_file:
+        _merge(data, common_config.load_yaml(nested_file))
+    _merge(data, overrides)
+    try:
+        return GatewaySettings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise InvalidRequestError(f"invalid gateway settings: {problems}", "settings") from None
+
+
+def print_models(config_file: str | None = None) -> None:
+    """Print the configured models (`llmrl models`)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    settings = load_settings(config_file=config_file)
+    table = Table(title="configured models")
+    for column in ("model", "backend", "source", "USD/1M prompt", "USD/1M completion", "notes"):
+        table.add_column(column)
+    for name, model in settings.models.items():
+        price = settings.price(name)
+        source = model.path or model.base_url or ""
+        if model.backend == "openai":
+            source = f"{model.remote_model or name} @ {model.base_url or 'api.openai.com'}"
+        notes = []
+        if name == settings.default_model:
+            notes.append("default chat model")
+        if name == settings.default_embedding_model:
+            notes.append("default embedding model")
+        if model.fallback:
+            notes.append(f"fallback: {model.fallback}")
+        if model.adapters:
+            notes.append("adapters: " + ", ".join(model.adapters))
+        table.add_row(
+            name,
+            model.backend,
+            source,
+            f"{price.prompt:g}",
+            f"{price.completion:g}",
+            "; ".join(notes),
+        )
+    Console().print(table)
