@@ -80,10 +80,8 @@ class SB3ActionDriver(EpisodeDriver):
     def act(self, observation: dict[str, Any], t: int) -> Decision:
         import numpy as np
 
-        if len(self.keys) == 1:
-            obs: Any = np.asarray(observation[self.keys[0]])[None]
-        else:
-            obs = {key: np.asarray(observation[key])[None] for key in self.keys}
+        # float32, as the never-ask baseline was trained (see recipe.FloatObservations)
+        obs = {key: np.asarray(observation[key], np.float32)[None] for key in self.keys}
         action, _ = self.model.predict(obs, deterministic=True)
         return Decision(action=int(np.asarray(action).reshape(-1)[0]))
 

@@ -181,11 +181,12 @@ class When2Ask(Recipe):
             from stable_baselines3.common.vec_env import VecMonitor
 
             from llmrl.learner.algorithms.sb3 import train_sb3
+            from llmrl.learner.wrappers import FloatObservations
             from llmrl.simulator.vector import WorldVecEnv
 
             cfg = self.config
             world = ctx.make_world(env, num_envs=cfg.n_envs, seed=cfg.seed * 10_000 + 5_000)
-            vec_env = VecMonitor(WorldVecEnv(world, keys=NEVER_ASK_KEYS))
+            vec_env = VecMonitor(FloatObservations(WorldVecEnv(world, keys=NEVER_ASK_KEYS)))
             curve: list[dict[str, float]] = []
             model_path = ctx.out_dir / "models" / f"{env}-never-ask.zip"
             ctx.progress.start(f"train-never/{env}", cfg.never_ask_steps)

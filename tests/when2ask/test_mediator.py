@@ -1,0 +1,119 @@
+"""The mediator's accounting is exact: queries, forced queries, penalties, rewards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llmrl.planners.base import Plan, Planner
+from llmrl.recipes.when2ask.mediator import ASK, CARRY_ON, OBS_SIZE, MediatorEnv
+from llmrl.simulator.world import World
+
+LAM, SAME = 0.05, 0.02
+
+
+class ScriptedPlanner(Planner):
+    """Returns the plans it is given, in order (the last one forever); counts its calls."""
+
+    observations = ("text",)
+
+    def __init__(self, plans: list[list[str]]) -> None:
+        self.plans = plans
+        self.calls = 0
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        plan = self.plans[min(self.calls, len(self.plans) - 1)]
+        self.calls += 1
+        return Plan(skills=list(plan))
+
+
+def mediator(plans: list[list[str]]) -> tuple[MediatorEnv, ScriptedPlanner]:
+    planner = ScriptedPlanner(plans)
+    env = MediatorEnv(
+        lambda: World("SimpleDoorKey", 1, seed=0), planner, lam=LAM, same_plan_penalty=SAME
+    )
+    return env, planner
+
+
+def test_first_step_forces_a_query_and_costs_lambda():
+    env, planner = mediator([["explore"]])
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (OBS_SIZE,) and env.observation_space.contains(obs)
+    _, reward, *_ = env.step(CARRY_ON)
+    stats = env.core.stats
+    assert (planner.calls, stats.queries, stats.forced, stats.asked) == (1, 1, 1, 0)
+    assert reward == pytest.approx(-LAM)  # no env reward on a first explore step
+
+
+def _reset_where_explore_keeps_running(env: MediatorEnv) -> None:
+    """A seed whose first explore step finds nothing new (deterministic search)."""
+    for seed in range(100):
+        env.reset(seed=seed)
+        env.step(CARRY_ON)  # forced query: plan = [explore]
+        if not env.core.needs_plan:
+            return
+    raise AssertionError("no seed in 0..99 keeps explore running after one step")
+
+
+def test_asking_for_the_same_plan_costs_the_extra_penalty():
+    env, planner = mediator([["explore"]])
+    _reset_where_explore_keeps_running(env)
+    planner.calls = 1
+    rewards = []
+    for _ in range(3):
+        if env.core.needs_plan:
+            break  # explore finished: the next query would be forced, not asked
+        _, reward, *_ = env.step(ASK)
+        rewards.append(reward)
+    assert rewards, "explore should still be running after one step"
+    stats = env.core.stats
+    assert stats.asked == len(rewards) and stats.same_plan == len(rewards)
+    assert stats.queries == 1 + len(rewards) == planner.calls
+    assert rewards == pytest.approx([-(LAM + SAME)] * len(rewards))
+    assert stats.penalty == pytest.approx(LAM + len(rewards) * (LAM + SAME))
+
+
+def test_a_new_plan_costs_only_lambda():
+    env, planner = mediator([["explore"]])
+    _reset_where_explore_keeps_running(env)
+    planner.plans = [["go to the goal"]]
+    _, reward, *_ = env.step(ASK)
+    assert env.core.stats.same_plan == 0
+    assert reward == pytest.approx(-LAM)
+    assert env.core.plan[:1] == ["go to the goal"] or env.core.needs_plan
+
+
+def test_infeasible_skill_forces_the_next_query():
+    # Nothing is seen at the start of seed 3, so picking up a key is infeasible.
+    env, planner = mediator([["pick up the purple key"], ["explore"]])
+    env.reset(seed=3)
+    _, _, _, _, info = env.step(CARRY_ON)
+    assert info["skill"] == "pick up the purple key"
+    assert env.core.needs_plan and env.core.plan == []
+    env.step(CARRY_ON)
+    assert planner.calls == 2 and env.core.stats.forced == 2
+
+
+def test_episode_summary_matches_the_step_rewards():
+    env, _ = mediator([["explore"]])
+    env.reset(seed=5)
+    total, info, done, rng = 0.0, {}, False, np.random.default_rng(0)
+    while not done:
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(2)))
+        total += reward
+        done = terminated or truncated
+    episode = info["episode"]
+    assert total == pytest.approx(episode["env_return"] - episode["penalty"])
+    assert episode["queries"] == env.core.stats.queries
+    assert episode["penalty"] == pytest.approx(
+        LAM * episode["queries"] + SAME * env.core.stats.same_plan
+    )
+
+
+def test_bad_mediator_action_is_a_clear_error():
+    env, _ = mediator([["explore"]])
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="0 \\(carry on\\) or 1 \\(ask\\)"):
+        env.step(2)
