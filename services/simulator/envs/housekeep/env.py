@@ -392,7 +392,13 @@ class HousekeepEnv(SkillEnv):
 
     def correct_receptacles(self) -> dict[str, list[str]]:
         house = self._house()
-        return {obj.name: house.allowed_receptacles(o) for o, obj in enumerate(house.objects)}
+        if self._correct_cache is None or self._correct_cache[0] is not house:
+            objects = enumerate(house.objects)
+            correct = {obj.name: house.allowed_receptacles(o) for o, obj in objects}
+            self._correct_cache = (house, correct, json.dumps(correct, separators=(",", ":")))
+        return self._correct_cache[1]
+
+    _correct_cache: tuple[House, dict[str, list[str]], str] | None = None
 
     def oracle_plan(self) -> list[str]:
         """Explore what is left, then carry every misplaced object (privileged knowledge)."""
@@ -423,6 +429,11 @@ class HousekeepEnv(SkillEnv):
             if r is not None
         }
         return known
+
+    def _correct_json(self) -> str:
+        self.correct_receptacles()
+        assert self._correct_cache is not None
+        return self._correct_cache[2]
 
     def feasible_skills(self) -> list[str]:
         house = self._house()
@@ -467,7 +478,7 @@ class HousekeepEnv(SkillEnv):
             "known_house": self.known_house().to_json(),
             "oracle_plan": "\n".join(self.oracle_plan()),
             "feasible_skills": "\n".join(self.feasible_skills()),
-            "correct_receptacles": json.dumps(self.correct_receptacles(), separators=(",", ":")),
+            "correct_receptacles": self._correct_json(),
             "skill_status": int(skill_status),
             "success": int(metrics.correctly_placed == len(house.objects)),
         }

@@ -8,7 +8,7 @@ Knowledge never goes stale: only the agent moves objects, so what it saw is stil
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -24,7 +24,8 @@ class KnownHouse:
     at: str | None = None  # the receptacle the agent stands at
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # vars(), not dataclasses.asdict: asdict deep-copies, and this runs on every step
+        return json.dumps(vars(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> KnownHouse:
