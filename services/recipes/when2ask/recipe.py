@@ -200,11 +200,7 @@ class When2Ask(Recipe):
                     save_path=model_path,
                     on_progress=ctx.progress.advance,
                     on_episode=lambda t, ep: curve.append(
-                        {
-                            "t": t,
-                            "env_return": float(ep.get("r", 0.0)),
-                            "success": float(ep.get("r", 0.0) > 0),
-                        }
+                        {"t": t, "r": float(ep.get("r", 0.0)), "queries": 0.0}
                     ),
                     policy="MultiInputPolicy",
                     learning_rate=cfg.learning_rate,
@@ -378,27 +374,31 @@ def target_notes(rows: list[dict[str, Any]], envs: list[str]) -> list[str]:
 
 
 def plot_learning_curves(curves: dict[str, dict[str, list[dict[str, float]]]], path: Path) -> None:
+    """Per task: penalised return (top) and planner queries per episode (bottom) over training."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.2 * max(len(curves), 1), 3.4))
-    axes = np.atleast_1d(axes)
-    for ax, (env, kinds) in zip(axes, curves.items(), strict=False):
+    columns = max(len(curves), 1)
+    fig, axes = plt.subplots(2, columns, figsize=(4.2 * columns, 6), squeeze=False)
+    labels = {"train": "asking policy (PPO)", "train-never": "never-ask PPO"}
+    for column, (env, kinds) in enumerate(curves.items()):
+        top, bottom = axes[0, column], axes[1, column]
         for kind, points in kinds.items():
             if not points:
                 continue
             t = np.array([p["t"] for p in points])
-            r = np.array([p.get("env_return", 0.0) for p in points])
-            window = max(1, len(r) // 20)
-            smooth = np.convolve(r, np.ones(window) / window, mode="valid")
-            label = "asking policy (env return)" if kind == "train" else "never-ask PPO"
-            ax.plot(t[window - 1 :], smooth, label=label)
-        ax.set_title(env)
-        ax.set_xlabel("timesteps")
-        ax.set_ylabel("episodic return")
-        ax.legend(fontsize=7)
+            window = max(1, len(points) // 20)
+            for ax, key in ((top, "r"), (bottom, "queries")):
+                values = np.array([p.get(key, 0.0) for p in points])
+                smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+                ax.plot(t[window - 1 :], smooth, label=labels.get(kind, kind))
+        top.set_title(env)
+        top.set_ylabel("return − query penalties")
+        bottom.set_ylabel("planner queries / episode")
+        bottom.set_xlabel("timesteps")
+        top.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
