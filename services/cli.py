@@ -177,10 +177,16 @@ def worker(
     default=None,
     help="Artifact directory (LLMRL_HOME).",
 )
-def up(workers: int, redis_url: str | None, home: str | None) -> None:
+@click.option(
+    "--redis-port",
+    type=int,
+    default=None,
+    help="Port of the Redis that `up` starts (default 6379 when free, else a free port).",
+)
+def up(workers: int, redis_url: str | None, home: str | None, redis_port: int | None) -> None:
     """Start every service as a local process (real gRPC, real Redis); Ctrl-C stops them all."""
     up_fn = _load("llmrl.orchestrator.launcher", "up")
-    up_fn(workers=workers, redis_url=redis_url, home=home)
+    up_fn(workers=workers, redis_url=redis_url, home=home, redis_port=redis_port)
 
 
 @main.command()

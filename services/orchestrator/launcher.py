@@ -166,10 +166,13 @@ class Launcher:
                     proc.wait()
 
 
-def start_redis(launcher: Launcher) -> tuple[str, ProcessSpec, subprocess.Popen]:
+def start_redis(
+    launcher: Launcher, port: int | None = None
+) -> tuple[str, ProcessSpec, subprocess.Popen]:
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not on PATH; install Redis or pass --redis-url")
-    port = 6379 if port_free(6379) else free_port()
+    if port is None:
+        port = 6379 if port_free(6379) else free_port()
     data_dir = launcher.home / "redis"
     data_dir.mkdir(parents=True, exist_ok=True)
     spec = ProcessSpec("redis", redis_command(port, data_dir), program="redis-server")
@@ -189,8 +192,17 @@ def start_redis(launcher: Launcher) -> tuple[str, ProcessSpec, subprocess.Popen]
     return url, spec, proc
 
 
-def up(workers: int = 2, redis_url: str | None = None, home: str | Path | None = None) -> None:
-    """Start everything, print where it listens, and wait for Ctrl-C/SIGTERM."""
+def up(
+    workers: int = 2,
+    redis_url: str | None = None,
+    home: str | Path | None = None,
+    redis_port: int | None = None,
+) -> None:
+    """Start everything, print where it listens, and wait for Ctrl-C/SIGTERM.
+
+    Without `redis_url` a Redis is started on `redis_port` (default 6379 when free, else any
+    free port).
+    """
     console = Console()
     home_dir = Path(home).resolve() if home else cfg.home_dir()
     home_dir.mkdir(parents=True, exist_ok=True)
@@ -207,7 +219,7 @@ def up(workers: int = 2, redis_url: str | None = None, home: str | Path | None =
         table.add_column(column)
     try:
         if redis_url is None:
-            redis_url, spec, proc = start_redis(launcher)
+            redis_url, spec, proc = start_redis(launcher, redis_port)
             state = "ready" if proc.poll() is None else f"exited ({proc.returncode})"
             table.add_row("redis", str(proc.pid), state, redis_url + " (AOF)")
         specs, notes = plan_processes(workers, redis_url, home_dir, console)

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+from llmrl.common import config as cfg
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, RedisBroker
@@ -57,7 +58,10 @@ def main(
     http = None
     if port:
         http = serve_health_and_metrics(
-            port, "worker", check=lambda: {"name": name, "episodes": worker.episodes_played}
+            port,
+            "worker",
+            check=lambda: {"name": name, "episodes": worker.episodes_played},
+            host=cfg.service_host("worker"),
         )
     log_event(
         log, "worker started", name=name, simulator=simulator or "local", claim_idle_s=claim_idle

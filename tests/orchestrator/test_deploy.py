@@ -1,0 +1,93 @@
+"""docker-compose.yml validates against the compose specification, runs every service with the
+command `llmrl up` runs, and Prometheus and Grafana are wired to the services' metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from prometheus_client import REGISTRY
+
+import llmrl.orchestrator.metrics  # noqa: F401  (registers the orchestrator's metrics)
+from llmrl.common.config import DEFAULT_PORTS
+from llmrl.orchestrator.launcher import SERVICES, redis_command, service_commands
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yml"
+
+
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def compose_name(service: str) -> str:
+    return service.replace("_", "-")  # llm_gateway: a DNS-friendly host name in the network
+
+
+def test_compose_file_validates_against_the_compose_spec():
+    checker = shutil.which("check-jsonschema") or str(
+        Path(sys.executable).with_name("check-jsonschema")
+    )
+    result = subprocess.run(
+        [checker, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_service_runs_what_llmrl_up_runs():
+    services = compose()["services"]
+    launcher_commands = service_commands(workers=1)
+    for service in SERVICES:
+        assert services[compose_name(service)]["command"] == ["llmrl", *launcher_commands[service]]
+    assert services["worker"]["command"] == ["llmrl", *launcher_commands["worker-1"]]
+    assert services["worker"]["deploy"]["replicas"] >= 2  # scalable rollout workers
+    redis_flags = " ".join(services["redis"]["command"])
+    persistence = " ".join(redis_command(6379, Path("/data"))[4:])  # after --port and --bind
+    assert persistence.replace("/data", "") in redis_flags.replace("/data", "")
+    assert any(volume.endswith(":/data") for volume in services["redis"]["volumes"])
+    for name, service in services.items():  # published on loopback only
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), (name, port)
+    environment = services["orchestrator"]["environment"]
+    assert environment["LLMRL_REDIS_URL"] == "redis://redis:6379/0"
+    assert environment["LLMRL_SIMULATOR_ADDRESS"] == f"simulator:{DEFAULT_PORTS['simulator'].grpc}"
+
+
+def test_prometheus_scrapes_every_service_at_its_metrics_port():
+    config = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    targets = {}
+    for job in config["scrape_configs"]:
+        for static in job.get("static_configs", []):
+            targets[job["job_name"]] = static["targets"][0]
+        for dns in job.get("dns_sd_configs", []):
+            targets[job["job_name"]] = f"{dns['names'][0]}:{dns['port']}"
+    for service, ports in DEFAULT_PORTS.items():
+        assert targets[service] == f"{compose_name(service)}:{ports.http}", service
+        assert compose_name(service) in compose()["services"]
+
+
+def test_grafana_dashboard_is_provisioned_and_queries_existing_metrics():
+    dashboards = REPO / "deploy" / "grafana"
+    provider = yaml.safe_load(
+        (dashboards / "provisioning" / "dashboards" / "llmrl.yml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    dashboard = json.loads((dashboards / "dashboards" / "llmrl.json").read_text())
+    titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
+    for topic in ("runs", "episodes stored per second", "llm calls", "cache hit rate", "spend"):
+        assert topic in titles
+    ours = {family.name for family in REGISTRY.collect()}  # counters: without "_total"
+    sources = "\n".join(p.read_text() for p in (REPO / "services").rglob("*.py"))
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for metric in re.findall(r"llmrl_[a-z_]+", target["expr"]):
+                base = re.sub(r"_(total|bucket|sum|count)$", "", metric)
+                assert base in ours or f'"{base}"' in sources, metric

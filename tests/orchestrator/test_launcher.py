@@ -1,0 +1,83 @@
+"""The done criterion of issue 4: `llmrl up`, then one REST call runs `evaluate` (SimpleDoorKey,
+oracle planner) to completion through Redis, rollout workers and the simulator over gRPC;
+SIGTERM then stops every process."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+import httpx
+from procs import REPO, child_env, free_port, wait_until
+
+from llmrl.common.config import DEFAULT_PORTS
+from llmrl.orchestrator.rest_client import OrchestratorClient
+
+
+def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
+    ports = {f"LLMRL_{s.upper()}_PORT": str(free_port()) for s in DEFAULT_PORTS}
+    ports.update(
+        {f"LLMRL_{s.upper()}_GRPC_PORT": str(free_port()) for s in ("simulator", "llm_gateway")}
+    )
+    env = child_env(ports)
+    home = tmp_path / "home"
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmrl.cli",
+            "up",
+            "--workers",
+            "2",
+            "--home",
+            str(home),
+            "--redis-port",
+            str(free_port()),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{ports['LLMRL_ORCHESTRATOR_PORT']}"
+    worker_health = f"http://127.0.0.1:{int(ports['LLMRL_WORKER_PORT']) + 1}/health"
+    try:
+
+        def ready() -> bool:
+            assert up.poll() is None, up.stdout.read()
+            try:
+                return httpx.get(worker_health, timeout=1).status_code == 200  # started last
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, 150, "llmrl up: every service healthy", interval=0.3)
+        client = OrchestratorClient(url)
+        config = {"env": "SimpleDoorKey", "planner": "oracle", "episodes": 10}
+        run_id = client.submit("evaluate", config)["run_id"]
+        final = client.wait(run_id, timeout=120)
+        assert final["status"] == "completed", final
+        assert final["episodes_stored"] == 10
+        assert final["summary"]["success_rate"] == 1.0
+        results = client.http.get(f"/runs/{run_id}/artifacts/results.json").json()
+        assert results["rows"][0]["env"] == "SimpleDoorKey"
+        client.close()
+        simulator_metrics = httpx.get(
+            f"http://127.0.0.1:{ports['LLMRL_SIMULATOR_PORT']}/metrics", timeout=5
+        ).text
+        assert "llmrl_simulator_env_steps_total" in simulator_metrics  # stepped over gRPC
+    finally:
+        up.send_signal(signal.SIGTERM)
+        output, _ = up.communicate(timeout=90)
+    assert up.returncode == 0, output
+    for name in ("redis", "simulator", "orchestrator", "worker-1", "worker-2"):
+        assert re.search(rf"{name}\s.*\bready\b", output), (name, output)
+    assert "stopped" in output
+    for port in (ports["LLMRL_ORCHESTRATOR_PORT"], ports["LLMRL_SIMULATOR_PORT"]):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            raise AssertionError(f"a service still answers on port {port}")
+        except httpx.HTTPError:
+            pass
