@@ -40,11 +40,16 @@ def demonstration_episode(
     few_shot: bool = True,
     reset_options: dict[str, Any] | None = None,
     max_queries: int = 100,
+    policy_name: str = DEMONSTRATOR,
 ) -> EpisodeRecord:
-    """Play one episode of `env` (a Housekeep env) with `planner` and record it."""
+    """Play one episode of `env` (a Housekeep env) with `planner` and record it.
+
+    `planner` defaults to a fresh `housekeep-demonstrator`; `policy_name` is what the record
+    and its calls' `model` say played.
+    """
     planner = planner or make_planner(DEMONSTRATOR)
     planner.reset()
-    name = getattr(planner, "registry_name", None) or DEMONSTRATOR
+    name = policy_name
     record = EpisodeRecord(
         run_id=run_id,
         episode_id=episode_id or f"demonstration/{seed}",
