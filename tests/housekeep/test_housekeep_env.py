@@ -137,6 +137,9 @@ def test_low_level_actions_are_the_same_skills():
     assert reward == 3.0 and info["skill_success"] and "bed_1 (mug_1)" in obs["text"]
     _, _, _, _, info = env.step(env.layout.size - 3)  # a place action naming no object here
     assert not info["skill_success"] and "names nothing" in info["message"]
+    obs, _, _, _, info = env.step(env.layout.unknown_name_action)  # an unparsable plan line
+    assert not info["skill_success"] and int(obs["step"]) == 3
+    assert "Last action: (not a skill) (failed: that is not a skill" in obs["text"]
 
 
 def test_feasible_skills_all_succeed():

@@ -213,7 +213,10 @@ class HousekeepEnv(SkillEnv):
         self._pending_skill = None
         before = (len(self.found_objects), len(self.found_receptacles), self._correct_now)
         terminated = False
-        if phrase is None:
+        if phrase is None and action == self.layout.unknown_name_action:
+            # sent by planners to charge a step for a plan line that is no skill
+            phrase, failure = "(not a skill)", "that is not a skill; use the skills listed"
+        elif phrase is None:
             failure = f"action {action} names nothing in this house"
             phrase = f"action {action}"
         else:

@@ -16,7 +16,10 @@ INFEASIBLE, with the reason in `info["message"]` and in the next context text.
 
 Low-level actions (`Discrete`) index the same grounded skills, for RL agents: the index
 layout depends only on the capacity limits (`ActionLayout`), never on the house, so one
-action space serves every house; indices past the house's entities are infeasible.
+action space serves every house; indices past the house's entities are infeasible. A text
+that is no skill at all is refused by `check_skill` (InvalidSkillError); a planner that
+wants such a line of its plan to cost a failed step sends the low-level action
+`ActionLayout.unknown_name_action` instead.
 """
 
 from __future__ import annotations
