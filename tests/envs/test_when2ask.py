@@ -299,15 +299,21 @@ def test_a_low_level_action_interrupts_a_skill():
     env = make()
     art = """
 ########
-#^.....#
+#......L
 #......#
-#.....k#
-###L####
+#..^...#
+#......#
+#...k..#
+########
 """
     simple_layout(env, art)
-    step_skill(env, "explore")
-    env.step(0)  # the explore run is over: a new explore must see a *new* object to finish
-    assert env.unwrapped._run is None
+    assert step_skill(env, "explore")[4]["skill_status"] == RUNNING  # turned left, saw nothing
+    obs, *_ = env.step(0)  # a low-level turn shows the key: not the explore skill's finding
+    assert obs["text"] == "You have seen a red key. You carry nothing."
+    # A new explore starts afresh: it is done only when it sees something new itself.
+    status, steps, obs, _ = run_skill(env, "explore")
+    assert status == DONE and steps > 1
+    assert obs["text"] == "You have seen a red key, a locked red door. You carry nothing."
 
 
 def test_feasible_skills_and_oracle_plan_on_a_layout():
