@@ -291,8 +291,7 @@ class RunStore:
     ) -> list[EpisodeRecord]:
         """Episodes in (phase, index) order, optionally one phase, a page, or chosen ids."""
         if episode_ids is not None:
-            wanted = set(episode_ids)
-            return [e for e in self.episodes(run_id, phase) if e.episode_id in wanted]
+            return self._episodes_by_id(run_id, list(episode_ids))
         query, args = "SELECT record FROM episodes WHERE run_id = ?", [run_id]
         if phase is not None:
             query, args = query + " AND phase = ?", [*args, phase]
@@ -300,6 +299,20 @@ class RunStore:
         args += [-1 if limit is None else limit, offset]
         with self._lock:
             rows = self._db.execute(query, args).fetchall()
+        return [EpisodeRecord.from_json(row["record"]) for row in rows]
+
+    def _episodes_by_id(self, run_id: str, wanted: list[str]) -> list[EpisodeRecord]:
+        rows: list[sqlite3.Row] = []
+        with self._lock:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows += self._db.execute(
+                    "SELECT phase, idx, record FROM episodes"
+                    f" WHERE run_id = ? AND episode_id IN ({marks})",
+                    (run_id, *chunk),
+                ).fetchall()
+        rows.sort(key=lambda row: (row["phase"], row["idx"]))
         return [EpisodeRecord.from_json(row["record"]) for row in rows]
 
     # -- artifacts ----------------------------------------------------------------------

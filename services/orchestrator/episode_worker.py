@@ -29,6 +29,9 @@ class EpisodeWorker:
         self.resources = resources
         self.name = name
         self.episodes_played = 0
+        self._current: Delivery | None = None
+        self._beat_lock = threading.Lock()
+        self._beat_thread: threading.Thread | None = None
 
     def process(self, block_s: float = 1.0) -> int:
         """Handle at most one job (waiting up to `block_s` for one); returns how many."""
@@ -67,21 +70,29 @@ class EpisodeWorker:
 
     @contextmanager
     def _heartbeat(self, delivery: Delivery) -> Iterator[None]:
-        """Touch the job every third of the idle timeout while the episode runs."""
-        stop = threading.Event()
-        interval = max(self.broker.jobs.claim_idle_s / 3, 0.05)
-
-        def beat() -> None:
-            while not stop.wait(interval):
-                try:
-                    self.broker.jobs.touch(self.name, delivery)
-                except Exception as exc:  # a missed beat only risks a re-run
-                    log_event(log, "heartbeat failed", logging.WARNING, error=str(exc))
-
-        thread = threading.Thread(target=beat, name="job-heartbeat", daemon=True)
-        thread.start()
+        """Keep `delivery` touched (every third of the idle timeout) while the episode runs."""
+        with self._beat_lock:
+            self._current = delivery
+            if self._beat_thread is None:  # one long-lived thread: starting one per job is slow
+                self._beat_thread = threading.Thread(
+                    target=self._beat, name="job-heartbeat", daemon=True
+                )
+                self._beat_thread.start()
         try:
             yield
         finally:
-            stop.set()
-            thread.join()
+            with self._beat_lock:
+                self._current = None
+
+    def _beat(self) -> None:
+        interval = max(self.broker.jobs.claim_idle_s / 3, 0.05)
+        while True:
+            time.sleep(interval)
+            with self._beat_lock:
+                delivery = self._current
+            if delivery is None:
+                continue
+            try:
+                self.broker.jobs.touch(self.name, delivery)
+            except Exception as exc:  # a missed beat only risks a re-run elsewhere
+                log_event(log, "heartbeat failed", logging.WARNING, error=str(exc))

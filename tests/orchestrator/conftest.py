@@ -38,7 +38,7 @@ class Stack:
         return worker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("stack")
     redis_server = RedisServer(home / "redis")
