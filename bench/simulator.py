@@ -5,7 +5,8 @@ For each env and each world size N it steps, with random valid actions:
   * `remote`: a `RemoteWorld` on a server started in its own process (one server process);
   * `remote_sharded`: the same with the world's envs split over `--workers` server workers;
 and reports the ratios remote/in-process. The three are measured in interleaved rounds and
-the best round of each is kept, so that load from other processes hurts them alike.
+the best round of each is kept, so that load from other processes hurts them alike. Every
+round replays the same seeded episodes with the same random valid actions.
 The last line printed is one JSON object with every figure.
 
     python bench/simulator.py                       # ~2-3 minutes on 2 cores
@@ -59,21 +60,26 @@ def start_server() -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the simulator server did not start")
 
 
-def steps_per_second(world: Any, seconds: float, rng: np.random.Generator) -> float:
-    """Env-steps/s of `world` over about `seconds`, with random valid low-level actions."""
-    n, num_actions = world.num_envs, int(world.action_space.n)
-    actions = rng.integers(0, num_actions, size=(256, n), dtype=np.int64)
-    world.step(actions[0])  # warm up (first step resets every env)
-    batches, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        world.step(actions[batches % 256])
-        batches += 1
-    return batches * n / elapsed
+def random_actions(world: Any, count: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, int(world.action_space.n), size=(count, world.num_envs), dtype=np.int64)
+
+
+def steps_per_second(world: Any, actions: np.ndarray) -> float:
+    """Env-steps/s of `world` over the batches of `actions`, from the same seeded start.
+
+    Every mode replays the same episodes (same seed, same actions), so they do the same env
+    work and differ only in how the steps reach the envs.
+    """
+    world.reset(seed=0)
+    start = time.perf_counter()
+    for batch in actions:
+        world.step(batch)
+    return actions.size / (time.perf_counter() - start)
 
 
 def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace) -> dict:
     results: dict[str, Any] = {}
-    rng = np.random.default_rng(0)
     for n in sizes:
         worlds = {
             "in_process": World(env, num_envs=n, seed=0),
@@ -84,9 +90,13 @@ def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace
         }
         best = dict.fromkeys(worlds, 0.0)
         try:
+            # as many batches as the in-process world steps in about `seconds`
+            rate = steps_per_second(worlds["in_process"], random_actions(worlds["in_process"], 20))
+            batches = max(20, int(args.seconds * rate / n))
+            actions = random_actions(worlds["in_process"], batches)
             for _ in range(args.rounds):
                 for mode, world in worlds.items():
-                    best[mode] = max(best[mode], steps_per_second(world, args.seconds, rng))
+                    best[mode] = max(best[mode], steps_per_second(world, actions))
         finally:
             for world in worlds.values():
                 world.close()
@@ -102,8 +112,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", default=DEFAULT_ENVS, help="comma-separated env ids")
     parser.add_argument("--sizes", default="1,8,32", help="envs per world, comma-separated")
-    parser.add_argument("--seconds", type=float, default=1.0, help="length of one round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per mode (best is kept)")
+    parser.add_argument(
+        "--seconds", type=float, default=0.5, help="about how long one round takes in-process"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per mode (best is kept)")
     parser.add_argument("--workers", type=int, default=2, help="server workers when sharded")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -38,8 +38,8 @@ from gymnasium import spaces
 from llmrl.common.registry import gym_id, registry
 from llmrl.simulator.envs.base import InvalidSkillError, SkillEnv, SkillStatus, step_skill
 
-# Observation entries only returned on request (oracle planners use them); an env may list
-# more in a `privileged_observations` attribute.
+# Observation entries only returned on request (oracle planners use them). A fixed list, so
+# that a RemoteWorld knows them from the specs alone.
 PRIVILEGED_OBSERVATIONS: tuple[str, ...] = ("oracle_plan", "feasible_skills")
 # World settings that are not keyword arguments of the environment.
 WORLD_SETTINGS: tuple[str, ...] = ("env", "num_envs", "seed", "num_workers")
@@ -120,10 +120,6 @@ def world_observation_space(env_space: spaces.Space) -> spaces.Dict:
     entries["discount"] = spaces.Box(0.0, 1.0, (), np.float32)
     entries["step_type"] = spaces.Discrete(3)
     return spaces.Dict(entries)
-
-
-def privileged_entries(env: gym.Env) -> tuple[str, ...]:
-    return PRIVILEGED_OBSERVATIONS + tuple(getattr(env.unwrapped, "privileged_observations", ()))
 
 
 def check_observation_names(
@@ -214,7 +210,7 @@ class _EnvBatch:
         self.action_space = first.action_space
         self.observation_space = world_observation_space(first.observation_space)
         self.has_skills = isinstance(first.unwrapped, SkillEnv)
-        self.privileged = privileged_entries(first)
+        self.privileged = PRIVILEGED_OBSERVATIONS
         self._kinds = {name: _entry_kind(space) for name, space in self.observation_space.items()}
 
     def _reset_env(self, i: int, seed: int | None) -> dict[str, Any]:

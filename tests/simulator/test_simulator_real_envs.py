@@ -9,13 +9,17 @@ from test_simulator_world import assert_same
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.world import World, WorldError
 
-REAL_ENVS = ["SimpleDoorKey"]
+# env id -> skills to mix into random play
+REAL_ENVS = {
+    "SimpleDoorKey": ["explore", "go to the goal"],
+    "BabyAIText-GoToLocal": ["turn left", "go forward"],
+}
 
 
 def random_rollout(world, steps: int, skills: list[str] | None = None) -> list[dict]:
     """Random low-level actions, and (when given) random skills in half of the envs."""
     rng = np.random.default_rng(1)
-    out = [world.reset(observations=[*world.default_observations, "oracle_plan"])]
+    out = [world.reset(observations=[*world.default_observations, *world.privileged_observations])]
     for _ in range(steps):
         action = rng.integers(0, world.action_space.n, world.num_envs)
         skill = None
@@ -30,7 +34,7 @@ def random_rollout(world, steps: int, skills: list[str] | None = None) -> list[d
 @pytest.mark.parametrize("env", REAL_ENVS)
 def test_remote_and_sharded_worlds_equal_in_process_world(sim_server, env):
     local = World(env, num_envs=3, seed=11)
-    skills = ["explore", "go to the goal"] if local.has_skills else None
+    skills = REAL_ENVS[env] if local.has_skills else None
     expected = random_rollout(local, 25, skills)
     assert "text" in expected[0] and expected[0]["text"].dtype.kind == "U"
     with RemoteWorld(sim_server.address, env, num_envs=3, seed=11) as remote:

@@ -110,7 +110,7 @@ def test_sb3_ppo_learns_on_a_world_vec_env():
         WorldVecEnv(World("SimTestCorridor", num_envs=4, seed=0), keys=["grid", "distance"])
     )
     model = PPO(
-        "MultiInputPolicy", vec_env, n_steps=32, batch_size=64, n_epochs=2, seed=0, device="cpu"
+        "MultiInputPolicy", vec_env, n_steps=16, batch_size=64, n_epochs=1, seed=0, device="cpu"
     )
     model.learn(total_timesteps=256)
     assert model.num_timesteps >= 256
