@@ -69,11 +69,16 @@ class RetryableUpstreamError(UpstreamError):
     """Raised by a backend for a failure worth retrying (429, 5xx, timeout, connection)."""
 
     def __init__(
-        self, message: str, status: int | None = None, retry_after_s: float | None = None
+        self,
+        message: str,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after_s = retry_after_s
+        self.timed_out = timed_out  # the provider did not answer in the time it was given
 
 
 class UnsupportedOperationError(InvalidRequestError):

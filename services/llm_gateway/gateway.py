@@ -403,10 +403,17 @@ class Gateway:
                         f"{timeout:g} s" + (f" (last error: {last})" if last else ""),
                         "timeout_s",
                     )
+                attempt_timeout = min(remaining, config.timeout_s)
                 try:
-                    return call(backend, min(remaining, config.timeout_s)), model
+                    return call(backend, attempt_timeout), model
                 except RetryableUpstreamError as exc:
                     last = exc
+                    if exc.timed_out and attempt_timeout >= remaining:
+                        raise GatewayTimeoutError(
+                            f"model {name!r} did not answer within the request's timeout of "
+                            f"{timeout:g} s",
+                            "timeout_s",
+                        ) from None
                     if attempt + 1 >= attempts:
                         break
                     backoff = min(config.max_backoff_s, config.backoff_s * 2**attempt)

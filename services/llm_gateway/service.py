@@ -22,15 +22,16 @@ GRACE_S = 10.0
 
 
 class RestServer:
-    """Uvicorn serving the REST app on an already bound socket, in a background thread
-    (port 0 picks a free port; read it from `.port`). Used by tests and benchmarks."""
+    """Uvicorn serving an ASGI app (e.g. `create_app(gateway)`) on an already bound socket,
+    in a background thread (port 0 picks a free port; read it from `.port`). For tests and
+    benchmarks; `serve` is the production entry point."""
 
-    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, port))
         self.host, self.port = host, self.socket.getsockname()[1]
-        config = uvicorn.Config(create_app(gateway), log_level="warning", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True

@@ -148,7 +148,9 @@ class OpenAIBackend(Backend):
         try:
             yield
         except openai.APITimeoutError:
-            raise RetryableUpstreamError(f"{where}: the provider timed out") from None
+            raise RetryableUpstreamError(
+                f"{where}: the provider timed out", timed_out=True
+            ) from None
         except openai.APIConnectionError:
             raise RetryableUpstreamError(
                 f"{where}: cannot reach {self.config.base_url or 'the provider'}"

