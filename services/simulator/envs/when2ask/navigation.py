@@ -32,16 +32,22 @@ Pose = tuple[int, int, int]  # x, y, direction
 class PoseSearch:
     """All poses reachable from `start` on the agent's map, nearest first.
 
-    The search is expanded lazily, only as far as the queries asked so far needed.
+    The search is expanded lazily, only as far as the queries asked so far needed. With
+    `through_unseen`, cells never seen count as walkable too (optimism: the agent replans as
+    it sees them; the cell ahead is always in view, so it never walks into the unknown).
     """
 
-    def __init__(self, knowledge: AgentKnowledge, start: Pose) -> None:
+    def __init__(
+        self, knowledge: AgentKnowledge, start: Pose, through_unseen: bool = False
+    ) -> None:
         self.knowledge = knowledge
         cells = knowledge.cells
         types = cells[..., 0]
         walkable = (types == DOOR) & (cells[..., 2] == DOOR_OPEN)
         for walkable_type in WALKABLE_TYPES:
             walkable |= types == walkable_type
+        if through_unseen:
+            walkable |= types == UNSEEN
         walkable[start[0], start[1]] = True  # wherever the agent stands, it can stand
         self._walkable = walkable.tolist()
         self.order: list[Pose] = [start]

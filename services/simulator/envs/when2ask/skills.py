@@ -4,7 +4,8 @@ Skills (objects are named "the <colour> <type>" or "the goal"):
 
 * `explore`: walk to the nearest pose from which an unseen cell would come into view; done
   as soon as a new object has been seen (or infeasible when nothing is left to see).
-* `go to <object>`: walk until facing the object (for the goal: onto it).
+* `go to <object>`: walk until facing the object (for the goal: onto it), along a shortest
+  path over cells seen to be free, or, when there is none, one through unseen cells.
 * `pick up <object>` (keys, balls): the object must be next to the agent; the agent turns to
   it and picks it up. Carrying something else, it first drops that in a free neighbouring
   cell (never one next to a door, so it cannot block the doorway), as the paper's skill does.
@@ -142,6 +143,10 @@ class AgentState:
         return PoseSearch(self.knowledge, self.pose)
 
     @cached_property
+    def search_through_unseen(self) -> PoseSearch:
+        return PoseSearch(self.knowledge, self.pose, through_unseen=True)
+
+    @cached_property
     def frontier(self) -> FrontierTest:
         return FrontierTest(self.knowledge)
 
@@ -207,14 +212,19 @@ def _explore(state: AgentState) -> Decision:
 
 
 def _go_to(state: AgentState, target: Identity, where: tuple[int, int]) -> Decision:
+    """Shortest path over cells known to be free; failing that, through unseen cells too."""
     if target[0] == GOAL:
         if state.pos == where:
             return DONE
         found = state.search.action_to_stand_on(where)
+        if found is None:
+            found = state.search_through_unseen.action_to_stand_on(where)
     else:
         if state.front == where:
             return DONE
         found = state.search.action_to_face(where)
+        if found is None:
+            found = state.search_through_unseen.action_to_face(where)
     if found is None or found[1] is None:
         return INFEASIBLE
     return Decision(found[1], RUNNING)
