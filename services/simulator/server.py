@@ -5,6 +5,7 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
 * CreateWorld settings: `env` (a registered id, required), `num_envs` (default 1), `seed`,
   `num_workers` (worker processes that share the envs; 0 = step them in the server process),
   `max_episode_steps`, plus the env's own keyword arguments. Returns the world's name.
+  At most MAX_ENVS_PER_WORLD envs and MAX_WORKERS workers per world.
 * JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -48,6 +50,9 @@ logger = logging.getLogger("llmrl.simulator.server")
 
 _ACTION_NAMES = {uid: name for name, uid in ACTION_UIDS.items()}
 _RESET_SETTINGS = ("seed",)
+# Guards against requests that would exhaust the host (memory, processes).
+MAX_ENVS_PER_WORLD = 4096
+MAX_WORKERS = 2 * (os.cpu_count() or 1)
 
 
 class RequestError(Exception):
@@ -181,6 +186,10 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         env = settings.pop("env")
         if not isinstance(env, str):
             raise WorldError("env", f"expected a string env id, got {env!r}")
+        for name, limit in (("num_envs", MAX_ENVS_PER_WORLD), ("num_workers", MAX_WORKERS)):
+            value = settings.get(name)
+            if isinstance(value, int) and value > limit:
+                raise WorldError(name, f"at most {limit} on this server, got {value}")
         try:
             world = World(env, **settings)
         except WorldError:

@@ -87,6 +87,8 @@ def test_auto_reset_over_the_wire(sim_server):
         ({"num_envs": 2}, r"env: required setting"),
         ({"env": "SimTestCorridor", "num_envs": -3}, r"num_envs: expected an integer >= 1"),
         ({"env": "SimTestCorridor", "length": 1}, r"refused its settings.*length"),
+        ({"env": "SimTestCorridor", "num_envs": 10**6}, r"num_envs: at most 4096"),
+        ({"env": "SimTestCorridor", "num_workers": 10**4}, r"num_workers: at most \d+"),
     ],
 )
 def test_bad_world_settings_get_errors(sim_server, bystander, settings, message):
