@@ -371,3 +371,27 @@ def test_oracle_solves_every_seed(task):
 def test_oracle_with_goal_anywhere_behind_the_wall():
     env = gym.make("llmrl/KeyInBox-v0", goal_behind_door=False)
     assert all(solve_with_oracle(env, seed)[0] for seed in range(20))
+
+
+def test_go_to_walks_through_unseen_cells_when_the_seen_ones_lead_nowhere():
+    # View 5, facing the wall: both keys are seen, the column x=1 leading round them is not.
+    env = make("ColoredDoorKey", agent_view_size=5)
+    art = """
+#######
+#..#..#
+#..#..#
+#.>#..#
+#.g#..#
+#.e#..#
+#..#..#
+#..L.G#
+#######
+"""
+    env.unwrapped.load_layout(
+        art, {"g": Key("green"), "e": Key("grey"), "L": Door("grey", is_locked=True)}
+    )
+    u = env.unwrapped
+    assert not u.knowledge.known(1, 5)
+    status, steps, _, _ = run_skill(env, "go to the grey key")
+    assert status == DONE and tuple(u.front_pos) == (2, 5)
+    assert steps <= 8
