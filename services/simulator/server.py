@@ -414,8 +414,11 @@ def create_server(
         maximum_concurrent_rpcs=max_connections,
     )
     dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind the simulator's gRPC port {host}:{port}")
+        raise OSError(f"cannot bind the simulator's gRPC port {host}:{port} (in use?)")
     server.start()
     return server, bound

@@ -57,14 +57,24 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     """Serve until SIGTERM or SIGINT, then stop taking requests and destroy every world."""
     logger = configure_logging("simulator")
-    options = _check_settings(settings)
+    try:
+        options = _check_settings(settings)
+    except ValueError as exc:
+        raise SystemExit(f"simulator: {exc}") from None
     servicer = SimulatorServicer(PrometheusMetrics())
-    grpc_server, bound_grpc = create_server(
-        host, grpc_port or 0, servicer, max_connections=options["max_connections"]
-    )
-    http_server = serve_health_and_metrics(
-        port, "simulator", check=lambda: {"worlds": servicer.world_count}, host=host
-    )
+    try:
+        grpc_server, bound_grpc = create_server(
+            host, grpc_port or 0, servicer, max_connections=options["max_connections"]
+        )
+    except OSError as exc:
+        raise SystemExit(f"simulator: {exc}") from None
+    try:
+        http_server = serve_health_and_metrics(
+            port, "simulator", check=lambda: {"worlds": servicer.world_count}, host=host
+        )
+    except OSError as exc:
+        grpc_server.stop(grace=None)
+        raise SystemExit(f"simulator: cannot serve HTTP on {host}:{port}: {exc}") from None
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

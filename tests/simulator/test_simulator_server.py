@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import grpc
 import numpy as np
 import pytest
-from conftest import start_server, stop_server
+from conftest import LLMRL, free_port, start_server, stop_server
 from dm_env_rpc.v1 import connection, dm_env_rpc_pb2, error, tensor_utils
 from test_simulator_world import assert_same, rollout
 
@@ -215,3 +216,19 @@ def test_server_stops_gracefully_on_sigterm():
         code, stdout, stderr = stop_server(server)
     assert code == 0 and stdout == ""
     assert '"msg": "simulator stopped"' in stderr
+
+
+def test_serve_refuses_bad_settings_and_busy_ports_with_a_message(sim_server):
+    busy_http = sim_server.http.rsplit(":", 1)[1]
+    for args, message in [
+        (["--set", "colour=red"], "unknown simulator setting(s) colour"),
+        (["--port", busy_http], "cannot serve HTTP"),
+    ]:
+        result = subprocess.run(
+            [str(LLMRL), "serve", "simulator", "--grpc-port", str(free_port()), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
