@@ -21,6 +21,7 @@ from llmrl.orchestrator.runner import execute_run
 from llmrl.recipes.base import NullProgress, validate_config
 
 log = logging.getLogger("llmrl.orchestrator")
+LEDGER_TIMEOUT_S = 2.0
 
 
 class RunNotFound(KeyError):
@@ -49,6 +50,7 @@ class RunManager:
         self._progress: dict[str, NullProgress] = {}
         self._lock = threading.Lock()
         self._collector_thread: threading.Thread | None = None
+        self._ledger: Any = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> list[str]:
@@ -72,6 +74,8 @@ class RunManager:
             thread.join(timeout)
         if self._collector_thread is not None:
             self._collector_thread.join(timeout)
+        if self._ledger is not None:
+            self._ledger.close()
 
     # -- runs -------------------------------------------------------------------------------
     def submit(self, recipe: str, config: dict[str, Any] | None) -> RunRow:
@@ -114,6 +118,15 @@ class RunManager:
             self._threads[run_id] = thread
             self._progress[run_id] = progress
         thread.start()
+
+    def ledger_client(self) -> Any:
+        """A gateway client for ledger reads (GET /runs/{id}), connected once, short deadline."""
+        with self._lock:
+            if self._ledger is None:
+                from llmrl.llm_gateway.client import connect
+
+                self._ledger = connect(self.llm_gateway, timeout_s=LEDGER_TIMEOUT_S)
+            return self._ledger
 
     def get(self, run_id: str) -> RunRow:
         run = self.store.get_run(run_id)

@@ -157,8 +157,20 @@ def register_driver(kind: str) -> Callable[[DriverBuilder], DriverBuilder]:
     return decorator
 
 
+def driver_kinds() -> list[str]:
+    """Every registered policy kind (recipes' own kinds included)."""
+    from llmrl.common.registry import registry
+
+    registry.load_builtins("recipe")
+    return sorted(_DRIVERS)
+
+
 def make_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
     kind = policy.get("kind", "planner")
+    if kind not in _DRIVERS:  # recipes register their kinds when imported: import them all
+        from llmrl.common.registry import registry
+
+        registry.load_builtins("recipe")
     if kind not in _DRIVERS:
         known = ", ".join(sorted(_DRIVERS))
         raise ValueError(f"unknown policy kind {kind!r}; known kinds: {known}")

@@ -144,13 +144,7 @@ def _ledger(manager: RunManager, run_id: str) -> dict[str, Any] | None:
     if manager.llm_gateway is None:
         return None
     try:
-        from llmrl.llm_gateway.client import connect
-
-        client = connect(manager.llm_gateway)
-        try:
-            return {"usage": client.usage(run_id)}
-        finally:
-            client.close()
+        return manager.ledger_client().usage(run_id)
     except Exception as exc:  # no gateway yet, or unreachable: say so, do not fail the call
         return {"error": f"gateway ledger unavailable: {type(exc).__name__}"}
 

@@ -336,6 +336,9 @@ class RunContext:
         path.unlink(missing_ok=True)  # rewritten whole: the store is the source of truth
         write_jsonl(path, records)
         self.add_artifact(str(path.relative_to(self.out_dir)), path, kind="episodes")
+        arrays = path.with_suffix(".npz")
+        save_episode_arrays(arrays, records)
+        self.add_artifact(str(arrays.relative_to(self.out_dir)), arrays, kind="episodes")
 
     def _log_episode(self, record: EpisodeRecord) -> None:
         writer = self.tensorboard
@@ -412,6 +415,28 @@ class RunContext:
             self._tb.close()
         if self._llm is not None and hasattr(self._llm, "close"):
             self._llm.close()
+
+
+def save_episode_arrays(path: Path, records: list[EpisodeRecord]) -> None:
+    """The episodes as numpy arrays (one .npz): per-episode figures, and per-step rewards,
+    actions (-1: none) and skills concatenated, episode i's steps at offsets[i]:offsets[i+1]."""
+    import numpy as np
+
+    steps = [step for record in records for step in record.steps]
+    offsets = np.cumsum([0] + [len(record.steps) for record in records])
+    np.savez_compressed(
+        path,
+        episode_ids=np.array([r.episode_id for r in records], dtype=str),
+        seeds=np.array([r.seed for r in records], dtype=np.int64),
+        returns=np.array([r.episode_return for r in records], dtype=np.float32),
+        lengths=np.array([r.length for r in records], dtype=np.int64),
+        success=np.array([r.success for r in records], dtype=bool),
+        llm_calls=np.array([len(r.llm_calls) for r in records], dtype=np.int64),
+        offsets=offsets.astype(np.int64),
+        rewards=np.array([step.reward for step in steps], dtype=np.float32),
+        actions=np.array([-1 if s.action is None else s.action for s in steps], dtype=np.int64),
+        skills=np.array([s.skill or "" for s in steps], dtype=str),
+    )
 
 
 def read_results(out_dir: str | Path) -> Results | None:

@@ -37,6 +37,11 @@ class EvaluateConfig(RecipeConfig):
         default_factory=dict,
         description="Keyword arguments of the planner (e.g. model for LLM planners).",
     )
+    policy: dict[str, Any] | None = Field(
+        None,
+        description="Instead of a planner: a policy spec {kind, name/..., kwargs} of a "
+        "registered policy kind (e.g. a recipe's trained policy); overrides planner.",
+    )
     episodes: int = Field(20, ge=1, le=100_000, description="Episodes to play.")
     seed: int = Field(0, ge=0, description="Seed of episode 0; episode i uses seed + i.")
     max_steps: int | None = Field(
@@ -56,6 +61,29 @@ class EvaluateConfig(RecipeConfig):
     def _planner_is_registered(cls, value: str) -> str:
         return _registered("planner", value)
 
+    @field_validator("policy")
+    @classmethod
+    def _policy_kind_is_registered(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from llmrl.orchestrator.rollout import driver_kinds
+
+        if value is None:
+            return None
+        kinds = driver_kinds()
+        if value.get("kind") not in kinds:
+            raise ValueError(
+                f"policy.kind must be one of {', '.join(kinds)}, got {value.get('kind')!r}"
+            )
+        return value
+
+    def policy_spec(self) -> dict[str, Any]:
+        if self.policy is not None:
+            return self.policy
+        return {"kind": "planner", "name": self.planner, "kwargs": self.planner_kwargs}
+
+    def policy_label(self) -> str:
+        spec = self.policy_spec()
+        return str(spec.get("name") or spec["kind"])
+
 
 @registry.register_recipe("evaluate", "N episodes of a planner on an env: success, return, cost")
 class Evaluate(Recipe):
@@ -70,7 +98,7 @@ class Evaluate(Recipe):
 
     def play(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
-        policy = {"kind": "planner", "name": cfg.planner, "kwargs": cfg.planner_kwargs}
+        policy = cfg.policy_spec()
         jobs = [
             ctx.episode_job(
                 PLAY,
@@ -92,11 +120,12 @@ class Evaluate(Recipe):
         cfg = self.config
         records = ctx.store.episodes(ctx.run_id, phase=PLAY)
         summary = summarize(records)
-        row = {"env": cfg.env, "planner": cfg.planner, **summary}
+        row = {"env": cfg.env, "planner": cfg.policy_label(), **summary}
         plot = "evaluate.png"
-        plot_episodes(records, ctx.plot_path(plot), f"{cfg.planner} on {cfg.env}")
+        label = cfg.policy_label()
+        plot_episodes(records, ctx.plot_path(plot), f"{label} on {cfg.env}")
         results = Results(
-            title=f"evaluate: {cfg.planner} on {cfg.env}",
+            title=f"evaluate: {label} on {cfg.env}",
             rows=[row],
             notes=[
                 f"{summary['episodes']} episodes, seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}",

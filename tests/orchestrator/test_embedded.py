@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -56,6 +57,10 @@ def test_llmrl_run_evaluate_simpledoorkey_oracle_writes_results(tmp_path: Path):
     lines = (out / "episodes" / "evaluate.jsonl").read_text().splitlines()
     assert [json.loads(line)["episode_id"] for line in lines] == [f"evaluate/{i}" for i in range(6)]
     assert any(path.name.startswith("events.out.tfevents") for path in (out / "tb").iterdir())
+    arrays = np.load(out / "episodes" / "evaluate.npz")
+    assert arrays["returns"].shape == (6,) and arrays["success"].all()
+    assert arrays["offsets"][-1] == len(arrays["rewards"]) == arrays["lengths"].sum()
+    assert arrays["rewards"].sum() == pytest.approx(arrays["returns"].sum())
 
 
 def test_bad_configs_name_the_problem(tmp_path: Path):
