@@ -123,6 +123,7 @@ class Launcher:
         self.logs = home / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.procs: list[tuple[ProcessSpec, subprocess.Popen]] = []
+        self.stop_requested = False  # set by the SIGINT/SIGTERM handler
 
     def start(self, spec: ProcessSpec) -> subprocess.Popen:
         log_file = open(self.logs / f"{spec.name}.log", "ab")  # noqa: SIM115 - the child owns it
@@ -142,6 +143,8 @@ class Launcher:
     def wait_ready(self, spec: ProcessSpec, proc: subprocess.Popen, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if self.stop_requested:
+                return "stopping"
             if proc.poll() is not None:
                 return f"exited with code {proc.returncode} (see {self.logs / spec.name}.log)"
             if spec.health_url is None:
@@ -207,10 +210,9 @@ def up(
     home_dir = Path(home).resolve() if home else cfg.home_dir()
     home_dir.mkdir(parents=True, exist_ok=True)
     launcher = Launcher(home_dir, console)
-    stop = {"requested": False}
 
     def request_stop(signum: int, _frame: Any) -> None:
-        stop["requested"] = True
+        launcher.stop_requested = True
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
@@ -223,10 +225,9 @@ def up(
             state = "ready" if proc.poll() is None else f"exited ({proc.returncode})"
             table.add_row("redis", str(proc.pid), state, redis_url + " (AOF)")
         specs, notes = plan_processes(workers, redis_url, home_dir, console)
-        for spec in specs:
-            if stop["requested"]:
-                break
-            proc = launcher.start(spec)
+        # All at once (each connects to the others lazily), then wait for each to be healthy.
+        started = [(spec, launcher.start(spec)) for spec in specs]
+        for spec, proc in started:
             state = launcher.wait_ready(spec, proc, READY_TIMEOUT_S)
             address = spec.health_url.rsplit("/health", 1)[0] if spec.health_url else ""
             table.add_row(spec.name, str(proc.pid), state, address)
@@ -239,7 +240,8 @@ def up(
             "env=SimpleDoorKey planner=oracle episodes=20 --wait"
         )
         console.print(f"logs in {launcher.logs}; Ctrl-C stops everything")
-        while not stop["requested"]:
+        sys.stdout.flush()  # the table is the readiness signal for scripts reading a pipe
+        while not launcher.stop_requested:
             for spec, proc in launcher.procs:
                 if proc.poll() is not None and not getattr(proc, "_reported", False):
                     proc._reported = True  # type: ignore[attr-defined]
@@ -249,3 +251,4 @@ def up(
         console.print("stopping every service ...")
         launcher.stop_all()
         console.print("stopped")
+        sys.stdout.flush()

@@ -43,13 +43,21 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
         text=True,
     )
     url = f"http://127.0.0.1:{ports['LLMRL_ORCHESTRATOR_PORT']}"
-    worker_health = f"http://127.0.0.1:{int(ports['LLMRL_WORKER_PORT']) + 1}/health"
+    health = [
+        f"http://127.0.0.1:{port}/health"
+        for port in (
+            ports["LLMRL_SIMULATOR_PORT"],
+            ports["LLMRL_ORCHESTRATOR_PORT"],
+            ports["LLMRL_WORKER_PORT"],
+            int(ports["LLMRL_WORKER_PORT"]) + 1,
+        )
+    ]
     try:
 
         def ready() -> bool:
             assert up.poll() is None, up.stdout.read()
             try:
-                return httpx.get(worker_health, timeout=1).status_code == 200  # started last
+                return all(httpx.get(url, timeout=1).status_code == 200 for url in health)
             except httpx.HTTPError:
                 return False
 
