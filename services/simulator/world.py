@@ -28,6 +28,7 @@ import enum
 import importlib
 import inspect
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ MAKE_SETTINGS: tuple[str, ...] = ("max_episode_steps",)
 # Comma-separated modules imported before environments are looked up (e.g. test envs that a
 # separately started server process must know about).
 EXTRA_ENV_MODULES_VAR = "LLMRL_EXTRA_ENV_MODULES"
+_STDOUT_LOCK = threading.Lock()
 
 
 class StepType(enum.IntEnum):
@@ -217,7 +219,9 @@ class _EnvBatch:
         if seed is None and not self.started[i] and self.seed is not None:
             seed = self.seed + i
         self.started[i] = True
-        with contextlib.redirect_stdout(None):  # BabyAI level generation prints to stdout
+        # BabyAI level generation prints to stdout; the lock keeps concurrent resets (server
+        # threads) from restoring each other's redirected stdout.
+        with _STDOUT_LOCK, contextlib.redirect_stdout(None):
             obs, _ = self.envs[i].reset(seed=seed)
         return obs
 

@@ -54,6 +54,7 @@ class Corridor(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        print("Sampling rejected: like BabyAI, this env prints while it resets")
         self.position = int(self.np_random.integers(0, self.length - 1))
         return self.observe(), {}
 

@@ -191,3 +191,13 @@ def test_make_world_without_address_is_in_process():
         assert isinstance(world, World) and world.num_envs == 2
         with pytest.raises(WorldError, match="closed"):
             world.close() or world.step([0, 0])
+
+
+def test_stdout_stays_clean_in_process_and_in_workers(capfd):
+    with World("SimTestCorridor", 2, seed=0) as local, World("SimTestCorridor", 2, 0, 2) as sharded:
+        for world in (local, sharded):
+            world.reset()
+            for _ in range(15):  # episodes end and auto-reset
+                world.step([0, 0])
+    print("printed after")  # stdout itself still works
+    assert capfd.readouterr().out == "printed after\n"
