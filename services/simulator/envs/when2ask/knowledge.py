@@ -75,7 +75,7 @@ class AgentKnowledge:
         self.height = height
         self.view_size = view_size
         self.cells = np.zeros((width, height, 3), dtype=np.uint8)
-        self._offsets = view_offsets(view_size)
+        self._offsets = view_offsets(view_size).tolist()
         # Objects in the order they were first seen (for stable text).
         self._first_seen: dict[Identity, int] = {}
         self._objects: list[tuple[Identity, tuple[int, int], int]] | None = None
@@ -93,23 +93,22 @@ class AgentKnowledge:
         `under_agent` is the encoding of the agent's own cell, which the image replaces with
         what the agent carries.
         """
-        world = self._offsets[agent_dir] + np.asarray(agent_pos)
-        xs, ys = world[..., 0], world[..., 1]
-        visible = (
-            (image[..., 0] != UNSEEN)
-            & (xs >= 0)
-            & (xs < self.width)
-            & (ys >= 0)
-            & (ys < self.height)
-        )
+        ax, ay = int(agent_pos[0]), int(agent_pos[1])
         agent_view = (self.view_size // 2, self.view_size - 1)
-        visible[agent_view] = False
-        self.cells[xs[visible], ys[visible]] = image[visible]
-        self.cells[agent_pos[0], agent_pos[1]] = under_agent
+        pixels = image.tolist()
+        for i, column in enumerate(self._offsets[agent_dir]):
+            for j, (dx, dy) in enumerate(column):
+                encoding = pixels[i][j]
+                x, y = ax + dx, ay + dy
+                if encoding[0] == UNSEEN or (i, j) == agent_view:
+                    continue
+                if 0 <= x < self.width and 0 <= y < self.height:
+                    self.cells[x, y] = encoding
+                    if encoding[0] in OBJECT_TYPES:
+                        identity = identity_of(encoding[0], encoding[1])
+                        self._first_seen.setdefault(identity, len(self._first_seen))
+        self.cells[ax, ay] = under_agent
         self._objects = None
-        for obj_type, color, _ in image[visible]:
-            if obj_type in OBJECT_TYPES:
-                self._first_seen.setdefault(identity_of(obj_type, color), len(self._first_seen))
 
     # -- queries (cached until the next observation) -------------------------------------
     def known(self, x: int, y: int) -> bool:

@@ -116,32 +116,38 @@ class FrontierTest:
         unseen = cells[..., 0] == UNSEEN
         self.opaque = opaque.tolist()
         self.unseen = unseen.tolist()
-        # An unseen cell can only come into view past a seen transparent cell next to it
-        # (diagonals included); a pose can only see cells within `size - 1` of its own cell.
-        open_seen = ~opaque & ~unseen
-        border = unseen & _dilate(open_seen, 1)
-        self.candidate_cells = _dilate(border, self.size - 1).tolist()
-        self.anything_to_see = bool(border.any())
+        # Sight spreads from the agent through transparent cells to their neighbours (diagonals
+        # included), so the first unseen cell it reaches borders a seen transparent one: no
+        # such border cell in view, nothing new to see.
+        border = unseen & _dilate(~opaque & ~unseen, 1)
+        self.border_cells = [(int(x), int(y)) for x, y in np.argwhere(border)]
+        self.anything_to_see = bool(self.border_cells)
+
+    def _border_in_view(self, x: int, y: int, d: int) -> bool:
+        fx, fy = _DIRS[d]
+        half = self.size // 2
+        for bx, by in self.border_cells:
+            ahead = (bx - x) * fx + (by - y) * fy
+            aside = (by - y) * fx - (bx - x) * fy  # along the right-hand vector (-fy, fx)
+            if 0 <= ahead < self.size and -half <= aside <= half:
+                return True
+        return False
 
     def __call__(self, pose: Pose) -> bool:
         x, y, d = pose
-        if not self.candidate_cells[x][y]:
+        if not self._border_in_view(x, y, d):
             return False
         size = self.size
         width, height = self.knowledge.width, self.knowledge.height
         offsets = self.offsets[d]
         unseen = [[False] * size for _ in range(size)]
         opaque = [[True] * size for _ in range(size)]
-        any_unseen = False
         for i in range(size):
             for j in range(size):
                 cx, cy = x + offsets[i][j][0], y + offsets[i][j][1]
                 if 0 <= cx < width and 0 <= cy < height:
                     opaque[i][j] = self.opaque[cx][cy]
                     unseen[i][j] = self.unseen[cx][cy]
-                    any_unseen |= unseen[i][j]
-        if not any_unseen:
-            return False
         mask = [[False] * size for _ in range(size)]
         mask[size // 2][size - 1] = True
         opaque[size // 2][size - 1] = False
