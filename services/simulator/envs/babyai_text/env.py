@@ -157,22 +157,20 @@ class BabyAITextEnv(SkillEnv):
         return ACTION_PHRASES.index(words)
 
 
-def _register(level: str) -> None:
+LEVEL_DESCRIPTIONS = {
+    "GoToLocal": "go to an object in one room",
+    "PickupLoc": "pick up an object, maybe named by its place",
+    "PutNextLocal": "put an object next to another, in one room",
+    "OpenDoor": "open a door of the middle room",
+    "MixTrain": "training mix: go to, pick up, put next to, open, sequences of two",
+    "MixTestNewObjects": "test mix: training tasks on held-out object/colour combinations",
+    "MixTestNewCompositions": "test mix: sequences of two never trained on",
+}
+
+for _level, _what in LEVEL_DESCRIPTIONS.items():
     registry.register_env(
-        f"BabyAIText-{level}",
-        description=f"BabyAI-Text over {level}: the view in words, six text actions",
-        kwargs={"level": level},
+        f"BabyAIText-{_level}",
+        description=f"BabyAI-Text: {_what}",
+        kwargs={"level": _level},
         tags=("minigrid", "babyai", "text"),
     )(BabyAITextEnv)
-
-
-for _level in (
-    "GoToLocal",
-    "PickupLoc",
-    "PutNextLocal",
-    "OpenDoor",
-    "MixTrain",
-    "MixTestNewObjects",
-    "MixTestNewCompositions",
-):
-    _register(_level)
