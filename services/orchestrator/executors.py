@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -163,12 +162,3 @@ def embedded_executor(store: RunStore, resources: RolloutResources) -> QueueExec
         collector.drain(block_s=0.0)
 
     return QueueExecutor(broker, collector, pump=pump)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -110,7 +110,7 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
             for err in exc.errors(include_url=False)
         ]
         allowed = ", ".join(cls.Config.model_fields)
-        lines = [f"config.{'.'.join(e['loc'][1:])}: {e['msg']}" for e in errors]
+        lines = [f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors]
         raise ConfigError(
             f"invalid config for recipe {recipe!r}: " + "; ".join(lines) + f" (keys: {allowed})",
             errors,

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
@@ -74,6 +74,16 @@ class EvaluateConfig(RecipeConfig):
                 f"policy.kind must be one of {', '.join(kinds)}, got {value.get('kind')!r}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _env_kwargs_are_accepted(self) -> EvaluateConfig:
+        from llmrl.simulator.world import check_env_kwargs
+
+        try:
+            check_env_kwargs(self.env, self.env_kwargs)
+        except ValueError as exc:  # WorldError names the kwarg and the accepted ones
+            raise ValueError(f"env_kwargs.{exc}") from None
+        return self
 
     def policy_spec(self) -> dict[str, Any]:
         if self.policy is not None:

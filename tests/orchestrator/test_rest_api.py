@@ -37,6 +37,7 @@ def post_run(http: httpx.Client, config: dict, recipe: str = "evaluate") -> http
         ({"recipe": "evaluate", "config": {"episodes": 0}}, 422, "greater than or equal to 1"),
         ({"recipe": "evaluate", "config": {"episodez": 3}}, 422, "config.episodez"),
         ({"recipe": "evaluate", "config": {"env": "Nope"}}, 422, "unknown env 'Nope'"),
+        ({"recipe": "evaluate", "config": {"env_kwargs": {"colour": 1}}}, 422, "colour"),
         ({"recipe": "evaluate", "config": {"planner": 3}}, 422, "config.planner"),
         ({"recipe": "evaluate", "config": {"policy": {"kind": "magic"}}}, 422, "policy.kind"),
         ({"recipe": "evaluate", "config": [1, 2]}, 422, "config"),
