@@ -97,6 +97,8 @@ def test_room_sizes_follow_the_settings():
     assert {w for w, _ in sizes} == {6, 7} and {h for _, h in sizes} == {6, 7}
     with pytest.raises(ValueError, match="min_room_size"):
         gym.make("llmrl/SimpleDoorKey-v0", min_room_size=4)
+    with pytest.raises(ValueError, match="agent_view_size must be odd"):
+        gym.make("llmrl/SimpleDoorKey-v0", agent_view_size=4)
 
 
 def test_same_seed_same_episode_and_different_seeds_differ():

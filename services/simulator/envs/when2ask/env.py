@@ -88,6 +88,10 @@ class When2AskEnv(MiniGridEnv, SkillEnv):
                 f"room sizes must satisfy 5 <= min_room_size <= max_room_size, "
                 f"got {min_room_size} and {max_room_size}"
             )
+        if agent_view_size < 3 or agent_view_size % 2 == 0:
+            raise ValueError(f"agent_view_size must be odd and >= 3, got {agent_view_size}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be positive, got {max_steps}")
         self.min_room_size = min_room_size
         self.max_room_size = max_room_size
         self.goal_behind_door = goal_behind_door
