@@ -100,6 +100,9 @@ def run(
         run_embedded(recipe, config, out_dir=out, progress=not quiet)
     except config_error as exc:  # unknown recipe or bad key/value: say which, no traceback
         raise click.UsageError(str(exc)) from exc
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: run the same command (same --out) again to resume", err=True)
+        sys.exit(130)
 
 
 @main.command()
@@ -142,8 +145,16 @@ def serve(
 @click.option(
     "--redis-url", default=None, help="Redis holding the episode queue (default LLMRL_REDIS_URL)."
 )
-@click.option("--simulator", default=None, help="Simulator gRPC address host:port.")
-@click.option("--llm-gateway", default=None, help="LLM gateway gRPC address host:port.")
+@click.option(
+    "--simulator",
+    default=None,
+    help="Simulator gRPC address host:port, or 'local' for in-process worlds.",
+)
+@click.option(
+    "--llm-gateway",
+    default=None,
+    help="LLM gateway gRPC address host:port, or 'local' for an in-process gateway.",
+)
 @click.option(
     "--name", default=None, help="Consumer name in the queue's group (default: host-pid)."
 )
