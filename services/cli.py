@@ -101,7 +101,7 @@ def run(
     except config_error as exc:  # unknown recipe or bad key/value: say which, no traceback
         raise click.UsageError(str(exc)) from exc
     except KeyboardInterrupt:
-        click.echo("\ninterrupted: run the same command (same --out) again to resume", err=True)
+        click.echo("\ninterrupted: run it again with the same --out DIR to resume", err=True)
         sys.exit(130)
 
 

@@ -104,6 +104,7 @@ def run_embedded(
             console.print(f"resuming run {run_id} in {out}")
         else:
             run_id = store.create_run(recipe, canonical, out)
+            console.print(f"run {run_id}: files in {out}")
         reporter = RichProgress(console) if progress else NullProgress()
         run = execute_run(store, run_id, embedded_executor(store, resources), progress=reporter)
     finally:
