@@ -138,10 +138,6 @@ class AgentKnowledge:
     def identities(self) -> frozenset[Identity]:
         return frozenset(identity for identity, _, _ in self.seen_objects())
 
-    def walkable(self, x: int, y: int) -> bool:
-        obj_type, _, state = self.cells[x, y]
-        return obj_type in WALKABLE_TYPES or (obj_type == DOOR and state == DOOR_OPEN)
-
     def describe(self, carrying: tuple[int, int] | None) -> str:
         """The agent's symbolic knowledge in words."""
         seen = [
