@@ -3,7 +3,8 @@
 `TinyCorridor`: the agent starts at 0 and must reach `length`; the one skill "step right"
 moves it one cell (and is DONE at once); reaching the end gives reward 1 and terminates.
 It offers `oracle_plan` like the When2Ask envs, so the real `oracle` planner plays it.
-`step_delay_s` makes each step sleep, so that tests can kill a worker mid-episode.
+`step_delay_s` makes each step sleep, so that tests can kill a worker mid-episode;
+`fail_at_position` makes a step raise, so that tests see how a broken episode is reported.
 Imported by test processes through LLMRL_PLUGINS / LLMRL_EXTRA_ENV_MODULES.
 """
 
@@ -28,9 +29,12 @@ class TinyCorridor(SkillEnv):
 
     privileged_observations = ("oracle_plan",)
 
-    def __init__(self, length: int = 3, step_delay_s: float = 0.0) -> None:
+    def __init__(
+        self, length: int = 3, step_delay_s: float = 0.0, fail_at_position: int | None = None
+    ) -> None:
         self.length = length
         self.step_delay_s = step_delay_s
+        self.fail_at_position = fail_at_position  # a broken env, for failure-path tests
         text = spaces.Text(max_length=4096, charset=string.printable)
         self.observation_space = spaces.Dict(
             {
@@ -60,6 +64,8 @@ class TinyCorridor(SkillEnv):
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         self.position = min(self.length, self.position + int(action))
+        if self.position == self.fail_at_position:
+            raise RuntimeError(f"corridor collapsed at cell {self.position}")
         done = self.position == self.length
         return self.observe(), float(done), done, False, {}
 

@@ -101,3 +101,14 @@ def read_episodes(out: Path) -> list[tuple[str, float, int]]:
     lines = (out / "episodes" / "evaluate.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     return [(r["episode_id"], r["episode_return"], r["length"]) for r in records]
+
+
+def test_an_episode_that_raises_fails_the_run_with_its_error(tmp_path: Path):
+    config = {"env": "TinyCorridor", "env_kwargs": {"fail_at_position": 2}, "episodes": 3}
+    with pytest.raises(RuntimeError, match="failed"):
+        run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
+    store = RunStore(tmp_path / "run.sqlite")
+    (run,) = store.list_runs()
+    assert run.status == "failed"
+    assert "evaluate/0" in run.error and "corridor collapsed at cell 2" in run.error
+    store.close()
