@@ -6,12 +6,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from minigrid.core.world_object import Box, Door, Key
 
 import llmrl.simulator.envs  # noqa: F401 - registers the environments
 from llmrl.common.registry import registry
 from llmrl.simulator.envs.base import InvalidSkillError, SkillStatus, step_skill
 from llmrl.simulator.envs.when2ask.env import When2AskEnv
+from llmrl.simulator.envs.when2ask.knowledge import object_name
+from llmrl.simulator.envs.when2ask.skills import decide, parse_skill
 
 TASKS = ["SimpleDoorKey", "KeyInBox", "RandomBoxKey", "ColoredDoorKey"]
 RUNNING, DONE, INFEASIBLE = SkillStatus.RUNNING, SkillStatus.DONE, SkillStatus.INFEASIBLE
@@ -397,3 +401,65 @@ def test_go_to_walks_through_unseen_cells_when_the_seen_ones_lead_nowhere():
     status, steps, _, _ = run_skill(env, "go to the grey key")
     assert status == DONE and tuple(u.front_pos) == (2, 5)
     assert steps <= 8
+
+
+# -- invariants over random play -------------------------------------------------------------
+@settings(max_examples=25, deadline=None)
+@given(
+    task=st.sampled_from(TASKS),
+    seed=st.integers(0, 10_000),
+    actions=st.lists(st.integers(0, 5), min_size=1, max_size=60),
+)
+def test_agent_map_never_contradicts_the_world(task, seed, actions):
+    """Everything changes right in front of the agent, so what it knows is always true."""
+    env = gym.make(f"llmrl/{task}-v0")
+    env.reset(seed=seed)
+    u = env.unwrapped
+    for action in actions:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+        truth = u.grid.encode()  # the agent is not drawn: its cell holds what it stands on
+        known = u.knowledge.cells[..., 0] != 0
+        assert (u.knowledge.cells[known] == truth[known]).all()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    task=st.sampled_from(TASKS),
+    seed=st.integers(0, 10_000),
+    picks=st.lists(st.integers(0, 99), min_size=1, max_size=40),
+)
+def test_feasible_skills_are_exactly_those_that_act(task, seed, picks):
+    env = gym.make(f"llmrl/{task}-v0")
+    obs, _ = env.reset(seed=seed)
+    u = env.unwrapped
+    for pick in picks:
+        feasible = obs["feasible_skills"].split("\n") if obs["feasible_skills"] else []
+        names = ["the goal"] + [object_name(i) for i, _, _ in u.knowledge.seen_objects()]
+        for skill in ["explore"] + [
+            f"{v} {n}" for v in ("go to", "pick up", "toggle") for n in names
+        ]:
+            try:
+                parse_skill(skill)
+            except InvalidSkillError:
+                continue  # e.g. "toggle the red key"
+            acts = decide(parse_skill(skill), u.agent_state()).action is not None
+            assert acts == (skill in feasible), skill
+        if not feasible:
+            break
+        obs, _, terminated, truncated, _ = step_skill(env, feasible[pick % len(feasible)])
+        if terminated or truncated:
+            break
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(st.text(max_size=40), st.sampled_from(["go to the", "toggle a red box"])))
+def test_skill_parser_accepts_or_explains(text):
+    try:
+        skill = parse_skill(text)
+    except InvalidSkillError as err:
+        assert str(err)
+    else:
+        assert parse_skill(skill.text) == skill
+        assert skill.text in make().unwrapped.skill_names()
