@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -180,12 +181,19 @@ def wait_for_worlds(server, count: int) -> int:
 
 def test_client_disconnecting_mid_episode_frees_its_world(sim_server, bystander):
     before = sim_server.health()["worlds"]
+    processes_before = child_pids(sim_server.process.pid)
     channel, conn = raw_connection(sim_server.address)
     name = conn.send(
         dm_env_rpc_pb2.CreateWorldRequest(
-            settings=create_settings(env="SimTestCorridor", num_envs=4)
+            settings=create_settings(env="SimTestCorridor", num_envs=4, num_workers=2)
         )
     ).world_name
+    workers = {
+        pid
+        for pid in child_pids(sim_server.process.pid) - processes_before
+        if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    }
+    assert len(workers) == 2 and all(running(pid) for pid in workers)
     conn.send(dm_env_rpc_pb2.JoinWorldRequest(world_name=name))
     conn.send(dm_env_rpc_pb2.StepRequest())
     conn.send(
@@ -194,6 +202,10 @@ def test_client_disconnecting_mid_episode_frees_its_world(sim_server, bystander)
     assert sim_server.health()["worlds"] == before + 1
     channel.close()  # gone mid-episode, without LeaveWorld or DestroyWorld
     assert wait_for_worlds(sim_server, before) == before
+    deadline = time.monotonic() + 10  # closing a world joins its workers after unlisting it
+    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if running(pid)]  # its worker processes ended too
     still_serving(bystander)
 
 
@@ -209,13 +221,34 @@ def test_health_and_metrics(sim_server, bystander):
         assert name in metrics
 
 
+def child_pids(pid: int) -> set[int]:
+    """Children of every thread of process `pid` (Linux /proc)."""
+    tasks = Path(f"/proc/{pid}/task").glob("*/children")
+    return {int(child) for task in tasks for child in task.read_text().split()}
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, dead but not yet reaped, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_server_stops_gracefully_on_sigterm():
     server = start_server()
-    with RemoteWorld(server.address, "SimTestCorridor", num_envs=2) as world:
+    with (
+        RemoteWorld(server.address, "SimTestCorridor", num_envs=2) as world,
+        RemoteWorld(server.address, "SimTestCorridor", num_envs=4, num_workers=2) as sharded,
+    ):
         world.reset()
+        sharded.reset()
+        workers = child_pids(server.process.pid)
+        assert len(workers) >= 2  # the sharded world's worker processes
         code, stdout, stderr = stop_server(server)
     assert code == 0 and stdout == ""
     assert '"msg": "simulator stopped"' in stderr
+    assert not [pid for pid in workers if running(pid)]  # no orphaned worker processes
 
 
 def test_serve_refuses_bad_settings_and_busy_ports_with_a_message(sim_server):
