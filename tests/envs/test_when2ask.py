@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -463,3 +466,16 @@ def test_skill_parser_accepts_or_explains(text):
     else:
         assert parse_skill(skill.text) == skill
         assert skill.text in make().unwrapped.skill_names()
+
+
+def test_gymnasium_make_with_the_module_prefix_in_a_fresh_interpreter():
+    code = (
+        "import gymnasium as gym;"
+        "env = gym.make('llmrl.simulator.envs:llmrl/SimpleDoorKey-v0');"
+        "obs, _ = env.reset(seed=0); print(obs['text'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("You carry nothing.")

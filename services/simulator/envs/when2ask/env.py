@@ -189,7 +189,7 @@ class When2AskEnv(MiniGridEnv, SkillEnv):
         on a known situation; the agent's map starts empty, as after a reset.
         """
         legend = legend or {}
-        rows = [row for row in art.strip("\n").split("\n")]
+        rows = art.strip("\n").split("\n")
         if len(rows) > self.height or max(map(len, rows)) > self.width:
             raise ValueError(f"layout larger than the {self.width}x{self.height} grid")
         self.grid = Grid(self.width, self.height)
