@@ -15,12 +15,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.logs import log_event
 from llmrl.common.queues import Broker, Delivery, retry_on_disconnect
 from llmrl.orchestrator import metrics
 from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources, run_episode
 
 log = logging.getLogger("llmrl.worker")
+PLAY_ATTEMPTS = 2  # a failing episode is tried on a fresh world once more
 
 
 class EpisodeWorker:
@@ -49,9 +51,8 @@ class EpisodeWorker:
         started = time.perf_counter()
         try:
             with self._heartbeat(delivery):
-                record = run_episode(job, self.resources)
+                record = self._play(job)
         except Exception as exc:  # reported to the run, the worker keeps serving
-            self.resources.drop_world(job.env, job.env_kwargs)
             log_event(log, "episode failed", logging.ERROR, episode=job.episode_id, error=str(exc))
             metrics.WORKER_JOBS.labels(outcome="failed").inc()
             error = {"run_id": job.run_id, "episode_id": job.episode_id}
@@ -67,6 +68,19 @@ class EpisodeWorker:
         retry_on_disconnect(lambda: self.broker.mark_done(job.run_id, job.episode_id))
         retry_on_disconnect(lambda: self.broker.jobs.ack(delivery))
         self.episodes_played += 1
+
+    def _play(self, job: EpisodeJob) -> EpisodeRecord:
+        """Play the job; after an error, once more on a fresh world (the simulator may have
+        restarted and forgotten the cached one) before giving up."""
+        for attempt in range(PLAY_ATTEMPTS):
+            try:
+                return run_episode(job, self.resources)
+            except Exception as exc:
+                self.resources.drop_world(job.env, job.env_kwargs)
+                if attempt + 1 == PLAY_ATTEMPTS:
+                    raise
+                log_event(log, "episode error; retrying", logging.WARNING, error=str(exc))
+        raise AssertionError("unreachable")
 
     @contextmanager
     def _heartbeat(self, delivery: Delivery) -> Iterator[None]:

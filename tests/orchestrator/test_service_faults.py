@@ -100,3 +100,11 @@ def test_cancel_stops_a_run_and_results_are_downloadable(stack, client):
     results = client.http.get(f"/runs/{done}/artifacts/results.json").json()
     assert results["rows"][0]["episodes"] == 4
     assert client.http.get(f"/runs/{done}/artifacts/../../etc/passwd").status_code == 404
+
+
+def test_workers_survive_a_simulator_restart(stack, client):
+    first = submit(client, 6)  # both workers now hold a world on the simulator
+    assert client.wait(first, timeout=60)["status"] == "completed"
+    stack.simulator.stop()
+    stack.simulator.start()  # a new process: the workers' cached worlds are gone
+    assert_exactly(client, submit(client, 6), 6)
