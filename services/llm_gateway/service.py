@@ -6,7 +6,7 @@ requests, lets the ones in flight finish (grace period), then closes models and 
 
 from __future__ import annotations
 
-import logging
+import signal
 import socket
 import threading
 from typing import Any
@@ -66,10 +66,19 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         create_app(gateway), host=host, port=port, log_level="warning", access_log=False,
         timeout_graceful_shutdown=int(GRACE_S),
     )  # fmt: skip
+    # uvicorn catches SIGTERM/SIGINT, shuts down gracefully, then re-raises the signal to the
+    # handler that was installed before it: make that one a no-op so we can clean up and exit 0.
+    received: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
     try:
-        uvicorn.Server(config).run()  # installs SIGTERM/SIGINT handlers; returns on either
+        uvicorn.Server(config).run()
     finally:
         if grpc_server is not None:
             grpc_server.stop(GRACE_S).wait()
         gateway.close()
-        log_event(log, "llm gateway stopped", level=logging.INFO)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        log_event(log, "llm gateway stopped", signals=received)

@@ -8,6 +8,7 @@ merged over it; models are merged by name. `print_models(config_file)` backs `ll
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,4 +181,5 @@ def print_models(config_file: str | None = None) -> None:
             f"{price.completion:g}",
             "; ".join(notes),
         )
-    Console().print(table)
+    # piped output (scripts, tests) gets wide lines instead of wrapped cells
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -9,6 +9,7 @@ request it receives.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,10 +52,10 @@ class ProviderState:
 def create_provider(state: ProviderState) -> FastAPI:
     app = FastAPI()
 
-    def misbehave(model: str, request: Request) -> JSONResponse | None:
+    async def misbehave(model: str, request: Request) -> JSONResponse | None:
         behaviour = state.behaviours.get(model, Behaviour())
         if behaviour.delay_s:
-            time.sleep(behaviour.delay_s)
+            await asyncio.sleep(behaviour.delay_s)
         if behaviour.leak_key:
             auth = request.headers.get("authorization", "")
             return JSONResponse(
@@ -91,7 +92,7 @@ def create_provider(state: ProviderState) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await record(request)
-        failure = misbehave(body["model"], request)
+        failure = await misbehave(body["model"], request)
         if failure is not None:
             return failure
         text = "echo: " + body["messages"][-1]["content"]
@@ -117,7 +118,7 @@ def create_provider(state: ProviderState) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         body = await record(request)
-        failure = misbehave(body["model"], request)
+        failure = await misbehave(body["model"], request)
         if failure is not None:
             return failure
         text = " and so on"
@@ -133,7 +134,7 @@ def create_provider(state: ProviderState) -> FastAPI:
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Any:
         body = await record(request)
-        failure = misbehave(body["model"], request)
+        failure = await misbehave(body["model"], request)
         if failure is not None:
             return failure
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]

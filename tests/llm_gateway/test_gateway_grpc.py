@@ -1,0 +1,123 @@
+"""The gRPC service and client: the same results and the same exceptions as in-process, and
+the documented status codes (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) on the wire."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from llmrl.common.rpc import llm_gateway_pb2 as pb
+from llmrl.common.rpc import llm_gateway_pb2_grpc as pb_grpc
+from llmrl.llm_gateway.client import InProcessClient, connect
+from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError, UnknownModelError
+from llmrl.llm_gateway.grpc_server import start_grpc_server
+
+
+@pytest.fixture
+def served(gateway):
+    server = start_grpc_server(gateway, "127.0.0.1", 0)
+    address = f"127.0.0.1:{server.port}"
+    remote = connect(address)
+    yield gateway, address, remote
+    remote.close()
+    server.stop(0)
+
+
+def test_grpc_and_in_process_clients_agree(served):
+    gateway, _, remote = served
+    local = InProcessClient(gateway, owns_gateway=False)
+    messages = [{"role": "user", "content": "Which door?"}]
+    first = local.chat(messages, max_tokens=6, run_id="same", tag="a")
+    over_grpc = remote.chat(messages, max_tokens=6, run_id="same", tag="a")
+    assert over_grpc.texts == first.texts and over_grpc.cached and not first.cached
+    assert (over_grpc.prompt_tokens, over_grpc.completion_tokens) == (
+        first.prompt_tokens,
+        first.completion_tokens,
+    )
+    candidates = [" the red one", " the blue one"]
+    local_scores = local.score(messages, candidates, run_id="same", cache=False)
+    remote_scores = remote.score(messages, candidates, run_id="same", cache=False)
+    assert remote_scores.logprobs == pytest.approx(local_scores.logprobs, abs=1e-5)
+    for remote_row, local_row in zip(
+        remote_scores.token_logprobs, local_scores.token_logprobs, strict=True
+    ):
+        assert remote_row == pytest.approx(local_row, abs=1e-5)
+    assert remote.complete("abc", max_tokens=3).texts == local.complete("abc", max_tokens=3).texts
+    assert remote.count_tokens(messages) == local.count_tokens(messages)
+    assert remote.count_tokens("hello world") == 2
+    assert remote.models() == local.models()
+    remote.set_budget("same", usd=3.0, calls=100)
+    assert remote.usage("same") == local.usage("same")
+    usage = remote.usage("same")
+    assert usage["tags"]["a"]["cache_hits"] == 1 and usage["budget"]["calls"] == 100
+
+
+def test_grpc_embeddings_match(served):
+    gateway, _, remote = served
+    local = InProcessClient(gateway, owns_gateway=False)
+    vectors = remote.embed(["chop tree", "collect wood"], cache=False)
+    assert vectors.dtype == np.float32 and vectors.shape == (2, 384)
+    assert np.allclose(vectors, local.embed(["chop tree", "collect wood"], cache=False))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "field"),
+    [
+        (lambda c: c.chat("hi", max_tokens=-1), InvalidRequestError, "max_tokens"),
+        (lambda c: c.chat([]), InvalidRequestError, "messages"),
+        (
+            lambda c: c.chat([{"role": "bot", "content": "x"}]),
+            InvalidRequestError,
+            "messages[0].role",
+        ),
+        (lambda c: c.chat("hi", model="nope"), UnknownModelError, "model"),
+        (lambda c: c.score("p", ["a"] * 65), InvalidRequestError, "candidates"),
+        (lambda c: c.set_budget("r", usd=-2), InvalidRequestError, "usd"),
+    ],
+)
+def test_both_clients_raise_the_same_errors(served, call, error, field):
+    gateway, _, remote = served
+    for client in (InProcessClient(gateway, owns_gateway=False), remote):
+        with pytest.raises(error) as caught:
+            call(client)
+        assert caught.value.field == field
+
+
+def raw_call(address: str, request: pb.GatewayRequest) -> grpc.RpcError:
+    with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as caught:
+        pb_grpc.LlmGatewayStub(channel).Process(request)
+    return caught.value
+
+
+def test_status_codes_on_the_wire(served):
+    _gateway, address, remote = served
+    bad = pb.GatewayRequest(
+        chat=pb.ChatRequest(
+            messages=[pb.ChatMessage(role="user", content="x")],
+            params=pb.GenerationParams(max_tokens=-5),
+        )
+    )
+    error = raw_call(address, bad)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_tokens" in error.details()
+    assert dict(error.trailing_metadata())["llmrl-error-field"] == "max_tokens"
+    assert raw_call(address, pb.GatewayRequest()).code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    remote.set_budget("broke", calls=0)
+    spend = pb.GatewayRequest(
+        chat=pb.ChatRequest(
+            messages=[pb.ChatMessage(role="user", content="x")],
+            context=pb.RequestContext(run_id="broke"),
+        )
+    )
+    error = raw_call(address, spend)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "budget exceeded for run 'broke'" in error.details()
+    with pytest.raises(BudgetExceededError):
+        remote.chat("x", run_id="broke")
+    assert remote.chat("still serving", max_tokens=2).texts  # one bad request harms nothing
+
+
+def test_remote_connect_refuses_server_settings():
+    with pytest.raises(InvalidRequestError, match="in-process"):
+        connect("127.0.0.1:1", models={})
