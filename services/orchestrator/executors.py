@@ -123,9 +123,19 @@ class QueueExecutor:
         jobs: Sequence[EpisodeJob],
         on_record: Callable[[EpisodeRecord], None],
         should_stop: Callable[[], bool],
+        parallel: int = 1,
     ) -> None:
+        """Play `jobs`; `parallel` is a hint for in-process execution (workers decide here)."""
         if not jobs:
             return
+        self._wait_for(jobs, on_record, should_stop)
+
+    def _wait_for(
+        self,
+        jobs: Sequence[EpisodeJob],
+        on_record: Callable[[EpisodeRecord], None],
+        should_stop: Callable[[], bool],
+    ) -> None:
         run_id = jobs[0].run_id
         retry_on_disconnect(
             lambda: self.broker.jobs.put_many([{"job": job.to_dict()} for job in jobs]),
@@ -151,14 +161,64 @@ class QueueExecutor:
                     on_record(record)
 
 
-def embedded_executor(store: RunStore, resources: RolloutResources) -> QueueExecutor:
-    """The in-process executor: in-memory queues pumped by the phase's own thread."""
-    broker = InMemoryBroker()
-    worker = EpisodeWorker(broker, resources, name="embedded")
-    collector = ResultCollector(store, broker)
+class EmbeddedExecutor(QueueExecutor):
+    """The in-process executor: in-memory queues, pumped by the phase's own thread, or with
+    `parallel` > 1 by that many worker threads, each with its own worlds (LLM calls made
+    from several threads at once are batched by the in-process gateway)."""
 
-    def pump() -> None:
-        worker.process(block_s=0.0)
-        collector.drain(block_s=0.0)
+    def __init__(self, store: RunStore, resources: RolloutResources) -> None:
+        broker = InMemoryBroker()
+        super().__init__(broker, ResultCollector(store, broker), pump=self._pump)
+        self.resources = resources
+        self.worker = EpisodeWorker(broker, resources, name="embedded")
 
-    return QueueExecutor(broker, collector, pump=pump)
+    def _pump(self) -> None:
+        self.worker.process(block_s=0.0)
+        self.collector.drain(block_s=0.0)
+
+    def run_jobs(
+        self,
+        jobs: Sequence[EpisodeJob],
+        on_record: Callable[[EpisodeRecord], None],
+        should_stop: Callable[[], bool],
+        parallel: int = 1,
+    ) -> None:
+        if not jobs:
+            return
+        if parallel <= 1:
+            self._wait_for(jobs, on_record, should_stop)
+            return
+        stop = threading.Event()
+        extra = [
+            RolloutResources(self.resources.simulator, self.resources.llm_gateway)
+            for _ in range(parallel - 1)
+        ]
+        workers = [self.worker] + [
+            EpisodeWorker(self.broker, resources, name=f"embedded-{i + 1}")
+            for i, resources in enumerate(extra)
+        ]
+        threads = [
+            threading.Thread(target=_work_until, args=(worker, stop), daemon=True)
+            for worker in workers
+        ]
+        for thread in threads:
+            thread.start()
+        self.pump = lambda: self.collector.drain(block_s=0.05)
+        try:
+            self._wait_for(jobs, on_record, should_stop)
+        finally:
+            self.pump = self._pump
+            stop.set()
+            for thread in threads:
+                thread.join()
+            for resources in extra:
+                resources.close()
+
+
+def _work_until(worker: EpisodeWorker, stop: threading.Event) -> None:
+    while not stop.is_set():
+        worker.process(block_s=0.05)
+
+
+def embedded_executor(store: RunStore, resources: RolloutResources) -> EmbeddedExecutor:
+    return EmbeddedExecutor(store, resources)

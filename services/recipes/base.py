@@ -236,6 +236,7 @@ class EpisodeExecutor(Protocol):
         jobs: Sequence[Any],
         on_record: Callable[[EpisodeRecord], None],
         should_stop: Callable[[], bool],
+        parallel: int = 1,
     ) -> None: ...
 
 
@@ -299,8 +300,13 @@ class RunContext:
             max_steps=max_steps,
         )
 
-    def run_episodes(self, phase: str, jobs: Sequence[Any]) -> list[EpisodeRecord]:
+    def run_episodes(
+        self, phase: str, jobs: Sequence[Any], parallel: int = 1
+    ) -> list[EpisodeRecord]:
         """Play the jobs not stored yet, wait for all, and return every record in index order.
+
+        `parallel`: episodes played at once in embedded mode (threads, each with its own
+        world); in service mode the number of rollout workers decides.
 
         Also appends them to `<out>/episodes/<phase>.jsonl` and logs CleanRL-style TensorBoard
         scalars (`charts/episodic_return`, `charts/episodic_length`, `charts/success`).
@@ -318,7 +324,7 @@ class RunContext:
 
         try:
             if missing:
-                self.executor.run_jobs(missing, on_record, self.should_stop)
+                self.executor.run_jobs(missing, on_record, self.should_stop, parallel)
         finally:
             self.progress.finish()
         records = sorted(

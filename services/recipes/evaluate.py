@@ -44,6 +44,13 @@ class EvaluateConfig(RecipeConfig):
     )
     episodes: int = Field(20, ge=1, le=100_000, description="Episodes to play.")
     seed: int = Field(0, ge=0, description="Seed of episode 0; episode i uses seed + i.")
+    num_envs: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Episodes played at once, each in its own env (embedded mode: threads, "
+        "whose LLM calls the gateway batches; service mode: the rollout workers decide).",
+    )
     max_steps: int | None = Field(
         None, ge=1, description="Cap on low-level steps per episode (default: the env's limit)."
     )
@@ -121,7 +128,7 @@ class Evaluate(Recipe):
             )
             for i in range(cfg.episodes)
         ]
-        records = ctx.run_episodes(PLAY, jobs)
+        records = ctx.run_episodes(PLAY, jobs, parallel=cfg.num_envs)
         summary = summarize(records)
         ctx.set_summary(**summary)
         return summary

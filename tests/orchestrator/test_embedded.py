@@ -95,6 +95,9 @@ def test_an_interrupted_run_resumes_without_replaying_stored_episodes(tmp_path: 
     fresh = run_embedded("evaluate", config, out_dir=tmp_path / "fresh", progress=False)
     assert fresh.run_id != resumed.run_id
     assert read_episodes(tmp_path / "run") == read_episodes(tmp_path / "fresh")  # deterministic
+    threaded = {**config, "num_envs": 3}  # 3 episodes at once on threads: the same episodes
+    run_embedded("evaluate", threaded, out_dir=tmp_path / "threaded", progress=False)
+    assert read_episodes(tmp_path / "threaded") == read_episodes(tmp_path / "fresh")
 
 
 def read_episodes(out: Path) -> list[tuple[str, float, int]]:
