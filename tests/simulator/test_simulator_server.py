@@ -181,18 +181,14 @@ def wait_for_worlds(server, count: int) -> int:
 
 def test_client_disconnecting_mid_episode_frees_its_world(sim_server, bystander):
     before = sim_server.health()["worlds"]
-    processes_before = child_pids(sim_server.process.pid)
+    processes_before = worker_pids(sim_server.process.pid)
     channel, conn = raw_connection(sim_server.address)
     name = conn.send(
         dm_env_rpc_pb2.CreateWorldRequest(
             settings=create_settings(env="SimTestCorridor", num_envs=4, num_workers=2)
         )
     ).world_name
-    workers = {
-        pid
-        for pid in child_pids(sim_server.process.pid) - processes_before
-        if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-    }
+    workers = worker_pids(sim_server.process.pid) - processes_before
     assert len(workers) == 2 and all(running(pid) for pid in workers)
     conn.send(dm_env_rpc_pb2.JoinWorldRequest(world_name=name))
     conn.send(dm_env_rpc_pb2.StepRequest())
@@ -202,10 +198,7 @@ def test_client_disconnecting_mid_episode_frees_its_world(sim_server, bystander)
     assert sim_server.health()["worlds"] == before + 1
     channel.close()  # gone mid-episode, without LeaveWorld or DestroyWorld
     assert wait_for_worlds(sim_server, before) == before
-    deadline = time.monotonic() + 10  # closing a world joins its workers after unlisting it
-    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in workers if running(pid)]  # its worker processes ended too
+    assert not wait_until_ended(workers)  # its worker processes ended too
     still_serving(bystander)
 
 
@@ -221,10 +214,21 @@ def test_health_and_metrics(sim_server, bystander):
         assert name in metrics
 
 
-def child_pids(pid: int) -> set[int]:
-    """Children of every thread of process `pid` (Linux /proc)."""
+def worker_pids(pid: int) -> set[int]:
+    """Children of every thread of process `pid` but multiprocessing's resource tracker."""
     tasks = Path(f"/proc/{pid}/task").glob("*/children")
-    return {int(child) for task in tasks for child in task.read_text().split()}
+    children = {int(child) for task in tasks for child in task.read_text().split()}
+    return {
+        c for c in children if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()
+    }
+
+
+def wait_until_ended(pids: set[int], timeout: float = 10) -> list[int]:
+    """The pids still running after up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if running(pid)]
 
 
 def running(pid: int) -> bool:
@@ -243,12 +247,12 @@ def test_server_stops_gracefully_on_sigterm():
     ):
         world.reset()
         sharded.reset()
-        workers = child_pids(server.process.pid)
+        workers = worker_pids(server.process.pid)
         assert len(workers) >= 2  # the sharded world's worker processes
         code, stdout, stderr = stop_server(server)
     assert code == 0 and stdout == ""
     assert '"msg": "simulator stopped"' in stderr
-    assert not [pid for pid in workers if running(pid)]  # no orphaned worker processes
+    assert not wait_until_ended(workers)  # no orphaned worker processes
 
 
 def test_serve_refuses_bad_settings_and_busy_ports_with_a_message(sim_server):
