@@ -16,7 +16,7 @@ from gymnasium import spaces
 from llmrl.common.registry import registry
 from llmrl.simulator.envs.base import InvalidSkillError, SkillEnv, SkillStatus
 
-CHARSET = string.ascii_letters + string.digits + " .,:"
+CHARSET = string.ascii_letters + string.digits + " .,:\n"
 LEFT, RIGHT, STAY = 0, 1, 2
 
 
@@ -33,8 +33,8 @@ class Corridor(gym.Env):
                 "position": spaces.Box(0, length - 1, (1,), np.float32),
                 "grid": spaces.Box(0, 1, (length,), np.uint8),
                 "distance": spaces.Discrete(length),
-                "text": spaces.Text(200, charset=CHARSET),
-                "oracle_plan": spaces.Text(200, charset=CHARSET),
+                "text": spaces.Text(200, min_length=0, charset=CHARSET),
+                "oracle_plan": spaces.Text(200, min_length=0, charset=CHARSET),
             }
         )
         self.action_space = spaces.Discrete(3)

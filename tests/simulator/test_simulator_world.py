@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmrl.simulator.client import make_world
-from llmrl.simulator.world import StepType, World, WorldError
+from llmrl.simulator.world import StepType, World, WorldError, make_env
 
 FIRST, MID, LAST = StepType.FIRST, StepType.MID, StepType.LAST
 LEFT, RIGHT, STAY = 0, 1, 2
@@ -201,3 +201,11 @@ def test_stdout_stays_clean_in_process_and_in_workers(capfd):
                 world.step([0, 0])
     print("printed after")  # stdout itself still works
     assert capfd.readouterr().out == "printed after\n"
+
+
+@pytest.mark.parametrize("env", ["SimTestCorridor", "SimTestSkills"])
+def test_test_envs_pass_gymnasium_env_checker(env):
+    # they share the registry with the built-in envs, so they must be proper envs too
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(make_env(env).unwrapped, skip_render_check=True)
