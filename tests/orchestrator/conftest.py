@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -12,33 +11,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import orch_tiny_env  # noqa: F401  (registers TinyCorridor in this process too)
-from procs import RedisServer, Service, child_env, free_port, wait_until
+from orch_procs import RedisServer, Service, Stack, child_env, free_port, wait_until
 
 
-@dataclass
-class Stack:
-    home: Path
-    redis: RedisServer
-    env: dict[str, str]
-    orchestrator: Service
-    simulator: Service
-    workers: list[Service] = field(default_factory=list)
-    url: str = ""
-
-    def add_worker(self, name: str, wait: bool = True) -> Service:
-        port = free_port()
-        worker = Service(
-            name,
-            ["worker", "--name", name, "--port", str(port)],
-            self.env,
-            self.home,
-            health_url=f"http://127.0.0.1:{port}/health",
-        )
-        self.workers.append(worker.start(wait=wait))
-        return worker
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # torn down after each module: no idle services linger
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("stack")
     redis_server = RedisServer(home / "redis")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import httpx
-from procs import REPO, child_env, free_port, wait_until
+from orch_procs import REPO, child_env, free_port, wait_until
 
 from llmrl.common.config import DEFAULT_PORTS
 from llmrl.orchestrator.rest_client import OrchestratorClient

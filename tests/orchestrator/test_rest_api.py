@@ -10,8 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import Stack
-from procs import free_port, wait_until
+from orch_procs import Stack, free_port, wait_until
 
 from llmrl.common.queues import RedisBroker
 from llmrl.common.store import RunStore

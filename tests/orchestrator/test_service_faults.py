@@ -6,8 +6,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from conftest import Stack
-from procs import wait_until
+from orch_procs import Stack, wait_until
 
 from llmrl.orchestrator.rest_client import OrchestratorClient
 

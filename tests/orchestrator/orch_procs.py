@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,26 @@ class Service:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@dataclass
+class Stack:
+    home: Path
+    redis: RedisServer
+    env: dict[str, str]
+    orchestrator: Service
+    simulator: Service
+    workers: list[Service] = field(default_factory=list)
+    url: str = ""
+
+    def add_worker(self, name: str, wait: bool = True) -> Service:
+        port = free_port()
+        worker = Service(
+            name,
+            ["worker", "--name", name, "--port", str(port)],
+            self.env,
+            self.home,
+            health_url=f"http://127.0.0.1:{port}/health",
+        )
+        self.workers.append(worker.start(wait=wait))
+        return worker
