@@ -19,8 +19,8 @@ import numpy as np
 from dm_env_rpc.v1 import connection as dm_connection
 from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
 
-from llmrl.simulator.specs import ACTION_UIDS, spaces_from_specs
-from llmrl.simulator.world import PRIVILEGED_OBSERVATIONS, World, WorldError
+from llmrl.simulator.specs import ACTION_UIDS, privileged_names, spaces_from_specs
+from llmrl.simulator.world import World, WorldError
 
 
 def _as_world_error(exc: error.DmEnvRpcError) -> Exception:
@@ -73,9 +73,7 @@ class RemoteWorld:
         self.observation_space, self.action_space, self.has_skills = spaces_from_specs(specs)
         self._uids = {spec.name: uid for uid, spec in specs.observations.items()}
         self._names = {uid: name for name, uid in self._uids.items()}
-        self.privileged_observations = tuple(
-            name for name in PRIVILEGED_OBSERVATIONS if name in self._uids
-        )
+        self.privileged_observations = privileged_names(specs)
         self.default_observations = [
             name
             for name in self.observation_space.spaces

@@ -9,6 +9,7 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
 * JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
+  Privileged entries (e.g. `oracle_plan`) have uids above 1000 (`specs.PRIVILEGED_UID_BASE`).
   Actions: `action` (INT64, bounded, uid 1), `skill` (STRING, uid 2, skill envs only; "" means
   the env takes `action`), `active` (BOOL, uid 3, optional: envs set to False are not stepped
   and repeat their previous observation with reward 0; adapters use it to reset finished envs
@@ -197,7 +198,11 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         except (ValueError, TypeError) as exc:  # the env's constructor refused a setting
             raise WorldError("settings", f"env {env!r} refused its settings: {exc}") from None
         specs = world_specs(
-            world.observation_space, world.action_space, world.has_skills, world.num_envs
+            world.observation_space,
+            world.action_space,
+            world.has_skills,
+            world.num_envs,
+            world.privileged_observations,
         )
         name = f"world-{next(self._world_ids)}"
         handle = _WorldHandle(

@@ -8,6 +8,7 @@ dm_env_rpc STRING spec cannot hold them).
 
 from __future__ import annotations
 
+import itertools
 import string
 from typing import Any
 
@@ -17,6 +18,9 @@ from gymnasium import spaces
 
 # Action uids are fixed: clients may rely on them.
 ACTION_UIDS: dict[str, int] = {"action": 1, "skill": 2, "active": 3}
+# Observation uids above this are privileged entries (only returned when asked for by name):
+# that is how a client learns which entries are privileged from the specs alone.
+PRIVILEGED_UID_BASE = 1000
 # What a client-side spaces.Text accepts (the wire does not describe a charset).
 TEXT_CHARSET = string.printable
 TEXT_MAX_LENGTH = 100_000
@@ -66,10 +70,18 @@ def _bound(value: Any, shape: Any, dtype: np.dtype) -> Any:
 
 
 def world_specs(
-    observation_space: spaces.Dict, action_space: spaces.Discrete, has_skills: bool, num_envs: int
+    observation_space: spaces.Dict,
+    action_space: spaces.Discrete,
+    has_skills: bool,
+    num_envs: int,
+    privileged: tuple[str, ...] = (),
 ) -> dm_env_rpc_pb2.ActionObservationSpecs:
+    """Specs of a world; privileged entries get uids from PRIVILEGED_UID_BASE + 1 on."""
     specs = dm_env_rpc_pb2.ActionObservationSpecs()
-    for uid, (name, space) in enumerate(observation_space.spaces.items(), start=1):
+    ordinary = itertools.count(1)
+    special = itertools.count(PRIVILEGED_UID_BASE + 1)
+    for name, space in observation_space.spaces.items():
+        uid = next(special if name in privileged else ordinary)
         specs.observations[uid].CopyFrom(tensor_spec(name, space, num_envs))
     specs.actions[ACTION_UIDS["action"]].CopyFrom(tensor_spec("action", action_space, num_envs))
     if has_skills:
@@ -110,6 +122,12 @@ def space_from_spec(spec: dm_env_rpc_pb2.TensorSpec) -> spaces.Space:
 def _row(bound: Any) -> Any:
     array = np.asarray(bound)
     return array[0] if array.ndim > 0 else array
+
+
+def privileged_names(specs: dm_env_rpc_pb2.ActionObservationSpecs) -> tuple[str, ...]:
+    return tuple(
+        spec.name for uid, spec in sorted(specs.observations.items()) if uid > PRIVILEGED_UID_BASE
+    )
 
 
 def spaces_from_specs(

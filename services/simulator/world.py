@@ -39,8 +39,8 @@ from gymnasium import spaces
 from llmrl.common.registry import gym_id, registry
 from llmrl.simulator.envs.base import InvalidSkillError, SkillEnv, SkillStatus, step_skill
 
-# Observation entries only returned on request (oracle planners use them). A fixed list, so
-# that a RemoteWorld knows them from the specs alone.
+# Observation entries only returned on request (oracle planners use them); an env may name
+# more in a `privileged_observations` class attribute.
 PRIVILEGED_OBSERVATIONS: tuple[str, ...] = ("oracle_plan", "feasible_skills")
 # World settings that are not keyword arguments of the environment.
 WORLD_SETTINGS: tuple[str, ...] = ("env", "num_envs", "seed", "num_workers")
@@ -212,7 +212,9 @@ class _EnvBatch:
         self.action_space = first.action_space
         self.observation_space = world_observation_space(first.observation_space)
         self.has_skills = isinstance(first.unwrapped, SkillEnv)
-        self.privileged = PRIVILEGED_OBSERVATIONS
+        self.privileged = PRIVILEGED_OBSERVATIONS + tuple(
+            getattr(first.unwrapped, "privileged_observations", ())
+        )
         self._kinds = {name: _entry_kind(space) for name, space in self.observation_space.items()}
 
     def _reset_env(self, i: int, seed: int | None) -> dict[str, Any]:
@@ -345,7 +347,9 @@ class World:
         self.action_space: spaces.Discrete = self._batch.action_space
         self.has_skills: bool = self._batch.has_skills
         self.privileged_observations: tuple[str, ...] = tuple(
-            name for name in self._batch.privileged if name in self.observation_space.spaces
+            dict.fromkeys(
+                name for name in self._batch.privileged if name in self.observation_space.spaces
+            )
         )
         self.default_observations: list[str] = [
             name

@@ -1,85 +1,17 @@
-"""A real simulator server (`llmrl serve simulator`) in its own process, on free ports."""
+"""Fixtures of the simulator tests: the test envs, and a real server in its own process."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # simtest_envs, for this process and its spawned workers
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for spawned worker processes too
 
-import simtest_envs  # noqa: E402,F401  registers SimTestCorridor and SimTestSkills
-
-LLMRL = Path(sys.executable).with_name("llmrl")
-
-
-@dataclass
-class Server:
-    address: str  # gRPC host:port
-    http: str  # base URL of /health and /metrics
-    process: subprocess.Popen
-
-    def health(self) -> dict:
-        with urllib.request.urlopen(f"{self.http}/health", timeout=5) as response:
-            return json.loads(response.read())
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.http}/metrics", timeout=5) as response:
-            return response.read().decode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server() -> Server:
-    http_port, grpc_port = free_port(), free_port()
-    env = dict(
-        os.environ,
-        LLMRL_EXTRA_ENV_MODULES="simtest_envs",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
-    )
-    process = subprocess.Popen(
-        [str(LLMRL), "serve", "simulator", "--port", str(http_port), "--grpc-port", str(grpc_port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    server = Server(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}", process)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"simulator exited at start: {process.communicate()[1][-2000:]}")
-        try:
-            if server.health()["status"] == "ok":
-                return server
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("simulator did not become healthy within 60 s")
-
-
-def stop_server(server: Server) -> tuple[int, str, str]:
-    server.process.terminate()
-    try:
-        stdout, stderr = server.process.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        stdout, stderr = server.process.communicate()
-    return server.process.returncode, stdout, stderr
+import simtest_envs  # noqa: F401  registers SimTestCorridor and SimTestSkills
+from simtest_support import Server, start_server, stop_server
 
 
 @pytest.fixture(scope="session")

@@ -72,11 +72,17 @@ class SkillCorridor(Corridor, SkillEnv):
     """The corridor with two skills: "go to the goal" and "go to the start"."""
 
     SKILLS = ("go to the goal", "go to the start")
+    # only returned when asked for by name (besides the standard oracle_plan)
+    privileged_observations = ("oracle_plan", "goal_position")
 
     def __init__(self, length: int = 6) -> None:
         super().__init__(length)
         self.observation_space = spaces.Dict(
-            {**self.observation_space.spaces, "skill_status": spaces.Discrete(4)}
+            {
+                **self.observation_space.spaces,
+                "skill_status": spaces.Discrete(4),
+                "goal_position": spaces.Discrete(length),
+            }
         )
 
     def skill_names(self) -> list[str]:
@@ -95,4 +101,8 @@ class SkillCorridor(Corridor, SkillEnv):
         return self.position == (self.length - 1 if skill == self.SKILLS[0] else 0)
 
     def observe(self, skill_status: SkillStatus = SkillStatus.NONE) -> dict[str, Any]:
-        return {**super().observe(), "skill_status": int(skill_status)}
+        return {
+            **super().observe(),
+            "skill_status": int(skill_status),
+            "goal_position": self.length - 1,
+        }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_simulator_world import assert_same
+from simtest_support import assert_same
 
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.world import World, WorldError

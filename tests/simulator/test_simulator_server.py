@@ -10,9 +10,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from conftest import LLMRL, free_port, start_server, stop_server
 from dm_env_rpc.v1 import connection, dm_env_rpc_pb2, error, tensor_utils
-from test_simulator_world import assert_same, rollout
+from simtest_support import LLMRL, assert_same, free_port, rollout, start_server, stop_server
 
 from llmrl.simulator.client import RemoteWorld, make_world
 from llmrl.simulator.world import StepType, World, WorldError
@@ -62,6 +61,17 @@ def test_remote_world_equals_in_process_world(sim_server):
             [remote.step([2] * 4, observations=wanted)], [local.step([2] * 4, observations=wanted)]
         )
         assert_same([remote.reset(seed=4)], [local.reset(seed=4)])
+
+
+def test_privileged_entries_only_on_request_remotely_too(sim_server):
+    local = World("SimTestSkills", num_envs=2, seed=0)
+    with RemoteWorld(sim_server.address, "SimTestSkills", num_envs=2, seed=0) as remote:
+        for world in (local, remote):
+            assert set(world.privileged_observations) == {"oracle_plan", "goal_position"}
+            assert "goal_position" not in world.reset()
+            wanted = world.step([1, 1], observations=["goal_position", "oracle_plan"])
+            assert wanted["goal_position"].tolist() == [5, 5]
+        assert remote.default_observations == local.default_observations
 
 
 def test_sharded_remote_world_equals_in_process_world(sim_server):

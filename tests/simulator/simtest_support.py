@@ -1,0 +1,97 @@
+"""Helpers of the simulator tests: a real server process, rollouts, comparisons.
+
+(A uniquely named module: test folders share one import namespace, so `conftest` is not
+importable by name.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+LLMRL = Path(sys.executable).with_name("llmrl")
+
+
+@dataclass
+class Server:
+    address: str  # gRPC host:port
+    http: str  # base URL of /health and /metrics
+    process: subprocess.Popen
+
+    def health(self) -> dict:
+        with urllib.request.urlopen(f"{self.http}/health", timeout=5) as response:
+            return json.loads(response.read())
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.http}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server() -> Server:
+    http_port, grpc_port = free_port(), free_port()
+    env = dict(
+        os.environ,
+        LLMRL_EXTRA_ENV_MODULES="simtest_envs",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+    )
+    process = subprocess.Popen(
+        [str(LLMRL), "serve", "simulator", "--port", str(http_port), "--grpc-port", str(grpc_port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = Server(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}", process)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"simulator exited at start: {process.communicate()[1][-2000:]}")
+        try:
+            if server.health()["status"] == "ok":
+                return server
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("simulator did not become healthy within 60 s")
+
+
+def stop_server(server: Server) -> tuple[int, str, str]:
+    server.process.terminate()
+    try:
+        stdout, stderr = server.process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        stdout, stderr = server.process.communicate()
+    return server.process.returncode, stdout, stderr
+
+
+def rollout(world, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    results = [world.reset()]
+    for _ in range(steps):
+        results.append(world.step(rng.integers(0, 3, world.num_envs)))
+    return results
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for step, (x, y) in enumerate(zip(a, b, strict=True)):
+        assert x.keys() == y.keys(), step
+        for key in x:
+            assert x[key].dtype == y[key].dtype, (step, key)
+            np.testing.assert_array_equal(x[key], y[key], err_msg=f"step {step} {key}")
