@@ -135,11 +135,11 @@ class RemoteWorld:
             value = np.asarray(action)
             if value.dtype.kind in "iu":  # any integer type travels as the spec's INT64
                 value = value.astype(np.int64, copy=False)
-            actions[ACTION_UIDS["action"]].CopyFrom(_pack(value))
+            _pack_into(actions[ACTION_UIDS["action"]], "action", value)
         if skill is not None:
-            actions[ACTION_UIDS["skill"]].CopyFrom(_pack(np.asarray(skill)))
+            _pack_into(actions[ACTION_UIDS["skill"]], "skill", np.asarray(skill))
         if active is not None:
-            actions[ACTION_UIDS["active"]].CopyFrom(_pack(np.asarray(active)))
+            _pack_into(actions[ACTION_UIDS["active"]], "active", np.asarray(active))
         return self._unpack(self._send(request))
 
     def close(self) -> None:
@@ -172,11 +172,16 @@ class RemoteWorld:
         return f"RemoteWorld({self.address!r}, env={self.env!r}, num_envs={self.num_envs})"
 
 
-def _pack(value: np.ndarray) -> dm_env_rpc_pb2.Tensor:
+def _pack_into(tensor: dm_env_rpc_pb2.Tensor, name: str, value: np.ndarray) -> None:
+    """Fill `tensor` with `value` in place (the server checks dtype, shape and range)."""
+    if value.dtype == object:  # numpy object arrays would be packed as protos
+        value = np.asarray(value.tolist())
     try:
-        return tensor_utils.pack_tensor(value)
-    except (TypeError, ValueError) as exc:
-        raise WorldError("action", f"cannot send a value of dtype {value.dtype}: {exc}") from None
+        packer = tensor_utils.get_packer(value.dtype.type)
+        packer.pack(tensor, value)
+    except (TypeError, ValueError):
+        raise WorldError(name, f"cannot send values of dtype {value.dtype}") from None
+    tensor.shape.extend(value.shape)
 
 
 def make_world(

@@ -152,7 +152,10 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                             f"request {kind!r} is not supported; requests: {', '.join(handlers)}",
                         )
                     response = dm_env_rpc_pb2.EnvironmentResponse()
-                    getattr(response, kind).CopyFrom(handler(session, getattr(request, kind)))
+                    if kind == "step":  # the hot path fills its response in place (no copy)
+                        self._step(session, request.step, response.step)
+                    else:
+                        getattr(response, kind).CopyFrom(handler(session, getattr(request, kind)))
                 except (WorldError, RequestError) as exc:
                     response = self._error_response(kind or "", exc)
                 except Exception as exc:  # a bug or a broken env: report it, keep serving
@@ -340,8 +343,11 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         return dm_env_rpc_pb2.ResetResponse(specs=handle.specs)
 
     def _step(
-        self, session: _Session, request: dm_env_rpc_pb2.StepRequest
-    ) -> dm_env_rpc_pb2.StepResponse:
+        self,
+        session: _Session,
+        request: dm_env_rpc_pb2.StepRequest,
+        response: dm_env_rpc_pb2.StepResponse,
+    ) -> None:
         handle = self._joined(session)
         names = handle.observation_names
         uids = list(dict.fromkeys(request.requested_observations))
@@ -366,14 +372,13 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 actions = self._unpack_actions(handle, request.actions)
                 result = world.step(observations=requested, **actions)
         self.metrics.env_steps(world.num_envs)
-        response = dm_env_rpc_pb2.StepResponse(state=dm_env_rpc_pb2.EnvironmentStateType.RUNNING)
+        response.state = dm_env_rpc_pb2.EnvironmentStateType.RUNNING
         observations = response.observations
         for uid, name in zip(uids, requested, strict=True):
             array = result[name]
             tensor = observations[uid]
             tensor.shape.extend(array.shape)
             handle.packers[uid].pack(tensor, array)
-        return response
 
     def _unpack_actions(self, handle: _WorldHandle, actions: Any) -> dict[str, Any]:
         specs = handle.specs.actions
