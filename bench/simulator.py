@@ -103,6 +103,10 @@ def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace
         row = {mode: round(value, 1) for mode, value in best.items()}
         row["ratio_remote"] = round(best["remote"] / best["in_process"], 3)
         row["ratio_remote_sharded"] = round(best["remote_sharded"] / best["in_process"], 3)
+        # what one remote world step costs beyond the in-process step (the gRPC round trip)
+        row["remote_overhead_ms"] = round(
+            1000 * n * (1 / best["remote"] - 1 / best["in_process"]), 3
+        )
         results[str(n)] = row
         print(f"{env:>24} N={n:<3} " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return results
