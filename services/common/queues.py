@@ -22,6 +22,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,10 @@ class WorkQueue(ABC):
     @abstractmethod
     def backlog(self) -> int:
         """Messages not yet acknowledged (waiting or pending)."""
+
+    @abstractmethod
+    def payloads(self) -> Iterator[dict[str, Any]]:
+        """Every message not yet acknowledged (a scan: for recovery checks, not hot paths)."""
 
 
 class Broker(ABC):
@@ -151,6 +156,11 @@ class InMemoryQueue(WorkQueue):
     def backlog(self) -> int:
         with self._cond:
             return len(self._waiting) + len(self._pending)
+
+    def payloads(self) -> Iterator[dict[str, Any]]:
+        with self._cond:
+            found = list(self._waiting.values()) + [p for p, _, _ in self._pending.values()]
+        yield from found
 
 
 class InMemoryBroker(Broker):
@@ -279,6 +289,17 @@ class RedisStreamQueue(WorkQueue):
 
     def backlog(self) -> int:
         return int(self._call(self.client.xlen, self.stream))
+
+    def payloads(self) -> Iterator[dict[str, Any]]:
+        # Acknowledged messages are deleted (see ack), so the stream holds exactly the rest.
+        start = "-"
+        while True:
+            batch = self._call(self.client.xrange, self.stream, start, "+", count=1000)
+            yield from (delivery.payload for delivery in _deliveries(batch))
+            if len(batch) < 1000:
+                return
+            last = batch[-1][0]
+            start = "(" + (last.decode() if isinstance(last, bytes) else last)
 
 
 def _deliveries(messages: list[Any]) -> list[Delivery]:

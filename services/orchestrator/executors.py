@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +26,8 @@ from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources
 from llmrl.recipes.base import RunCancelled
 
 log = logging.getLogger("llmrl.orchestrator")
+# Seconds without a stored result after which a waiting phase checks the queue for lost jobs.
+DEFAULT_RESUBMIT_AFTER_S = 60.0
 
 
 class RunInterrupted(Exception):
@@ -114,9 +117,11 @@ class QueueExecutor:
         collector: ResultCollector,
         pump: Callable[[], None] | None = None,
         interrupted: Callable[[], bool] = lambda: False,
+        resubmit_after_s: float = DEFAULT_RESUBMIT_AFTER_S,
     ) -> None:
         self.broker, self.collector, self.pump = broker, collector, pump
         self.interrupted = interrupted
+        self.resubmit_after_s = resubmit_after_s
 
     def run_jobs(
         self,
@@ -142,7 +147,9 @@ class QueueExecutor:
             give_up=self.interrupted,
         )
         remaining = {job.episode_id for job in jobs}
+        by_id = {job.episode_id: job for job in jobs}
         store = self.collector.store
+        last_progress = time.monotonic()
         while remaining:
             if self.interrupted():
                 raise RunInterrupted(run_id)
@@ -157,8 +164,34 @@ class QueueExecutor:
             new = remaining.intersection(stored)
             if new:
                 remaining -= new
+                last_progress = time.monotonic()
                 for record in store.episodes(run_id, episode_ids=new):
                     on_record(record)
+            elif time.monotonic() - last_progress > self.resubmit_after_s:
+                self._resubmit_lost(run_id, [by_id[i] for i in remaining])
+                last_progress = time.monotonic()
+
+    def _resubmit_lost(self, run_id: str, waiting: list[EpisodeJob]) -> None:
+        """No progress for a while: put back the jobs the queue no longer holds.
+
+        A Redis that crashed (rather than shut down) may lose its last writes: jobs, or the
+        results of jobs already acknowledged. Whatever is missing is submitted again; a job
+        that was not lost after all only runs twice and is stored once.
+        """
+        try:
+            queued = {
+                payload["job"]["episode_id"]
+                for payload in self.broker.jobs.payloads()
+                if payload.get("job", {}).get("run_id") == run_id
+            }
+            lost = [job for job in waiting if job.episode_id not in queued]
+            if lost:
+                self.broker.jobs.put_many([{"job": job.to_dict()} for job in lost])
+                log_event(
+                    log, "resubmitted lost jobs", logging.WARNING, run_id=run_id, jobs=len(lost)
+                )
+        except Exception as exc:  # Redis still away: try again after the next quiet spell
+            log_event(log, "could not check for lost jobs", logging.WARNING, error=str(exc))
 
 
 class EmbeddedExecutor(QueueExecutor):

@@ -16,7 +16,11 @@ from llmrl.common import store as states
 from llmrl.common.logs import log_event
 from llmrl.common.queues import Broker
 from llmrl.common.store import RunRow, RunStore, new_run_id
-from llmrl.orchestrator.executors import QueueExecutor, ResultCollector
+from llmrl.orchestrator.executors import (
+    DEFAULT_RESUBMIT_AFTER_S,
+    QueueExecutor,
+    ResultCollector,
+)
 from llmrl.orchestrator.runner import execute_run
 from llmrl.recipes.base import NullProgress, validate_config
 
@@ -41,8 +45,10 @@ class RunManager:
         home: Path,
         simulator: str | None,
         llm_gateway: str | None,
+        resubmit_after_s: float = DEFAULT_RESUBMIT_AFTER_S,
     ) -> None:
         self.store, self.broker, self.home = store, broker, Path(home)
+        self.resubmit_after_s = resubmit_after_s
         self.simulator, self.llm_gateway = simulator, llm_gateway
         self.collector = ResultCollector(store, broker)
         self._stopping = threading.Event()
@@ -89,7 +95,12 @@ class RunManager:
 
     def _launch(self, run_id: str) -> None:
         progress = NullProgress()
-        executor = QueueExecutor(self.broker, self.collector, interrupted=self._stopping.is_set)
+        executor = QueueExecutor(
+            self.broker,
+            self.collector,
+            interrupted=self._stopping.is_set,
+            resubmit_after_s=self.resubmit_after_s,
+        )
 
         def work() -> None:
             try:

@@ -37,6 +37,7 @@ from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import add_health_and_metrics
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, make_broker
 from llmrl.common.store import RunRow, RunStore
+from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
 from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
 from llmrl.orchestrator.plugins import load_plugins
 from llmrl.recipes.base import ConfigError, recipe_schemas
@@ -52,6 +53,7 @@ SETTINGS = {
     "token": "bearer token required by the API (default LLMRL_ORCHESTRATOR_TOKEN)",
     "max_body_bytes": "largest accepted request body (default 1 MiB)",
     "claim_idle_s": "seconds before a silent worker's job is handed to another (default 30)",
+    "resubmit_after_s": "seconds without results before a run re-queues lost jobs (default 60)",
 }
 
 
@@ -294,12 +296,18 @@ def build_manager(settings: dict[str, Any]) -> RunManager:
     )
     broker = make_broker(settings.get("redis_url") or cfg.redis_url(), claim_idle)
     store = RunStore(home / "orchestrator.sqlite")
+    resubmit_after = float(
+        settings.get("resubmit_after_s")
+        or os.environ.get("LLMRL_RESUBMIT_AFTER_S")
+        or DEFAULT_RESUBMIT_AFTER_S
+    )
     return RunManager(
         store,
         broker,
         home,
         simulator=_address(settings.get("simulator"), "simulator"),
         llm_gateway=_address(settings.get("llm_gateway"), "llm_gateway"),
+        resubmit_after_s=resubmit_after,
     )
 
 

@@ -21,6 +21,7 @@ from llmrl.orchestrator.launcher import redis_command
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CLAIM_IDLE_S = 1.0  # a SIGKILLed worker's job goes to another worker after this long
+RESUBMIT_AFTER_S = 3.0  # a run that got no results this long re-queues the jobs Redis lost
 
 
 def free_port() -> int:
@@ -47,6 +48,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["LLMRL_PLUGINS"] = "orch_tiny_env"
     env["LLMRL_EXTRA_ENV_MODULES"] = "orch_tiny_env"
     env["LLMRL_CLAIM_IDLE_S"] = str(CLAIM_IDLE_S)
+    env["LLMRL_RESUBMIT_AFTER_S"] = str(RESUBMIT_AFTER_S)
     env["LLMRL_LOG_LEVEL"] = "WARNING"
     env.pop("LLMRL_ORCHESTRATOR_TOKEN", None)
     env.update(extra or {})

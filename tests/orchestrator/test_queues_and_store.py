@@ -72,6 +72,14 @@ def test_touch_keeps_a_busy_consumers_message(broker):
     broker.jobs.ack(delivery)
 
 
+def test_payloads_lists_every_unacknowledged_message(broker):
+    broker.jobs.put_many([{"n": i} for i in range(1005)])  # more than one XRANGE page
+    (taken,) = broker.jobs.get("a", block_s=0.5)
+    broker.jobs.ack(taken)
+    broker.jobs.get("b", block_s=0.5)  # pending, not acknowledged: still listed
+    assert sorted(p["n"] for p in broker.jobs.payloads()) == list(range(1, 1005))
+
+
 def test_done_and_cancelled_flags(broker):
     assert not broker.is_done("r", "evaluate/0")
     broker.mark_done("r", "evaluate/0")

@@ -84,6 +84,16 @@ def test_redis_restarted_mid_run_loses_nothing(stack, client):
     assert_exactly(client, run_id, 30)
 
 
+def test_jobs_lost_by_a_crashed_redis_are_queued_again(stack, client):
+    run_id = submit(client, 30)
+    wait_until(lambda: client.run(run_id)["episodes_stored"] >= 3, 60, "some episodes stored")
+    stack.redis.stop(signal.SIGKILL)  # a crash: the AOF may miss the last second of writes
+    stack.redis.start()
+    with stack.redis.client() as redis_client:
+        redis_client.xtrim("llmrl:jobs", maxlen=0)  # make the loss certain: every queued job
+    assert_exactly(client, run_id, 30)
+
+
 def test_cancel_stops_a_run_and_results_are_downloadable(stack, client):
     run_id = submit(client, 200)
     wait_until(lambda: client.run(run_id)["episodes_stored"] >= 2, 60, "episodes stored")
