@@ -20,15 +20,14 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from llmrl.simulator.client import RemoteWorld
+from llmrl.simulator.service import start_subprocess
 from llmrl.simulator.world import World, env_ids
 
 DEFAULT_ENVS = "SimpleDoorKey,BabyAIText-GoToLocal"
@@ -42,11 +41,8 @@ def free_port() -> int:
 
 def start_server() -> tuple[subprocess.Popen, str]:
     http_port, grpc_port = free_port(), free_port()
-    llmrl = Path(sys.executable).with_name("llmrl")
-    command = [str(llmrl), "serve", "simulator", "--port", str(http_port)]
-    command += ["--grpc-port", str(grpc_port)]
     env = dict(os.environ, LLMRL_LOG_LEVEL="WARNING")
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    process = start_subprocess(http_port, grpc_port, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

@@ -8,7 +8,10 @@ default 64), `grace_s` (seconds open streams get to finish at shutdown, default 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -97,3 +100,26 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         servicer.destroy_all()
         http_server.shutdown()
         log_event(logger, "simulator stopped")
+
+
+# Replaces itself with argv[1:], after asking Linux to SIGTERM it when its parent dies.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM); "  # PR_SET_PDEATHSIG
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def start_subprocess(
+    port: int, grpc_port: int, host: str = "127.0.0.1", **popen_kwargs: Any
+) -> subprocess.Popen:
+    """`llmrl serve simulator` as a child process (tests, benchmarks).
+
+    On Linux the child is stopped when this process dies, even by SIGKILL, so that a killed
+    test run leaves no server behind.
+    """
+    command = [str(Path(sys.executable).with_name("llmrl")), "serve", "simulator"]
+    command += ["--host", host, "--port", str(port), "--grpc-port", str(grpc_port)]
+    if sys.platform == "linux":
+        command = [sys.executable, "-c", _DIE_WITH_PARENT, *command]
+    return subprocess.Popen(command, **popen_kwargs)

@@ -10,12 +10,16 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
+
+from llmrl.simulator.service import start_subprocess
 
 HERE = Path(__file__).resolve().parent
 LLMRL = Path(sys.executable).with_name("llmrl")
@@ -26,6 +30,8 @@ class Server:
     address: str  # gRPC host:port
     http: str  # base URL of /health and /metrics
     process: subprocess.Popen
+    stdout: IO[str]
+    stderr: IO[str]
 
     def health(self) -> dict:
         with urllib.request.urlopen(f"{self.http}/health", timeout=5) as response:
@@ -49,18 +55,18 @@ def start_server() -> Server:
         LLMRL_EXTRA_ENV_MODULES="simtest_envs",
         PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
     )
-    process = subprocess.Popen(
-        [str(LLMRL), "serve", "simulator", "--port", str(http_port), "--grpc-port", str(grpc_port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # Files, not pipes: nobody reads a pipe while the server runs, and a full one blocks it.
+    stdout = tempfile.TemporaryFile("w+")  # noqa: SIM115  closed by stop_server
+    stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115
+    process = start_subprocess(http_port, grpc_port, env=env, stdout=stdout, stderr=stderr)
+    server = Server(
+        f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}", process, stdout, stderr
     )
-    server = Server(f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}", process)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"simulator exited at start: {process.communicate()[1][-2000:]}")
+            stderr.seek(0)
+            raise RuntimeError(f"simulator exited at start: {stderr.read()[-2000:]}")
         try:
             if server.health()["status"] == "ok":
                 return server
@@ -71,13 +77,19 @@ def start_server() -> Server:
 
 
 def stop_server(server: Server) -> tuple[int, str, str]:
+    """SIGTERM the server; returns its exit code, stdout and stderr."""
     server.process.terminate()
     try:
-        stdout, stderr = server.process.communicate(timeout=20)
+        server.process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         server.process.kill()
-        stdout, stderr = server.process.communicate()
-    return server.process.returncode, stdout, stderr
+        server.process.wait()
+    outputs = []
+    for stream in (server.stdout, server.stderr):
+        stream.seek(0)
+        outputs.append(stream.read())
+        stream.close()
+    return server.process.returncode, outputs[0], outputs[1]
 
 
 def rollout(world, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
