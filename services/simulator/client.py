@@ -56,17 +56,14 @@ class RemoteWorld:
         try:
             response = self._send(
                 dm_env_rpc_pb2.CreateWorldRequest(
-                    settings={k: tensor_utils.pack_tensor(v) for k, v in settings.items()}
+                    settings={k: _setting_tensor(k, v) for k, v in settings.items()}
                 )
             )
             self.world_name = response.world_name
             specs = self._send(dm_env_rpc_pb2.JoinWorldRequest(world_name=self.world_name)).specs
-        except grpc.RpcError as exc:
+        except ConnectionError as exc:
             self.close()
-            raise ConnectionError(
-                f"no simulator answers at {address} ({exc.code().name}); "
-                "start one with `llmrl serve simulator`"
-            ) from None
+            raise ConnectionError(f"{exc}; start one with `llmrl serve simulator`") from None
         except BaseException:
             self.close()
             raise
@@ -87,6 +84,10 @@ class RemoteWorld:
             return self._connection.send(request)
         except error.DmEnvRpcError as exc:
             raise _as_world_error(exc) from None
+        except grpc.RpcError as exc:  # the server is unreachable or went away
+            raise ConnectionError(
+                f"no simulator answers at {self.address} ({exc.code().name})"
+            ) from None
 
     def _requested(self, observations: Iterable[str] | None) -> list[int]:
         if observations is None:
@@ -170,6 +171,15 @@ class RemoteWorld:
 
     def __repr__(self) -> str:
         return f"RemoteWorld({self.address!r}, env={self.env!r}, num_envs={self.num_envs})"
+
+
+def _setting_tensor(name: str, value: Any) -> dm_env_rpc_pb2.Tensor:
+    try:
+        return tensor_utils.pack_tensor(value)
+    except (TypeError, ValueError):
+        raise WorldError(
+            name, f"cannot send {value!r} as a setting (numbers, strings, lists)"
+        ) from None
 
 
 def _pack_into(tensor: dm_env_rpc_pb2.Tensor, name: str, value: np.ndarray) -> None:

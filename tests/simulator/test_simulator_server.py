@@ -177,9 +177,23 @@ def test_step_on_a_destroyed_world_is_an_error(sim_server, bystander):
     still_serving(bystander)
 
 
-def test_closed_remote_world_and_unreachable_server():
-    with pytest.raises(ConnectionError, match="no simulator answers"):
+def test_unreachable_server_and_unsendable_settings(sim_server):
+    with pytest.raises(
+        ConnectionError, match=r"no simulator answers at 127\.0\.0\.1:1 .*llmrl serve"
+    ):
         RemoteWorld("127.0.0.1:1", "SimTestCorridor")
+    with pytest.raises(WorldError, match=r"^length: cannot send"):
+        RemoteWorld(sim_server.address, "SimTestCorridor", length={"a": 1})
+
+
+def test_server_going_away_mid_episode_raises_connection_error():
+    server = start_server()
+    world = RemoteWorld(server.address, "SimTestCorridor", num_envs=2)
+    world.reset()
+    stop_server(server)
+    with pytest.raises(ConnectionError, match="no simulator answers"):
+        world.step([0, 0])
+    world.close()  # still safe
 
 
 def wait_for_worlds(server, count: int) -> int:
