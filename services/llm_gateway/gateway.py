@@ -79,6 +79,10 @@ class Gateway:
     ) -> None:
         self.settings = load_settings(settings)
         self.mode = mode
+        if self.settings.torch_threads is not None:
+            import torch
+
+            torch.set_num_threads(self.settings.torch_threads)
         self.ledger = Ledger()
         self.metrics = GatewayMetrics(self.ledger)
         self.cache = make_cache(self.settings.cache, mode)

@@ -80,6 +80,9 @@ class Limits(_Strict):
 class GatewaySettings(_Strict):
     default_model: str = "smollm2"
     default_embedding_model: str = "minilm"
+    # torch intra-op threads for local models (process-wide). None leaves torch's default
+    # (all cores); on a busy shared machine 1 is much faster (busy-waiting thread pools).
+    torch_threads: int | None = Field(None, ge=1)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)
     cache: CacheSettings = Field(default_factory=CacheSettings)
