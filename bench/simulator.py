@@ -113,9 +113,9 @@ def main() -> None:
     parser.add_argument("--envs", default=DEFAULT_ENVS, help="comma-separated env ids")
     parser.add_argument("--sizes", default="1,8,32", help="envs per world, comma-separated")
     parser.add_argument(
-        "--seconds", type=float, default=0.5, help="about how long one round takes in-process"
+        "--seconds", type=float, default=0.3, help="about how long one round takes in-process"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="rounds per mode (best is kept)")
+    parser.add_argument("--rounds", type=int, default=8, help="rounds per mode (best is kept)")
     parser.add_argument("--workers", type=int, default=2, help="server workers when sharded")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
