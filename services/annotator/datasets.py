@@ -133,8 +133,16 @@ def score_queries(
 
 
 # -- building datasets --------------------------------------------------------------------
-def _prompt(call: LlmCall) -> list[dict[str, str]]:
-    return [{"role": m["role"], "content": m["content"]} for m in call.messages]
+def _prompt(call: LlmCall) -> list[dict[str, Any]]:
+    """The query's messages; assistant turns inside the prompt (few-shot examples) get
+    `"weight": 0`, so fine-tuning trains only on the final answer (OpenAI's convention)."""
+    messages: list[dict[str, Any]] = []
+    for m in call.messages:
+        message: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+        if m["role"] == "assistant":
+            message["weight"] = 0
+        messages.append(message)
+    return messages
 
 
 def _prompt_key(messages: list[dict[str, str]]) -> str:

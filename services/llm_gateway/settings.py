@@ -8,6 +8,7 @@ merged over it; models are merged by name. `print_models(config_file)` backs `ll
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from llmrl.common import config as common_config
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
 
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
+CONFIG_ENV_VAR = "LLMRL_LLM_GATEWAY_CONFIG"  # a YAML file merged over the defaults
 
 
 class _Strict(BaseModel):
@@ -133,10 +135,14 @@ def _merge(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict
 def load_settings(
     settings: dict[str, Any] | GatewaySettings | None = None, config_file: str | Path | None = None
 ) -> GatewaySettings:
-    """Defaults, then the YAML file, then `settings` (a dict of overrides) merged over them."""
+    """Defaults, then the YAML file (`config_file`, else $LLMRL_LLM_GATEWAY_CONFIG), then
+    `settings` (a dict of overrides) merged over them."""
     if isinstance(settings, GatewaySettings):
         return settings
     data = common_config.load_yaml(DEFAULTS_FILE)
+    # the process's gateway configuration file, so that every in-process gateway (embedded
+    # runs, their rollout workers, the learner finding a model's weights) sees one model set
+    config_file = config_file or os.environ.get(CONFIG_ENV_VAR) or None
     if config_file is not None:
         _merge(data, common_config.load_yaml(config_file))
     overrides = copy.deepcopy(settings or {})

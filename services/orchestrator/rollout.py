@@ -73,6 +73,9 @@ class EpisodeDriver:
     # where the environment has them; reward, discount and step_type always come.
     observations: tuple[str, ...] = ()
     optional_observations: tuple[str, ...] = ("text", "skill_status", "success")
+    # Entries copied into every `StepRecord.info` after its step and, as numbers, the last
+    # observation's into `EpisodeRecord.metrics` (e.g. the counters an annotator scores).
+    record_observations: tuple[str, ...] = ()
 
     def reset(self) -> None:
         pass
@@ -242,6 +245,16 @@ def _first(batch: dict[str, np.ndarray]) -> dict[str, Any]:
     return single
 
 
+def _recorded(observation: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The entries `names` of one env's observation that it has, as JSON-ready values."""
+    recorded = {}
+    for name in names:
+        if name in observation:
+            value = observation[name]
+            recorded[name] = value.tolist() if isinstance(value, np.ndarray) else value
+    return recorded
+
+
 def run_episode(job: EpisodeJob, resources: RolloutResources) -> EpisodeRecord:
     """Play one episode of `job` and return its record (the one rollout loop of llmrl)."""
     driver = make_driver(job.policy, resources, job)
@@ -252,6 +265,7 @@ def run_episode(job: EpisodeJob, resources: RolloutResources) -> EpisodeRecord:
             [
                 *driver.observations,
                 *(name for name in driver.optional_observations if name in available),
+                *(name for name in driver.record_observations if name in available),
                 *WORLD_ENTRIES,
             ]
         )
@@ -287,6 +301,7 @@ def run_episode(job: EpisodeJob, resources: RolloutResources) -> EpisodeRecord:
         if "skill_status" in obs:
             step.info["skill_status"] = int(obs["skill_status"])
         step.info.update(decision.info)
+        step.info.update(_recorded(obs, driver.record_observations))
         record.steps.append(step)
         record.episode_return += step.reward
         last_reward = step.reward
@@ -300,6 +315,9 @@ def run_episode(job: EpisodeJob, resources: RolloutResources) -> EpisodeRecord:
         record.success = bool(obs["success"])
     else:
         record.success = terminated and last_reward > 0
+    for name, value in _recorded(obs, driver.record_observations).items():
+        if isinstance(value, (int, float)):
+            record.metrics[name] = float(value)
     calls = record.llm_calls
     record.metrics.update(
         {

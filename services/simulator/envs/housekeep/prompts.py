@@ -72,6 +72,9 @@ class ParsedPlan:
     skills: list[str] = field(default_factory=list)  # well-formed skills, canonical phrasing
     unparsable: list[str] = field(default_factory=list)  # lines that are no skill
     done: bool = False  # the planner said "mission complete"
+    # every line in the planner's order: the canonical skill, or the raw line when it is none
+    # (an executor charges those as failed steps)
+    lines: list[str] = field(default_factory=list)
 
 
 _BULLET = re.compile(r"^\s*(?:step\s*)?(?:\d+\s*[.):]|[-*•])\s*", re.IGNORECASE)
@@ -89,6 +92,8 @@ def parse_plan(text: str) -> ParsedPlan:
             break
         try:
             parsed.skills.append(parse_skill(line).phrase())
+            parsed.lines.append(parsed.skills[-1])
         except InvalidSkillError:
             parsed.unparsable.append(raw.strip())
+            parsed.lines.append(raw.strip())
     return parsed

@@ -1,0 +1,426 @@
+"""`llm-personalize`: align an LLM planner with a household's preferences (Han et al. 2024).
+
+Per run, on the Housekeep simulator (real scenes from `data_dir`, else procedural houses):
+
+    evaluate/zero-shot   the base model plans (greedy) on every evaluation episode
+    demonstrate          the demonstrator plays the training episodes; its plans are logged
+                         as the queries the LLM planner would have made
+    annotate/0           annotator: bootstrapping SFT data (OpenAI chat JSONL + statistics)
+    train/0              LoRA SFT -> adapter version 0 ("bootstrap")
+    evaluate/0
+    for k in 1..rounds:  self-training
+      collect/k          the current model plans with sampling on the training episodes
+      annotate/k         annotator: reward-scored, placement-improving, de-duplicated queries
+      train/k            LoRA SFT from version k-1 on round k's data (+ the bootstrap data,
+                         `replay_bootstrap`) -> version k
+      evaluate/k
+    report               per scene and split: success rate per stage; PNG plot per round
+
+Every phase is persisted (outputs in the run store, episodes stored one by one), so a run
+interrupted anywhere resumes at the first unfinished phase. Adapters are written where the
+gateway finds them (`$LLMRL_HOME/adapters/<model>/<adapter>/<version>`) and served as
+`<model>:<adapter>@<version>` without a restart.
+
+Evaluation episodes per scene: "train" = training episodes 0..eval_episodes-1 (the ones
+demonstrated and collected on), "held-out" = episodes train_episodes.. (never trained on).
+
+    llmrl run llm-personalize rounds=2 train_episodes=10 eval_episodes=5
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.registry import registry
+from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
+from llmrl.recipes.llm_personalize import driver as _driver  # registers the policy kind
+from llmrl.recipes.llm_personalize.report import plot_rounds, stage_rows
+
+ENV = "Housekeep"
+PROCEDURAL = "procedural"
+SHARED_DATA = Path("../shared/data/housekeep")
+HELD_OUT_SEED_OFFSET = 100_000  # procedural houses: held-out houses never meet training ones
+ZERO_SHOT = "zero-shot"
+
+
+def default_data_dir() -> str | None:
+    """$LLMRL_HOUSEKEEP_DATA, else ../shared/data/housekeep if present, else None (procedural)."""
+    value = os.environ.get("LLMRL_HOUSEKEEP_DATA")
+    if value:
+        return value
+    return str(SHARED_DATA.resolve()) if (SHARED_DATA / "data.npy").exists() else None
+
+
+def stage_name(stage: int | str) -> str:
+    """ "zero-shot", "bootstrap" (stage 0), "round k"."""
+    if stage == ZERO_SHOT:
+        return ZERO_SHOT
+    return "bootstrap" if int(stage) == 0 else f"round {stage}"
+
+
+class LlmPersonalizeConfig(RecipeConfig):
+    data_dir: str | None = Field(
+        default_factory=default_data_dir,
+        description="Housekeep data directory ('procedural' or null: generated houses).",
+    )
+    scenes: list[str] | None = Field(
+        None, description="Scenes to personalise to (default: the data's val scenes)."
+    )
+    train_episodes: int = Field(10, ge=1, description="Training episodes per scene.")
+    eval_episodes: int = Field(5, ge=1, description="Evaluation episodes per scene and split.")
+    collect_samples: int = Field(
+        2, ge=1, description="Sampled episodes per training episode in each self-training round."
+    )
+    rounds: int = Field(2, ge=0, le=20, description="Self-training rounds (K).")
+    model: str = Field("smollm2", description="Gateway model to personalise (hf backend).")
+    few_shot: bool = Field(True, description="Put the worked example into every prompt.")
+    max_steps: int = Field(40, ge=1, description="Skill steps per episode (the env's limit).")
+    max_tokens: int = Field(96, ge=8, description="Tokens per planner answer.")
+    collect_temperature: float = Field(
+        0.7, ge=0, description="Sampling temperature while collecting self-training data."
+    )
+    demo_plan_length: int = Field(
+        6, ge=1, description="Skills per demonstrator plan (the length of the SFT targets)."
+    )
+    replay_bootstrap: bool = Field(
+        True, description="Self-training rounds also train on the bootstrap data."
+    )
+    sft_steps: int | None = Field(None, ge=1, description="SFT steps (default: sft_epochs).")
+    sft_epochs: float = Field(2.0, gt=0, description="SFT passes over the data.")
+    sft_batch_size: int = Field(4, ge=1, description="SFT batch size.")
+    sft_lr: float = Field(2e-4, gt=0, description="SFT learning rate.")
+    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
+    sft_bf16: bool | None = Field(
+        None, description="bf16 autocast during SFT (null: where bf16 is native)."
+    )
+    num_envs: int = Field(4, ge=1, le=64, description="Episodes played at once.")
+    seed: int = Field(0, ge=0, description="Seed of houses, sampling and SFT.")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: str | None) -> str | None:
+        if value in (None, "", PROCEDURAL, "none", "null"):
+            return None
+        from llmrl.simulator.envs.housekeep.data import check_data_dir
+
+        return str(check_data_dir(value))
+
+    @model_validator(mode="after")
+    def _scenes(self) -> LlmPersonalizeConfig:
+        if self.data_dir is None:
+            if self.scenes not in (None, [PROCEDURAL]):
+                raise ValueError("scenes: procedural houses have no scenes (set data_dir)")
+            return self
+        from llmrl.simulator.envs.housekeep.data import available_scenes
+
+        scenes = available_scenes(self.data_dir)
+        if self.scenes is None:
+            return self
+        unknown = [s for s in self.scenes if s not in scenes]
+        if unknown:
+            raise ValueError(f"scenes: unknown {unknown}; scenes in data_dir: {', '.join(scenes)}")
+        return self
+
+    def scene_list(self) -> list[str]:
+        if self.data_dir is None:
+            return [PROCEDURAL]
+        if self.scenes:
+            return list(self.scenes)
+        from llmrl.simulator.envs.housekeep.data import split_scenes
+
+        return split_scenes(self.data_dir, "val")
+
+
+@registry.register_recipe(
+    "llm-personalize", "LLM-Personalize: bootstrap an LLM planner, then iterative self-training"
+)
+class LlmPersonalize(Recipe):
+    Config = LlmPersonalizeConfig
+    config: LlmPersonalizeConfig
+
+    def phases(self) -> list[Phase]:
+        phases = [
+            Phase(f"evaluate/{ZERO_SHOT}", self._evaluate(ZERO_SHOT), "the base model"),
+            Phase("demonstrate", self.demonstrate, "demonstrations on the training episodes"),
+            Phase("annotate/0", self._annotate(0), "bootstrap SFT data"),
+            Phase("train/0", self._train(0), "LoRA SFT on demonstrations"),
+            Phase("evaluate/0", self._evaluate(0), "the bootstrapped model"),
+        ]
+        for k in range(1, self.config.rounds + 1):
+            phases += [
+                Phase(f"collect/{k}", self._collect(k), "the current model, sampling"),
+                Phase(f"annotate/{k}", self._annotate(k), "self-training selection"),
+                Phase(f"train/{k}", self._train(k), "LoRA SFT on the selection"),
+                Phase(f"evaluate/{k}", self._evaluate(k), f"round {k}"),
+            ]
+        phases.append(Phase("report", self.report, "per-round table and plot"))
+        return phases
+
+    # -- episodes -------------------------------------------------------------------------
+    def _env_kwargs(self, scene: str, episode: int) -> dict[str, Any]:
+        cfg = self.config
+        if cfg.data_dir is None:
+            return {"max_steps": cfg.max_steps}
+        return {
+            "data_dir": cfg.data_dir,
+            "scene": scene,
+            "episode": episode,
+            "max_steps": cfg.max_steps,
+        }
+
+    def _seed(self, episode: int, held_out: bool = False, sample: int = 0) -> int:
+        """The reset seed; for procedural houses it is what picks the house."""
+        base = self.config.seed + episode + (HELD_OUT_SEED_OFFSET if held_out else 0)
+        return base + 1_000_000 * sample
+
+    def eval_set(self) -> list[tuple[str, str, int]]:
+        """(scene, split, episode index) of every evaluation episode, in job order."""
+        cfg = self.config
+        items = []
+        for scene in cfg.scene_list():
+            n_train = min(cfg.eval_episodes, cfg.train_episodes)
+            items += [(scene, "train", i) for i in range(n_train)]
+            items += [(scene, "held-out", cfg.train_episodes + i) for i in range(cfg.eval_episodes)]
+        return items
+
+    def _llm_policy(self, model: str, temperature: float = 0.0, seed: int | None = None):
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "few_shot": cfg.few_shot,
+            "max_tokens": cfg.max_tokens,
+            "temperature": temperature,
+            "tag": "llm-personalize/planner",
+        }
+        if seed is not None:
+            kwargs["seed"] = seed
+        return {"kind": _driver.POLICY_KIND, "name": "housekeep-llm", "kwargs": kwargs}
+
+    def model_at(self, ctx: RunContext, stage: int | str) -> str:
+        """The gateway model of a stage: the base model, or the adapter train/<stage> made."""
+        if stage == ZERO_SHOT:
+            return self.config.model
+        return str(ctx.phase_outputs(f"train/{stage}")["model"])
+
+    def _evaluate(self, stage: int | str):
+        def run(ctx: RunContext) -> dict[str, Any]:
+            phase = f"evaluate/{stage}"
+            model = self.model_at(ctx, stage)
+            items = self.eval_set()
+            jobs = [
+                ctx.episode_job(
+                    phase,
+                    i,
+                    env=ENV,
+                    seed=self._seed(episode, held_out=split == "held-out"),
+                    policy=self._llm_policy(model),
+                    env_kwargs=self._env_kwargs(scene, episode),
+                )
+                for i, (scene, split, episode) in enumerate(items)
+            ]
+            records = ctx.run_episodes(phase, jobs, parallel=self.config.num_envs)
+            groups = summarize_groups(items, records)
+            overall = summarize(records)
+            ctx.set_summary(**{f"success_rate/{stage_name(stage)}": overall["success_rate"]})
+            return {"model": model, "groups": groups, "overall": overall}
+
+        return run
+
+    def _training_jobs(
+        self, ctx: RunContext, phase: str, policy_for: Any, samples: int
+    ) -> list[Any]:
+        cfg = self.config
+        jobs = []
+        for scene in cfg.scene_list():
+            for episode in range(cfg.train_episodes):
+                for sample in range(samples):
+                    seed = self._seed(episode, sample=sample)
+                    jobs.append(
+                        ctx.episode_job(
+                            phase,
+                            len(jobs),
+                            env=ENV,
+                            seed=seed,
+                            policy=policy_for(seed),
+                            env_kwargs=self._env_kwargs(scene, episode),
+                        )
+                    )
+        return jobs
+
+    def demonstrate(self, ctx: RunContext) -> dict[str, Any]:
+        cfg = self.config
+        policy = {
+            "kind": _driver.POLICY_KIND,
+            "name": "housekeep-demonstrator",
+            "kwargs": {"max_plan_length": cfg.demo_plan_length},
+            "few_shot": cfg.few_shot,
+        }
+        jobs = self._training_jobs(ctx, "demonstrate", lambda seed: policy, samples=1)
+        records = ctx.run_episodes("demonstrate", jobs, parallel=cfg.num_envs)
+        return summarize(records)
+
+    def _collect(self, k: int):
+        def run(ctx: RunContext) -> dict[str, Any]:
+            cfg = self.config
+            model = self.model_at(ctx, k - 1)
+            phase = f"collect/{k}"
+            jobs = self._training_jobs(
+                ctx,
+                phase,
+                lambda seed: self._llm_policy(model, cfg.collect_temperature, seed),
+                samples=cfg.collect_samples,
+            )
+            records = ctx.run_episodes(phase, jobs, parallel=cfg.num_envs)
+            return {"model": model, **summarize(records)}
+
+        return run
+
+    # -- data and training ------------------------------------------------------------------
+    def _annotate(self, k: int):
+        def run(ctx: RunContext) -> dict[str, Any]:
+            from llmrl.annotator.datasets import (
+                build_bootstrap_dataset,
+                build_self_training_dataset,
+            )
+
+            out = ctx.out_dir / "datasets"
+            if k == 0:
+                records = ctx.store.episodes(ctx.run_id, phase="demonstrate")
+                built = build_bootstrap_dataset(records, out, "bootstrap")
+            else:
+                records = ctx.store.episodes(ctx.run_id, phase=f"collect/{k}")
+                built = build_self_training_dataset(records, out, f"round-{k}")
+            ctx.add_artifact(f"datasets/{Path(built['data']).name}", built["data"], "dataset")
+            stats = built["stats_data"]
+            return {"data": built["data"], "examples": stats["examples"], "stats": stats}
+
+        return run
+
+    def adapter_name(self, ctx: RunContext) -> str:
+        return "personalize-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.run_id)
+
+    def _train(self, k: int):
+        def run(ctx: RunContext) -> dict[str, Any]:
+            from llmrl.learner.sft import SftConfig, adapter_dir, base_model_dir, train_lora_sft
+
+            cfg = self.config
+            data = [ctx.phase_outputs(f"annotate/{k}")]
+            if k > 0 and cfg.replay_bootstrap:
+                data.append(ctx.phase_outputs("annotate/0"))
+            files = [d["data"] for d in data if d["examples"] > 0]
+            previous = None if k == 0 else ctx.phase_outputs(f"train/{k - 1}")
+            if not files:  # nothing selected: this round keeps the previous model
+                model = cfg.model if previous is None else previous["model"]
+                return {"model": model, "skipped": "no training examples", "examples": 0}
+            name = self.adapter_name(ctx)
+            target = adapter_dir(cfg.model, name, k)
+            result = train_lora_sft(
+                SftConfig(
+                    data=files,
+                    base_model=str(base_model_dir(cfg.model)),
+                    out_dir=str(target),
+                    init_adapter=(previous or {}).get("adapter_dir"),
+                    steps=cfg.sft_steps,
+                    epochs=cfg.sft_epochs,
+                    batch_size=cfg.sft_batch_size,
+                    learning_rate=cfg.sft_lr,
+                    lora_r=cfg.lora_r,
+                    max_length=cfg.sft_max_length,
+                    bf16=cfg.sft_bf16,
+                    seed=cfg.seed + k,
+                )
+            )
+            writer = ctx.tensorboard
+            if writer is not None:
+                for step, loss in enumerate(result.losses):
+                    writer.add_scalar(f"losses/sft_round_{k}", loss, step)
+            return {
+                "model": f"{cfg.model}:{name}@{k}",
+                "adapter_dir": str(target),
+                "examples": result.examples,
+                "dropped_too_long": result.dropped_too_long,
+                "steps": result.steps,
+                "first_loss": result.first_loss,
+                "last_loss": result.last_loss,
+                "seconds": round(result.seconds, 1),
+            }
+
+        return run
+
+    # -- report -----------------------------------------------------------------------------
+    def stages(self) -> list[int | str]:
+        return [ZERO_SHOT, *range(self.config.rounds + 1)]
+
+    def report(self, ctx: RunContext) -> dict[str, Any]:
+        cfg = self.config
+        stages = self.stages()
+        evaluations = {stage_name(s): ctx.phase_outputs(f"evaluate/{s}") for s in stages}
+        rows = stage_rows(evaluations)
+        plot = "llm_personalize.png"
+        plot_rounds(rows, list(evaluations), ctx.plot_path(plot))
+        notes = [
+            "success rate (%) = (correctly placed at the end - at the start) / misplaced at "
+            "the start x 100, mean over episodes (can be negative); greedy decoding",
+            f"model {cfg.model}; train = training episodes 0..{cfg.eval_episodes - 1} of each "
+            f"scene, held-out = episodes {cfg.train_episodes}.."
+            f"{cfg.train_episodes + cfg.eval_episodes - 1}",
+        ]
+        for k in range(self.config.rounds + 1):
+            data = ctx.phase_outputs(f"annotate/{k}")
+            train = ctx.phase_outputs(f"train/{k}")
+            loss = (
+                f"loss {train['first_loss']:.3f} -> {train['last_loss']:.3f} in "
+                f"{train['steps']} steps ({train['seconds']} s)"
+                if "steps" in train
+                else train.get("skipped", "")
+            )
+            notes.append(f"{stage_name(k)}: {data['examples']} SFT examples; {loss}")
+        results = Results(
+            title=f"llm-personalize: {self.config.model} on Housekeep",
+            rows=rows,
+            columns=["scene", "episodes", *evaluations],
+            notes=notes,
+            plots=[plot],
+        )
+        ctx.write_results(results)
+        return {"results": "results.json", "rows": rows}
+
+
+# -- figures ----------------------------------------------------------------------------------
+def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Mean rearrangement figures of some episodes (success rate in %)."""
+
+    def mean(name: str) -> float:
+        values = [r.metrics[name] for r in records if name in r.metrics]
+        return float(np.mean(values)) if values else math.nan
+
+    return {
+        "episodes": len(records),
+        "success_rate": mean("success_rate"),
+        "object_success": mean("object_success"),
+        "soft_score": mean("soft_score"),
+        "all_placed": float(np.mean([r.success for r in records])) if records else math.nan,
+        "mean_length": float(np.mean([r.length for r in records])) if records else math.nan,
+        "llm_calls_per_episode": float(np.mean([len(r.llm_calls) for r in records]))
+        if records
+        else math.nan,
+    }
+
+
+def summarize_groups(
+    items: list[tuple[str, str, int]], records: list[EpisodeRecord]
+) -> dict[str, dict[str, Any]]:
+    """Figures per "<scene>|<split>" (records in the order of `items`)."""
+    groups: dict[str, list[EpisodeRecord]] = {}
+    for (scene, split, _), record in zip(items, records, strict=True):
+        groups.setdefault(f"{scene}|{split}", []).append(record)
+    return {key: summarize(group) for key, group in groups.items()}
