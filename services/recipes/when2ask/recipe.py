@@ -318,6 +318,8 @@ class When2Ask(Recipe):
             "paper: Hu et al. 2023 Table 1 (Vicuna planner, 500 episodes)",
         ]
         notes += target_notes(rows, cfg.envs)
+        if cfg.planner != "oracle":
+            notes.append(ledger_note(ctx.llm.usage(ctx.run_id)))
         results = Results(title="when2ask", rows=rows, notes=notes, plots=plots)
         ctx.write_results(results)
         return {"results": "results.json"}
@@ -353,6 +355,18 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
         "tokens_per_episode": tokens / n,
         "cost_per_episode_usd": cost / n,
     }
+
+
+def ledger_note(usage: dict[str, Any]) -> str:
+    """The gateway ledger's totals for the run (training and evaluation queries together)."""
+    requests = usage.get("requests", 0)
+    hits = usage.get("cache_hits", 0)
+    rate = f"{100 * hits / requests:.0f}%" if requests else "n/a"
+    return (
+        f"gateway ledger for this run: {requests} requests, {hits} cache hits ({rate}), "
+        f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} "
+        f"completion tokens, ${usage.get('cost_usd', 0.0):.4f}"
+    )
 
 
 def target_notes(rows: list[dict[str, Any]], envs: list[str]) -> list[str]:
