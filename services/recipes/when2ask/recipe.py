@@ -131,11 +131,43 @@ class When2Ask(Recipe):
         return planner_cls(**kwargs)
 
     # -- training ---------------------------------------------------------------------------
+    def _train_ppo(
+        self, ctx: RunContext, vec_env: Any, name: str, steps: int, policy: str = "MlpPolicy"
+    ) -> dict[str, Any]:
+        """PPO on `vec_env`; saves models/<name>.zip; returns its path and a learning curve."""
+        from llmrl.learner.algorithms.sb3 import train_sb3
+
+        cfg = self.config
+        curve: list[dict[str, float]] = []
+        model_path = ctx.out_dir / "models" / f"{name}.zip"
+        ctx.progress.start(name, steps)
+        try:
+            train_sb3(
+                vec_env,
+                "ppo",
+                total_timesteps=steps,
+                seed=cfg.seed,
+                tensorboard_dir=ctx.out_dir / "tb" / name,
+                save_path=model_path,
+                on_progress=ctx.progress.advance,
+                on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
+                policy=policy,
+                learning_rate=cfg.learning_rate,
+                n_steps=cfg.n_steps,
+                batch_size=min(256, cfg.n_steps * cfg.n_envs),
+                ent_coef=cfg.ent_coef,
+            )
+        finally:
+            ctx.progress.finish()
+            vec_env.close()
+        ctx.add_artifact(f"models/{name}.zip", model_path, kind="model")
+        return {"model": str(model_path), "curve": curve}
+
     def _train(self, env: str):
+        """The asking policy: PPO over mediators, each on its own one-env world."""
+
         def run(ctx: RunContext) -> dict[str, Any]:
             from stable_baselines3.common.vec_env import DummyVecEnv
-
-            from llmrl.learner.algorithms.sb3 import train_sb3
 
             cfg = self.config
 
@@ -150,69 +182,25 @@ class When2Ask(Recipe):
                 )
 
             vec_env = DummyVecEnv([make(i) for i in range(cfg.n_envs)])
-            curve: list[dict[str, float]] = []
-            ctx.progress.start(f"train/{env}", cfg.train_steps)
-            model_path = ctx.out_dir / "models" / f"{env}-asking.zip"
-            try:
-                train_sb3(
-                    vec_env,
-                    "ppo",
-                    total_timesteps=cfg.train_steps,
-                    seed=cfg.seed,
-                    tensorboard_dir=ctx.out_dir / "tb" / f"asking-{env}",
-                    save_path=model_path,
-                    on_progress=ctx.progress.advance,
-                    on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
-                    learning_rate=cfg.learning_rate,
-                    n_steps=cfg.n_steps,
-                    batch_size=min(256, cfg.n_steps * cfg.n_envs),
-                    ent_coef=cfg.ent_coef,
-                )
-            finally:
-                ctx.progress.finish()
-                vec_env.close()
-            ctx.add_artifact(f"models/{env}-asking.zip", model_path, kind="model")
-            return {"model": str(model_path), "curve": curve}
+            return self._train_ppo(ctx, vec_env, f"{env}-asking", cfg.train_steps)
 
         return run
 
     def _train_never(self, env: str):
+        """The never-ask baseline: PPO on low-level actions over one batched world."""
+
         def run(ctx: RunContext) -> dict[str, Any]:
             from stable_baselines3.common.vec_env import VecMonitor
 
-            from llmrl.learner.algorithms.sb3 import train_sb3
             from llmrl.learner.wrappers import FloatObservations
             from llmrl.simulator.vector import WorldVecEnv
 
             cfg = self.config
             world = ctx.make_world(env, num_envs=cfg.n_envs, seed=cfg.seed * 10_000 + 5_000)
             vec_env = VecMonitor(FloatObservations(WorldVecEnv(world, keys=NEVER_ASK_KEYS)))
-            curve: list[dict[str, float]] = []
-            model_path = ctx.out_dir / "models" / f"{env}-never-ask.zip"
-            ctx.progress.start(f"train-never/{env}", cfg.never_ask_steps)
-            try:
-                train_sb3(
-                    vec_env,
-                    "ppo",
-                    total_timesteps=cfg.never_ask_steps,
-                    seed=cfg.seed,
-                    tensorboard_dir=ctx.out_dir / "tb" / f"never-ask-{env}",
-                    save_path=model_path,
-                    on_progress=ctx.progress.advance,
-                    on_episode=lambda t, ep: curve.append(
-                        {"t": t, "r": float(ep.get("r", 0.0)), "queries": 0.0}
-                    ),
-                    policy="MultiInputPolicy",
-                    learning_rate=cfg.learning_rate,
-                    n_steps=cfg.n_steps,
-                    batch_size=min(256, cfg.n_steps * cfg.n_envs),
-                    ent_coef=cfg.ent_coef,
-                )
-            finally:
-                ctx.progress.finish()
-                vec_env.close()
-            ctx.add_artifact(f"models/{env}-never-ask.zip", model_path, kind="model")
-            return {"model": str(model_path), "curve": curve}
+            return self._train_ppo(
+                ctx, vec_env, f"{env}-never-ask", cfg.never_ask_steps, "MultiInputPolicy"
+            )
 
         return run
 
