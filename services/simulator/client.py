@@ -19,7 +19,12 @@ import numpy as np
 from dm_env_rpc.v1 import connection as dm_connection
 from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
 
-from llmrl.simulator.specs import ACTION_UIDS, privileged_names, spaces_from_specs
+from llmrl.simulator.specs import (
+    ACTION_UIDS,
+    privileged_names,
+    spaces_from_specs,
+    unpack_tensor,
+)
 from llmrl.simulator.world import World, WorldError
 
 
@@ -106,10 +111,7 @@ class RemoteWorld:
 
     def _unpack(self, response: dm_env_rpc_pb2.StepResponse) -> dict[str, np.ndarray]:
         names = self._names
-        return {
-            names[uid]: tensor_utils.unpack_tensor(tensor)
-            for uid, tensor in response.observations.items()
-        }
+        return {names[uid]: unpack_tensor(tensor) for uid, tensor in response.observations.items()}
 
     def reset(
         self, seed: int | None = None, observations: Iterable[str] | None = None

@@ -44,7 +44,7 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2, dm_env_rpc_pb2_grpc, tensor_utils
 from google.rpc import status_pb2
 
 from llmrl.common.logs import log_event
-from llmrl.simulator.specs import ACTION_UIDS, world_specs
+from llmrl.simulator.specs import ACTION_UIDS, unpack_tensor, world_specs
 from llmrl.simulator.world import World, WorldError
 
 logger = logging.getLogger("llmrl.simulator.server")
@@ -110,7 +110,7 @@ def _unpack_settings(settings: Any) -> dict[str, Any]:
     values = {}
     for name, tensor in settings.items():
         try:
-            value = tensor_utils.unpack_tensor(tensor)
+            value = unpack_tensor(tensor)
         except (ValueError, TypeError) as exc:
             raise WorldError(name, f"cannot read the setting's tensor: {exc}") from None
         values[name] = value.item() if isinstance(value, np.generic) else value
@@ -392,7 +392,7 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 )
             name = _ACTION_NAMES[uid]
             try:
-                unpacked[name] = tensor_utils.unpack_tensor(tensor)
+                unpacked[name] = unpack_tensor(tensor)
             except (ValueError, TypeError) as exc:
                 raise WorldError(name, f"cannot read the tensor: {exc}") from None
         return unpacked

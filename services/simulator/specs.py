@@ -9,6 +9,7 @@ dm_env_rpc STRING spec cannot hold them).
 from __future__ import annotations
 
 import itertools
+import math
 import string
 from typing import Any
 
@@ -138,3 +139,15 @@ def spaces_from_specs(
     )
     action_space = space_from_spec(specs.actions[ACTION_UIDS["action"]])
     return observation_space, action_space, ACTION_UIDS["skill"] in specs.actions  # type: ignore[return-value]
+
+
+def unpack_tensor(tensor: dm_env_rpc_pb2.Tensor) -> Any:
+    """`tensor_utils.unpack_tensor`, with a fast path for the common case (no broadcasting).
+
+    Raises ValueError/TypeError as the package does for malformed tensors.
+    """
+    flat = tensor_utils.unpack_proto(tensor)
+    shape = tuple(tensor.shape)
+    if shape and flat.size == math.prod(shape) and min(shape) >= 0:
+        return flat.reshape(shape)
+    return tensor_utils.reshape_array(flat, tensor.shape)  # scalars, broadcasts, -1 dims
