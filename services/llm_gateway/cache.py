@@ -4,7 +4,8 @@ The key is the SHA-256 of a canonical JSON document (sorted keys, no whitespace,
 normalised so 0 and 0.0 are the same) holding the operation, backend, model, adapter version,
 every generation parameter and the prompt. Parameters that change the answer are always in the
 key; a request that differs in any of them gets a different key. SQLite backs embedded mode,
-Redis service mode; both expire entries after a TTL.
+Redis service mode; both expire entries after a TTL, and a small in-process LRU in front of
+either serves repeated hits without a round trip.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +140,45 @@ class RedisCache(ResponseCache):
 
     def close(self) -> None:
         self._redis.close()
+
+
+class FrontedCache(ResponseCache):
+    """A small in-process LRU in front of a shared store: repeated hits skip the Redis or
+    SQLite round trip. Cached responses never change once written, so the only staleness to
+    respect is the TTL, which each local entry keeps."""
+
+    def __init__(self, store: ResponseCache, max_entries: int = 10_000) -> None:
+        super().__init__(store.ttl_s)
+        self.store = store
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[float | None, dict[str, Any]]] = OrderedDict()
+
+    def _remember(self, key: str, value: dict[str, Any]) -> None:
+        expires_at = time.monotonic() + self.ttl_s if self.ttl_s > 0 else None
+        with self._lock:
+            self._entries[key] = (expires_at, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                expires_at, value = entry
+                if expires_at is None or expires_at > time.monotonic():
+                    self._entries.move_to_end(key)
+                    return value
+                del self._entries[key]
+        value = self.store.get(key)
+        if value is not None:
+            self._remember(key, value)  # (its remaining TTL in the store may be shorter)
+        return value
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put(key, value)
+        self._remember(key, value)
+
+    def close(self) -> None:
+        self.store.close()

@@ -33,7 +33,14 @@ from llmrl.llm_gateway.api_types import (
     ScoreResult,
 )
 from llmrl.llm_gateway.backends.base import Backend, utf8_token_bound
-from llmrl.llm_gateway.cache import NullCache, RedisCache, ResponseCache, SqliteCache, cache_key
+from llmrl.llm_gateway.cache import (
+    FrontedCache,
+    NullCache,
+    RedisCache,
+    ResponseCache,
+    SqliteCache,
+    cache_key,
+)
 from llmrl.llm_gateway.errors import (
     GatewayError,
     GatewayTimeoutError,
@@ -56,10 +63,13 @@ def make_cache(settings: CacheSettings, mode: Mode) -> ResponseCache:
         backend = "redis" if mode == "service" else "sqlite"
     if backend == "none":
         return NullCache(settings.ttl_s)
+    store: ResponseCache
     if backend == "redis":
-        return RedisCache(settings.redis_url or redis_url(), settings.ttl_s, settings.prefix)
-    path = settings.sqlite_path or str(home_dir() / "llm_cache.sqlite")
-    return SqliteCache(path, settings.ttl_s)
+        store = RedisCache(settings.redis_url or redis_url(), settings.ttl_s, settings.prefix)
+    else:
+        path = settings.sqlite_path or str(home_dir() / "llm_cache.sqlite")
+        store = SqliteCache(path, settings.ttl_s)
+    return FrontedCache(store, settings.memory_entries) if settings.memory_entries else store
 
 
 @dataclass

@@ -72,6 +72,7 @@ class CacheSettings(_Strict):
     sqlite_path: str | None = None
     redis_url: str | None = None
     prefix: str = "llmrl:llm_cache:"
+    memory_entries: int = Field(10_000, ge=0)  # in-process LRU in front (0: none)
 
 
 class Limits(_Strict):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from llmrl.llm_gateway.api_types import GenerateRequest
-from llmrl.llm_gateway.cache import RedisCache, SqliteCache, cache_key
+from llmrl.llm_gateway.cache import FrontedCache, RedisCache, SqliteCache, cache_key
 
 BASE = {
     "messages": [{"role": "user", "content": "hi"}],
@@ -112,8 +112,21 @@ def test_bypass_neither_reads_nor_writes(gateway):
     assert chat(gateway).cached
 
 
-def test_service_mode_uses_redis(make_gateway, redis_url):
-    gw = make_gateway(mode="service", cache={"backend": "auto", "redis_url": redis_url})
-    assert type(gw.cache).__name__ == "RedisCache"
-    assert not chat(gw, max_tokens=3).cached
-    assert chat(gw, max_tokens=3).cached
+def test_service_mode_shares_answers_through_redis(make_gateway, redis_url):
+    settings = {"mode": "service", "cache": {"backend": "auto", "redis_url": redis_url}}
+    first, second = make_gateway(**settings), make_gateway(**settings)
+    assert type(first.cache.store).__name__ == "RedisCache"
+    assert not chat(first, max_tokens=3).cached
+    assert chat(second, max_tokens=3).cached  # another gateway process would hit it too
+
+
+def test_in_process_front_respects_the_ttl(tmp_path):
+    cache = FrontedCache(SqliteCache(tmp_path / "c.sqlite", ttl_s=0.2), max_entries=2)
+    cache.put("a", {"v": 1})
+    cache.store.put("a", {"v": "changed underneath"})  # the front answers without a read
+    assert cache.get("a") == {"v": 1}
+    for key in ("b", "c"):
+        cache.put(key, {"v": key})
+    assert "a" not in cache._entries and cache.get("a") == {"v": "changed underneath"}
+    time.sleep(0.3)
+    assert cache.get("b") is None and cache.get("c") is None
