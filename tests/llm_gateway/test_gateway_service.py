@@ -81,3 +81,15 @@ def test_print_models_lists_models_backends_and_prices(capsys, tmp_path):
     out = capsys.readouterr().out
     for text in ("smollm2", "minilm", "vicuna", "gpt-4o-mini", "0.15", "fallback: smollm2"):
         assert text in out
+
+
+def test_the_example_configuration_is_valid():
+    from pathlib import Path
+
+    from llmrl.llm_gateway.settings import load_settings
+
+    example = Path(__file__).resolve().parents[2] / "configs" / "llm_gateway.yaml"
+    settings = load_settings(config_file=example)
+    assert settings.models["gpt-4o-mini"].fallback == "smollm2"
+    assert settings.price("gpt-4o-mini").prompt == 0.15
+    assert settings.models["smollm2"].backend == "hf"  # merged over the built-in model
