@@ -4,13 +4,14 @@ For each env and each world size N it steps, with random valid actions:
   * `in_process`: a `World` in this process (one loop over the envs);
   * `remote`: a `RemoteWorld` on a server started in its own process (one server process);
   * `remote_sharded`: the same with the world's envs split over `--workers` server workers;
-and reports the ratios remote/in-process. The three are measured in interleaved rounds and
-the best round of each is kept, so that load from other processes hurts them alike. Every
-round replays the same seeded episodes with the same random valid actions.
+and reports the ratios remote/in-process. The three run back to back in many short rounds,
+each replaying the same seeded episodes with the same random valid actions; a ratio is the
+median of the per-round ratios, so that load from other processes (this machine is shared)
+hurts the modes it compares alike. Rates are medians over rounds.
 The last line printed is one JSON object with every figure.
 
     python bench/simulator.py                       # ~2-3 minutes on 2 cores
-    python bench/simulator.py --seconds 3 --rounds 5 --sizes 1,8,32,64
+    python bench/simulator.py --seconds 0.5 --rounds 30 --sizes 1,8,32,64
 """
 
 from __future__ import annotations
@@ -84,24 +85,29 @@ def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace
                 address, env, num_envs=n, seed=0, num_workers=min(args.workers, n)
             ),
         }
-        best = dict.fromkeys(worlds, 0.0)
+        rates: dict[str, list[float]] = {mode: [] for mode in worlds}
         try:
             # as many batches as the in-process world steps in about `seconds`
             rate = steps_per_second(worlds["in_process"], random_actions(worlds["in_process"], 20))
-            batches = max(20, int(args.seconds * rate / n))
+            batches = max(10, int(args.seconds * rate / n))
             actions = random_actions(worlds["in_process"], batches)
             for _ in range(args.rounds):
                 for mode, world in worlds.items():
-                    best[mode] = max(best[mode], steps_per_second(world, actions))
+                    rates[mode].append(steps_per_second(world, actions))
         finally:
             for world in worlds.values():
                 world.close()
-        row = {mode: round(value, 1) for mode, value in best.items()}
-        row["ratio_remote"] = round(best["remote"] / best["in_process"], 3)
-        row["ratio_remote_sharded"] = round(best["remote_sharded"] / best["in_process"], 3)
+        in_process = np.array(rates["in_process"])
+        row: dict[str, float] = {
+            mode: round(float(np.median(values)), 1) for mode, values in rates.items()
+        }
+        for mode in ("remote", "remote_sharded"):
+            # median of per-round ratios: each round's modes ran back to back, under like load
+            paired = np.array(rates[mode]) / in_process
+            row[f"ratio_{mode}"] = round(float(np.median(paired)), 3)
         # what one remote world step costs beyond the in-process step (the gRPC round trip)
         row["remote_overhead_ms"] = round(
-            1000 * n * (1 / best["remote"] - 1 / best["in_process"]), 3
+            float(np.median(1000 * n * (1 / np.array(rates["remote"]) - 1 / in_process))), 3
         )
         results[str(n)] = row
         print(f"{env:>24} N={n:<3} " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
@@ -113,9 +119,9 @@ def main() -> None:
     parser.add_argument("--envs", default=DEFAULT_ENVS, help="comma-separated env ids")
     parser.add_argument("--sizes", default="1,8,32", help="envs per world, comma-separated")
     parser.add_argument(
-        "--seconds", type=float, default=0.3, help="about how long one round takes in-process"
+        "--seconds", type=float, default=0.12, help="about how long one round takes in-process"
     )
-    parser.add_argument("--rounds", type=int, default=8, help="rounds per mode (best is kept)")
+    parser.add_argument("--rounds", type=int, default=15, help="rounds per mode")
     parser.add_argument("--workers", type=int, default=2, help="server workers when sharded")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
