@@ -41,6 +41,8 @@ class DynamicBatcher:
         self.batches_run = 0  # how many groups ran, and how many jobs in all (for tests/bench)
         self.jobs_run = 0
         self._recent_batch_s = 0.0  # moving average of a batch's run time
+        # called after every batch with (kind, jobs, seconds), e.g. to feed a metric
+        self.on_batch: Callable[[str, int, float], None] | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -104,6 +106,8 @@ class DynamicBatcher:
                     continue
                 elapsed = time.monotonic() - started
                 self._recent_batch_s = 0.8 * self._recent_batch_s + 0.2 * elapsed
+                if self.on_batch is not None:
+                    self.on_batch(kind, len(live), elapsed)
                 self.batches_run += 1
                 self.jobs_run += len(live)
                 for job, result in zip(live, results, strict=True):

@@ -127,6 +127,10 @@ class Gateway:
                 log, "model loaded", model=name, backend=config.backend,
                 seconds=round(time.perf_counter() - started, 2),
             )  # fmt: skip
+            batcher = getattr(backend, "batcher", None)
+            if batcher is not None:
+                histogram = self.metrics.batch_size
+                batcher.on_batch = lambda kind, size, _s: histogram.labels(name, kind).observe(size)
             self._backends[name] = backend
             return backend
 

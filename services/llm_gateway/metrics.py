@@ -84,6 +84,13 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.batch_size = Histogram(
+            "llmrl_gateway_batch_size",
+            "Requests coalesced into one forward pass of a local model",
+            ["model", "kind"],
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=self.registry,
+        )
         self.registry.register(_BudgetCollector(ledger))
 
     def render(self) -> bytes:

@@ -76,6 +76,8 @@ def test_concurrent_generation_is_batched_and_matches_sequential(gateway):
         concurrent = [r.texts for r in pool.map(gateway.generate, requests)]
     assert backend.batcher.batches_run - batches_before < len(requests)
     assert concurrent == sequential
+    metrics = gateway.metrics.render().decode()
+    assert 'llmrl_gateway_batch_size_count{kind="generate",model="tiny"}' in metrics
 
 
 def test_stop_strings_and_n(gateway):
