@@ -75,6 +75,19 @@ def steps_per_second(world: Any, actions: np.ndarray) -> float:
     return actions.size / (time.perf_counter() - start)
 
 
+def noop_step_ms(world: Any, repeats: int = 200) -> float:
+    """Median time of a step that moves no env but returns every default entry: the cost of
+    the way to the envs and back, free of the envs' own (load-sensitive) work."""
+    world.reset(seed=0)
+    idle = np.zeros(world.num_envs, dtype=bool)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        world.step(active=idle)
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times))
+
+
 def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace) -> dict:
     results: dict[str, Any] = {}
     for n in sizes:
@@ -94,6 +107,7 @@ def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace
             for _ in range(args.rounds):
                 for mode, world in worlds.items():
                     rates[mode].append(steps_per_second(world, actions))
+            noop_ms = {mode: noop_step_ms(world) for mode, world in worlds.items()}
         finally:
             for world in worlds.values():
                 world.close()
@@ -109,6 +123,8 @@ def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace
         row["remote_overhead_ms"] = round(
             float(np.median(1000 * n * (1 / np.array(rates["remote"]) - 1 / in_process))), 3
         )
+        # the same from no-op steps (stable under load): remote minus in-process, per world step
+        row["noop_overhead_ms"] = round(noop_ms["remote"] - noop_ms["in_process"], 3)
         results[str(n)] = row
         print(f"{env:>24} N={n:<3} " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     return results
