@@ -164,7 +164,7 @@ class Ledger:
     def usage(self, run_id: str) -> dict[str, Any]:
         """Totals of a run, its budget and what is left of it, and totals per tag."""
         with self._lock:
-            run = self._run(run_id)
+            run = self._runs.get(run_id) or _Run()  # asking about a run does not create it
             usd_left, calls_left = self._remaining(run)
             return {
                 "run_id": run_id,

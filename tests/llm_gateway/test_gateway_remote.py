@@ -100,6 +100,8 @@ def test_prices_come_from_the_table_and_count_provider_tokens(remote_gateway):
     expected = (result.prompt_tokens * 0.15 + result.completion_tokens * 0.60) / 1e6
     assert result.cost_usd == pytest.approx(expected) and result.cost_usd > 0
     assert gateway.usage("priced")["cost_usd"] == pytest.approx(expected)
+    completion = gateway.generate(GenerateRequest(prompt="Once upon", model="priced"))
+    assert completion.texts == [" and so on"] and completion.prompt_tokens == 5
     embedded = gateway.embed(EmbedRequest(texts=["a", "bb"], model="remote-embed"))
     assert embedded.vectors.shape == (2, 3) and embedded.cost_usd == pytest.approx(2 * 0.5 / 1e6)
 
