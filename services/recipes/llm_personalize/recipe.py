@@ -276,7 +276,8 @@ class LlmPersonalize(Recipe):
             jobs = self._training_jobs(
                 ctx,
                 phase,
-                lambda seed: self._llm_policy(model, cfg.collect_temperature, seed),
+                # unseeded samples: the gateway batches them (a seeded sample runs alone)
+                lambda seed: self._llm_policy(model, cfg.collect_temperature),
                 samples=cfg.collect_samples,
             )
             records = ctx.run_episodes(phase, jobs, parallel=cfg.num_envs)

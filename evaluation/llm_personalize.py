@@ -1,0 +1,96 @@
+"""LLM-Personalize evaluation: the local SmolLM2 planner personalised to the val scenes.
+
+    .venv/bin/python evaluation/llm_personalize.py                     # small scale
+    .venv/bin/python evaluation/llm_personalize.py --train-episodes 20 --eval-episodes 10
+
+Runs the `llm-personalize` recipe in embedded mode (zero-shot, bootstrap SFT on demonstrations,
+`--rounds` self-training rounds) and checks the issue's target on the mean over the scenes:
+bootstrap beats zero-shot, and round 2 is at least as good as bootstrap, in success rate, on
+the training episodes and on the held-out ones. The table is printed as measured; the exit
+status is 0 whether or not the target holds (--strict: 1 when it does not). A run interrupted
+(Ctrl-C) resumes when started again with the same arguments and --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from llmrl.orchestrator.embedded import run_embedded
+from llmrl.recipes.base import read_results
+
+
+def verdicts(rows: list[dict], rounds: int) -> dict[str, dict[str, bool | None]]:
+    """Per split (the "all" row, else the only scene's): the two comparisons of the target."""
+    scenes = {row["scene"] for row in rows}
+    wanted = "all" if "all" in scenes else next(iter(scenes))
+    last = f"round {min(rounds, 2)}" if rounds else None
+    out = {}
+    for row in rows:
+        if row["scene"] != wanted:
+            continue
+        out[row["episodes"]] = {
+            "bootstrap > zero-shot": row["bootstrap"] > row["zero-shot"],
+            f"{last} >= bootstrap": None if last is None else row[last] >= row["bootstrap"],
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2", help="gateway model (hf backend)")
+    parser.add_argument("--scenes", nargs="+", default=None, help="default: the val scenes")
+    parser.add_argument("--train-episodes", type=int, default=4)
+    parser.add_argument("--eval-episodes", type=int, default=2)
+    parser.add_argument("--collect-samples", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--demo-plan-length", type=int, default=4)
+    parser.add_argument("--few-shot", action="store_true", help="worked example in prompts")
+    parser.add_argument("--sft-epochs", type=float, default=2.0)
+    parser.add_argument("--sft-lr", type=float, default=2e-4)
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("runs/eval-llm-personalize"))
+    parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
+    args = parser.parse_args()
+
+    if args.torch_threads:  # on a busy shared CPU, one thread is much faster (FACTS.md)
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    config = {
+        "model": args.model,
+        "train_episodes": args.train_episodes,
+        "eval_episodes": args.eval_episodes,
+        "collect_samples": args.collect_samples,
+        "rounds": args.rounds,
+        "max_steps": args.max_steps,
+        "max_tokens": args.max_tokens,
+        "demo_plan_length": args.demo_plan_length,
+        "few_shot": args.few_shot,
+        "sft_epochs": args.sft_epochs,
+        "sft_lr": args.sft_lr,
+        "num_envs": args.num_envs,
+        "seed": args.seed,
+    }
+    if args.scenes:
+        config["scenes"] = args.scenes
+    run_embedded("llm-personalize", config, out_dir=args.out, progress=True)
+    results = read_results(args.out)
+    if results is None:
+        print(f"no results in {args.out}", file=sys.stderr)
+        return 1
+    print(results.to_markdown())
+    checks = verdicts(results.rows, args.rounds)
+    met = all(v is not False for split in checks.values() for v in split.values())
+    print(json.dumps({"target_met": met, "checks": checks, "rows": results.rows}, default=float))
+    return 1 if args.strict and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Fixtures: the OpenAI fine-tuning stand-in on a free port of 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from openai_standin import StandinState, create_standin
+
+from llmrl.llm_gateway.service import RestServer
+
+
+@pytest.fixture
+def standin() -> Iterator[tuple[str, StandinState]]:
+    """(base_url, state) of a fresh stand-in server."""
+    state = StandinState()
+    server = RestServer(create_standin(state)).start()
+    yield f"{server.url}/v1", state
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
+    from learner_support import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
