@@ -83,7 +83,9 @@ def start_gateway(
     cache = {"backend": "redis", "redis_url": redis_url} if redis_url else {
         "backend": "sqlite", "sqlite_path": str(workdir / "cache.sqlite")}  # fmt: skip
     config = workdir / "gateway.yaml"
-    config.write_text(yaml.safe_dump({"cache": cache, "torch_threads": torch_threads}))
+    ledger = {"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "memory"}
+    settings = {"cache": cache, "ledger": ledger, "torch_threads": torch_threads}
+    config.write_text(yaml.safe_dump(settings))
     port, grpc_port = free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "llmrl.cli", "serve", "llm_gateway", "--port", str(port),

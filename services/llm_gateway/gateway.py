@@ -49,8 +49,14 @@ from llmrl.llm_gateway.errors import (
     UpstreamError,
 )
 from llmrl.llm_gateway.ledger import Ledger
+from llmrl.llm_gateway.ledger_store import LedgerStore, RedisLedgerStore, SqliteLedgerStore
 from llmrl.llm_gateway.metrics import GatewayMetrics
-from llmrl.llm_gateway.settings import CacheSettings, GatewaySettings, load_settings
+from llmrl.llm_gateway.settings import (
+    CacheSettings,
+    GatewaySettings,
+    LedgerSettings,
+    load_settings,
+)
 
 Mode = Literal["embedded", "service"]
 log = logging.getLogger("llmrl.llm_gateway")
@@ -70,6 +76,19 @@ def make_cache(settings: CacheSettings, mode: Mode) -> ResponseCache:
         path = settings.sqlite_path or str(home_dir() / "llm_cache.sqlite")
         store = SqliteCache(path, settings.ttl_s)
     return FrontedCache(store, settings.memory_entries) if settings.memory_entries else store
+
+
+def make_ledger(settings: LedgerSettings, mode: Mode) -> Ledger:
+    """A ledger saved to SQLite when embedded, to Redis in service mode (or kept in memory)."""
+    backend = settings.backend
+    if backend == "auto":
+        backend = "redis" if mode == "service" else "sqlite"
+    store: LedgerStore | None = None
+    if backend == "redis":
+        store = RedisLedgerStore(settings.redis_url or redis_url(), settings.key)
+    elif backend == "sqlite":
+        store = SqliteLedgerStore(settings.sqlite_path or home_dir() / "llm_ledger.sqlite")
+    return Ledger(store, settings.flush_interval_s)
 
 
 @dataclass
@@ -93,7 +112,7 @@ class Gateway:
             import torch
 
             torch.set_num_threads(self.settings.torch_threads)
-        self.ledger = Ledger()
+        self.ledger = make_ledger(self.settings.ledger, mode)
         self.metrics = GatewayMetrics(self.ledger)
         self.cache = make_cache(self.settings.cache, mode)
         self._backends: dict[str, Backend] = {}
@@ -472,3 +491,4 @@ class Gateway:
             backend.close()
         self._backends.clear()
         self.cache.close()
+        self.ledger.close()

@@ -11,11 +11,15 @@ spent.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError
+from llmrl.llm_gateway.ledger_store import LedgerStore
+
+log = logging.getLogger("llmrl.llm_gateway.ledger")
 
 
 @dataclass
@@ -54,15 +58,69 @@ class Reservation:
 
 
 class Ledger:
-    def __init__(self) -> None:
+    def __init__(self, store: LedgerStore | None = None, flush_interval_s: float = 0.5) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
+        self._store = store
+        self._dirty: set[str] = set()
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if store is not None:
+            for run_id, state in store.load().items():
+                self._runs[run_id] = _Run(
+                    totals=Totals(**state["totals"]),
+                    tags={tag: Totals(**totals) for tag, totals in state["tags"].items()},
+                    budget=Budget(**state["budget"]),
+                )
+            self._flusher = threading.Thread(
+                target=self._flush_loop, args=(flush_interval_s,), name="ledger", daemon=True
+            )
+            self._flusher.start()
 
     def _run(self, run_id: str) -> _Run:
         run = self._runs.get(run_id)
         if run is None:
             run = self._runs[run_id] = _Run()
+        self._dirty.add(run_id)  # every caller of _run is about to change it
         return run
+
+    # -- persistence ------------------------------------------------------------------------
+    def _flush_loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.flush()
+            except Exception as exc:
+                log.warning("cannot save the ledger (will retry): %s", type(exc).__name__)
+
+    def flush(self) -> None:
+        """Save the runs that changed since the last flush."""
+        if self._store is None:
+            return
+        with self._lock:
+            states = {
+                run_id: {
+                    "totals": asdict(self._runs[run_id].totals),
+                    "tags": {t: asdict(v) for t, v in self._runs[run_id].tags.items()},
+                    "budget": asdict(self._runs[run_id].budget),
+                }
+                for run_id in self._dirty
+            }
+            self._dirty.clear()
+        try:
+            self._store.save(states)
+        except Exception:  # storage trouble must not stop accounting; retry next flush
+            with self._lock:
+                self._dirty.update(states)
+            raise
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=10)
+        if self._store is not None:
+            self.flush()
+            self._store.close()
+            self._store = None
 
     # -- budgets --------------------------------------------------------------------------
     def set_budget(self, run_id: str, usd: float | None = None, calls: int | None = None) -> None:
@@ -80,8 +138,7 @@ class Ledger:
 
     def remaining(self, run_id: str) -> tuple[float | None, int | None]:
         with self._lock:
-            run = self._run(run_id)
-            return self._remaining(run)
+            return self._remaining(self._runs.get(run_id) or _Run())
 
     @staticmethod
     def _remaining(run: _Run) -> tuple[float | None, int | None]:

@@ -75,6 +75,14 @@ class CacheSettings(_Strict):
     memory_entries: int = Field(10_000, ge=0)  # in-process LRU in front (0: none)
 
 
+class LedgerSettings(_Strict):
+    backend: Literal["auto", "sqlite", "redis", "memory"] = "auto"  # auto: as the cache
+    sqlite_path: str | None = None  # default: $LLMRL_HOME/llm_ledger.sqlite
+    redis_url: str | None = None  # default: $LLMRL_REDIS_URL
+    key: str = "llmrl:llm_ledger"
+    flush_interval_s: float = Field(0.5, gt=0)
+
+
 class Limits(_Strict):
     max_candidates: int = Field(64, ge=1)
     max_embed_texts: int = Field(2048, ge=1)
@@ -89,6 +97,7 @@ class GatewaySettings(_Strict):
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     limits: Limits = Field(default_factory=Limits)
 
     @model_validator(mode="after")
@@ -125,7 +134,7 @@ class GatewaySettings(_Strict):
 def _merge(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict[str, Any]:
     for key, value in update.items():
         # models are merged by name (and each model's keys over the built-in ones)
-        mergeable = path in ("", "models", "cache", "limits", "prices")
+        mergeable = path in ("", "models", "cache", "ledger", "limits", "prices")
         if mergeable and isinstance(value, dict) and isinstance(base.get(key), dict):
             _merge(base[key], value, f"{path}.{key}" if path else key)
         else:

@@ -3,6 +3,7 @@ a fake OpenAI-compatible provider and a private Redis, all on 127.0.0.1."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,19 @@ from gateway_fake_provider import ProviderState, create_provider
 
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.service import RestServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """LLMRL_HOME in a temporary folder: nothing a test forgets to place lands in ./.llmrl."""
+    home = tmp_path_factory.mktemp("llmrl-home")
+    previous = os.environ.get("LLMRL_HOME")
+    os.environ["LLMRL_HOME"] = str(home)
+    yield home
+    if previous is None:
+        os.environ.pop("LLMRL_HOME", None)
+    else:
+        os.environ["LLMRL_HOME"] = previous
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +82,7 @@ def tiny_settings(tiny_model_dir: Path, tmp_path: Path, **extra: Any) -> dict[st
             }
         },
         "cache": {"backend": "sqlite", "sqlite_path": str(tmp_path / "cache.sqlite")},
+        "ledger": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ledger.sqlite")},
     }
     return deep_merge(settings, extra)
 

@@ -92,3 +92,20 @@ def test_bad_budgets_are_refused_with_the_field(gateway, usd, calls, field):
     with pytest.raises(InvalidRequestError) as caught:
         gateway.set_budget("r", usd=usd, calls=calls)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_totals_and_budgets_survive_a_restart(make_gateway, redis_url, store):
+    ledger = {"backend": store, "redis_url": redis_url, "key": "test:restart-ledger"}
+    request = {"max_tokens": 2, "run_id": "resumed", "tag": "train", "cache": "bypass"}
+    first = make_gateway(ledger=ledger)
+    first.set_budget("resumed", calls=2)
+    first.generate(GenerateRequest(messages=[{"role": "user", "content": "a"}], **request))
+    first.close()  # a restart: what was spent and the budget come back
+    second = make_gateway(ledger=ledger)
+    usage = second.usage("resumed")
+    assert usage["model_calls"] == 1 and usage["tags"]["train"]["model_calls"] == 1
+    assert usage["budget"] == {"usd": None, "calls": 2, "usd_remaining": None, "calls_remaining": 1}
+    second.generate(GenerateRequest(messages=[{"role": "user", "content": "b"}], **request))
+    with pytest.raises(BudgetExceededError):
+        second.generate(GenerateRequest(messages=[{"role": "user", "content": "c"}], **request))

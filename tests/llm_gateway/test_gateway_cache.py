@@ -113,7 +113,11 @@ def test_bypass_neither_reads_nor_writes(gateway):
 
 
 def test_service_mode_shares_answers_through_redis(make_gateway, redis_url):
-    settings = {"mode": "service", "cache": {"backend": "auto", "redis_url": redis_url}}
+    settings = {
+        "mode": "service",
+        "cache": {"backend": "auto", "redis_url": redis_url},
+        "ledger": {"backend": "auto", "redis_url": redis_url, "key": "test:shared-ledger"},
+    }
     first, second = make_gateway(**settings), make_gateway(**settings)
     assert type(first.cache.store).__name__ == "RedisCache"
     assert not chat(first, max_tokens=3).cached
