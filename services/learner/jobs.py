@@ -1,0 +1,190 @@
+"""Fine-tuning jobs run in the background of a service: local LoRA SFT or the OpenAI API.
+
+`FineTuneJobs` keeps the jobs of one process (a learner or annotator service): `submit`
+validates a request and starts it on a worker thread (one job at a time: training takes the
+machine), `get`/`list` report status (`queued`, `running`, `succeeded`, `failed`), the result
+(adapter directory and the gateway model name, or the OpenAI model id) or the error. Jobs are
+also written as JSON under `<jobs_dir>/<job_id>.json`, so their outcome survives a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+log = logging.getLogger("llmrl.learner.jobs")
+
+
+class FineTuneRequest(BaseModel):
+    """What to fine-tune on what; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "openai"] = Field("local", description="local LoRA or OpenAI API")
+    data: list[str] = Field(..., min_length=1, description="chat fine-tuning JSONL files")
+    model: str = Field("smollm2", description="gateway model (local) or OpenAI base model")
+    adapter: str = Field("sft", pattern=r"^[A-Za-z0-9_-]+$", description="local adapter name")
+    version: str = Field("1", pattern=r"^[A-Za-z0-9_.-]+$", description="local adapter version")
+    init_adapter: str | None = Field(None, description="local: continue this adapter directory")
+    steps: int | None = Field(None, ge=1, le=1_000_000)
+    epochs: float = Field(1.0, gt=0, le=100)
+    batch_size: int = Field(4, ge=1, le=512)
+    learning_rate: float = Field(2e-4, gt=0, le=1)
+    lora_r: int = Field(16, ge=1, le=1024)
+    seed: int = Field(0, ge=0)
+    base_url: str | None = Field(None, description="openai: API base URL (None: OpenAI)")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: variable with the key")
+    suffix: str | None = Field(None, max_length=64, description="openai: model name suffix")
+    poll_interval_s: float = Field(10.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _files_exist(self) -> FineTuneRequest:
+        missing = [path for path in self.data if not Path(path).is_file()]
+        if missing:
+            raise ValueError(f"data: no such file(s): {', '.join(missing)}")
+        if self.backend == "openai" and len(self.data) != 1:
+            raise ValueError("data: the openai backend takes exactly one training file")
+        return self
+
+
+class FineTuneJobs:
+    def __init__(self, jobs_dir: str | Path) -> None:
+        self.jobs_dir = Path(jobs_dir)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finetune")
+        for path in sorted(self.jobs_dir.glob("*.json")):  # jobs of an earlier process
+            job = json.loads(path.read_text())
+            if job["status"] in ("queued", "running"):
+                job.update(status="failed", error="interrupted: the service stopped")
+            self._jobs[job["job_id"]] = job
+
+    def submit(self, request: FineTuneRequest) -> dict[str, Any]:
+        job_id = f"ft-{uuid.uuid4().hex[:12]}"
+        job = {
+            "job_id": job_id,
+            "status": "queued",
+            "request": request.model_dump(),
+            "created": time.time(),
+            "result": None,
+            "error": None,
+        }
+        self._update(job)
+        self._pool.submit(self._run, job_id, request)
+        return dict(job)
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return dict(job) if job else None
+
+    def list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(job) for job in self._jobs.values()]
+
+    def wait(self, job_id: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.get(job_id)
+            if job is None or job["status"] in ("succeeded", "failed"):
+                return job or {}
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout_s} s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- the worker --------------------------------------------------------------------------
+    def _update(self, job: dict[str, Any]) -> None:
+        with self._lock:
+            self._jobs[job["job_id"]] = job
+            snapshot = json.dumps(job, indent=2, default=str)
+        path = self.jobs_dir / f"{job['job_id']}.json"
+        path.with_suffix(".tmp").write_text(snapshot + "\n")
+        path.with_suffix(".tmp").replace(path)
+
+    def _run(self, job_id: str, request: FineTuneRequest) -> None:
+        job = self.get(job_id) or {}
+        job.update(status="running", started=time.time())
+        self._update(job)
+        try:
+            result = run_finetune(request)
+        except Exception as exc:  # a job's failure is its outcome, never the service's
+            log.warning("fine-tuning job %s failed: %s", job_id, exc)
+            job.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            job.update(status="succeeded", result=result)
+        job["finished"] = time.time()
+        self._update(job)
+
+
+def run_finetune(request: FineTuneRequest) -> dict[str, Any]:
+    """Run one fine-tuning request to completion; returns what it produced."""
+    if request.backend == "openai":
+        from llmrl.learner.finetune_openai import make_client, openai_finetune
+
+        job = openai_finetune(
+            request.data[0],
+            model=request.model,
+            client=make_client(request.base_url, request.api_key_env),
+            suffix=request.suffix,
+            epochs=None if request.steps else int(request.epochs),
+            seed=request.seed,
+            poll_interval_s=request.poll_interval_s,
+        )
+        return {"fine_tuned_model": job.fine_tuned_model, "openai_job": job.to_dict()}
+    from llmrl.learner.sft import SftConfig, adapter_dir, base_model_dir, train_lora_sft
+
+    target = adapter_dir(request.model, request.adapter, request.version)
+    result = train_lora_sft(
+        SftConfig(
+            data=list(request.data),
+            base_model=str(base_model_dir(request.model)),
+            out_dir=str(target),
+            init_adapter=request.init_adapter,
+            steps=request.steps,
+            epochs=request.epochs,
+            batch_size=request.batch_size,
+            learning_rate=request.learning_rate,
+            lora_r=request.lora_r,
+            seed=request.seed,
+        )
+    )
+    return {
+        "model": f"{request.model}:{request.adapter}@{request.version}",
+        **result.to_dict(),
+    }
+
+
+def jobs_router(jobs: FineTuneJobs, tag: str = "fine-tuning") -> Any:
+    """REST routes over `jobs`: POST / (202, the job), GET / (all), GET /{job_id}."""
+    from fastapi import APIRouter, HTTPException
+
+    router = APIRouter(tags=[tag])
+
+    @router.post("", status_code=202, summary="Start a fine-tuning job")
+    def start_job(request: FineTuneRequest) -> dict[str, Any]:
+        return jobs.submit(request)
+
+    @router.get("", summary="Every fine-tuning job")
+    def list_jobs() -> list[dict[str, Any]]:
+        return jobs.list()
+
+    @router.get("/{job_id}", summary="One fine-tuning job: status, result or error")
+    def get_job(job_id: str) -> dict[str, Any]:
+        job = jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"job_id: no fine-tuning job {job_id!r}")
+        return job
+
+    return router

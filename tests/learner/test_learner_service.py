@@ -1,0 +1,58 @@
+"""The learner service over real HTTP: an OpenAI fine-tuning job (against the stand-in) runs in
+the background and records the resulting model id; its record survives a restart."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+
+from llmrl.learner.service import create_app
+from llmrl.llm_gateway.service import RestServer
+
+EXAMPLE = {
+    "messages": [
+        {"role": "user", "content": "Where does the mug go?"},
+        {"role": "assistant", "content": "1. place mug_1 on counter_1"},
+    ]
+}
+
+
+def wait_done(client: httpx.Client, job_id: str) -> dict:
+    for _ in range(300):
+        job = client.get(f"/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish: {job}")
+
+
+def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeypatch):
+    base_url, _ = standin
+    monkeypatch.setenv("STANDIN_KEY", "sk-secret-value")
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(EXAMPLE) + "\n")
+    request = {"backend": "openai", "data": [str(data)], "model": "gpt-4o-mini",
+               "base_url": base_url, "api_key_env": "STANDIN_KEY", "suffix": "home",
+               "poll_interval_s": 0.01}  # fmt: skip
+    server = RestServer(create_app(tmp_path / "jobs")).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            started = client.post("/jobs", json=request)
+            assert started.status_code == 202, started.text
+            job = wait_done(client, started.json()["job_id"])
+            assert job["status"] == "succeeded", job
+            assert job["result"]["fine_tuned_model"].startswith("ft:gpt-4o-mini:org-standin:home:")
+            # a job that fails (the key variable is unset) is reported, the service goes on
+            failing = client.post("/jobs", json={**request, "api_key_env": "UNSET_KEY_VAR"})
+            failed = wait_done(client, failing.json()["job_id"])
+            assert failed["status"] == "failed" and "UNSET_KEY_VAR" in failed["error"]
+            assert "sk-secret-value" not in json.dumps(client.get("/jobs").json())
+            assert client.post("/jobs", json={"data": [str(data)], "epochs": -1}).status_code == 422
+    finally:
+        server.stop()
+    # a new service process sees the jobs of the earlier one
+    restarted = create_app(tmp_path / "jobs")
+    assert {j["status"] for j in restarted.state.jobs.list()} == {"succeeded", "failed"}
