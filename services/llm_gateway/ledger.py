@@ -11,6 +11,7 @@ spent.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from dataclasses import asdict, dataclass, field
@@ -76,6 +77,7 @@ class Ledger:
                 target=self._flush_loop, args=(flush_interval_s,), name="ledger", daemon=True
             )
             self._flusher.start()
+            atexit.register(self._flush_at_exit)  # the last moments of an embedded run too
 
     def _run(self, run_id: str) -> _Run:
         run = self._runs.get(run_id)
@@ -113,7 +115,14 @@ class Ledger:
                 self._dirty.update(states)
             raise
 
+    def _flush_at_exit(self) -> None:
+        try:
+            self.flush()
+        except Exception as exc:
+            log.warning("cannot save the ledger at exit: %s", type(exc).__name__)
+
     def close(self) -> None:
+        atexit.unregister(self._flush_at_exit)
         self._stop.set()
         if self._flusher is not None:
             self._flusher.join(timeout=10)
