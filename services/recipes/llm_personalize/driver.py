@@ -49,9 +49,15 @@ class HousekeepPlanDriver(EpisodeDriver):
     record_observations = RECORDED
 
     def __init__(
-        self, planner: Planner, unknown_action: int, record_prompts: bool, few_shot: bool
+        self,
+        planner: Planner,
+        unknown_action: int,
+        record_prompts: bool,
+        few_shot: bool,
+        planner_name: str = "",
     ) -> None:
         self.planner = planner
+        self.planner_name = planner_name or type(planner).__name__
         self.observations = tuple(planner.observations)
         self.unknown_action = unknown_action
         self.record_prompts = record_prompts
@@ -86,7 +92,7 @@ class HousekeepPlanDriver(EpisodeDriver):
             messages=build_messages(text, few_shot=self.few_shot),
             response=format_plan(skills, done),
             parsed=list(skills),
-            model=type(self.planner).__name__,
+            model=self.planner_name,
             info={"done": done, "scripted": True},
         )
 
@@ -116,4 +122,5 @@ def _housekeep_driver(
         unknown_action=_layout(job.env_kwargs).unknown_name_action,
         record_prompts=not getattr(planner_cls, "uses_llm", False),
         few_shot=bool(policy.get("few_shot", True)),
+        planner_name=policy["name"],
     )
