@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from llmrl.common.config import home_dir, redis_url
-from llmrl.common.logs import log_event
+from llmrl.common.logs import log_event, redact
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.api_types import (
     ChatResult,
@@ -140,7 +140,7 @@ class Gateway:
             except Exception as exc:
                 log.exception("cannot load model %s", name)
                 raise GatewayError(
-                    f"model {name!r} cannot be loaded: {type(exc).__name__}: {exc}"
+                    redact(f"model {name!r} cannot be loaded: {type(exc).__name__}: {exc}")
                 ) from exc
             log_event(
                 log, "model loaded", model=name, backend=config.backend,
