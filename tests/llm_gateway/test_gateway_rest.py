@@ -164,3 +164,22 @@ def test_embeddings_through_the_openai_client(make_gateway):
     vectors = np.array([d.embedding for d in response.data])
     assert vectors.shape == (2, 384) and response.usage.prompt_tokens > 0
     assert np.allclose(vectors, np.array([d.embedding for d in floats.data]), atol=1e-6)
+
+
+def test_a_model_that_cannot_load_fails_alone(make_gateway, tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    gateway = make_gateway(models={"ghost": {"backend": "hf", "path": missing}})
+    server = RestServer(create_app(gateway)).start()
+    try:
+        body = {"messages": USER, "max_tokens": 2}
+        failed = httpx.post(
+            f"{server.url}/v1/chat/completions", json={**body, "model": "ghost"}, timeout=60
+        )
+        served = httpx.post(
+            f"{server.url}/v1/chat/completions", json={**body, "model": "tiny"}, timeout=60
+        )
+    finally:
+        server.stop()
+    assert failed.status_code == 500
+    assert "model 'ghost' cannot be loaded" in failed.json()["error"]["message"]
+    assert served.status_code == 200 and len(served.json()["choices"]) == 1
