@@ -84,6 +84,8 @@ def test_stop_strings_and_n(gateway):
     request = GenerateRequest(prompt="a b c", max_tokens=12, n=3, cache="bypass")
     full = gateway.generate(request)
     assert len(full.texts) == 3 and len(set(full.texts)) == 1  # greedy: n identical answers
+    single = gateway.generate(GenerateRequest(prompt="a b c", max_tokens=12, cache="bypass"))
+    assert full.completion_tokens == 3 * single.completion_tokens
     text = full.texts[0]
     assert len(text) > 2
     stop = text[len(text) // 2 : len(text) // 2 + 2]

@@ -16,7 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -57,6 +57,17 @@ class _GenJob:
     stop: list[str] | None
 
 
+class _GenGroup(NamedTuple):
+    """What generate requests must share to run in one batch."""
+
+    adapter: str
+    temperature: float
+    top_p: float
+    seed: int | None
+    alone: str | None  # a unique id keeps a seeded sample out of others' batches
+    stops: tuple[str, ...]  # rows of a batch stop early on the same strings
+
+
 @dataclass
 class _ScoreJob:
     prompt_ids: list[int]
@@ -92,7 +103,12 @@ class LocalCausalLM:
     # -- generation ------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(
-        self, jobs: list[_GenJob], temperature: float, top_p: float, seed: int | None
+        self,
+        jobs: list[_GenJob],
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+        stops: tuple[str, ...] = (),
     ) -> list[Generation]:
         """One `generate` call for every row of every job (left-padded batch)."""
         from transformers import GenerationConfig
@@ -116,10 +132,15 @@ class LocalCausalLM:
         )
         if seed is not None:
             torch.manual_seed(seed)
+        stopping: dict[str, Any] = {}
+        if stops:  # stop each row as soon as it ends with a stop string (cut again below)
+            config.stop_strings = list(stops)
+            stopping["tokenizer"] = self.tokenizer
         output = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),
             generation_config=config,
+            **stopping,
         )
         new_tokens = output[:, width:].tolist()
         results, row = [], 0
@@ -322,14 +343,23 @@ class TransformersBackend(Backend):
         self._check_context(len(prompt_ids) + request.max_tokens, "max_tokens")
         if adapter:
             self.adapters.path(adapter)  # unknown adapters fail here, not in the model thread
-        sampling = request.temperature > 0
-        group: Hashable = (adapter, "greedy")
-        if sampling:
+        stops = tuple(sorted(request.stop or ()))
+        if request.temperature > 0:
             # a seeded sample must not depend on what else shares its batch: it runs alone
             alone = uuid.uuid4().hex if request.seed is not None else None
-            group = (adapter, request.temperature, request.top_p, request.seed, alone)
-        job = _GenJob(prompt_ids, request.n, request.max_tokens, request.stop)
-        return self._wait(self.batcher.submit("generate", group, job), timeout_s)
+            group = _GenGroup(
+                adapter, request.temperature, request.top_p, request.seed, alone, stops
+            )
+            job = _GenJob(prompt_ids, request.n, request.max_tokens, request.stop)
+            return self._wait(self.batcher.submit("generate", group, job), timeout_s)
+        # greedy: the n answers are identical, so compute one and repeat it
+        group = _GenGroup(adapter, 0.0, 1.0, None, None, stops)
+        job = _GenJob(prompt_ids, 1, request.max_tokens, request.stop)
+        one = self._wait(self.batcher.submit("generate", group, job), timeout_s)
+        n = request.n
+        return Generation(
+            one.texts * n, one.prompt_tokens, one.completion_tokens * n, one.finish_reasons * n
+        )
 
     def score(self, request: ScoreRequest, adapter: str, timeout_s: float) -> Scores:
         prompt_ids = self._prompt_ids(request)
@@ -364,10 +394,8 @@ class TransformersBackend(Backend):
         with self.adapters.active(adapter):
             if kind == "score":
                 return self.lm.score(jobs)
-            if len(group) == 2:  # type: ignore[arg-type]
-                return self.lm.generate(jobs, 0.0, 1.0, None)
-            _, temperature, top_p, seed, _ = group  # type: ignore[misc]
-            return self.lm.generate(jobs, temperature, top_p, seed)
+            g: _GenGroup = group  # type: ignore[assignment]
+            return self.lm.generate(jobs, g.temperature, g.top_p, g.seed, g.stops)
 
     def close(self) -> None:
         self.batcher.close()
