@@ -192,7 +192,9 @@ class LlmPersonalize(Recipe):
             items += [(scene, "held-out", cfg.train_episodes + i) for i in range(cfg.eval_episodes)]
         return items
 
-    def _llm_policy(self, model: str, temperature: float = 0.0, seed: int | None = None):
+    def _llm_policy(self, model: str, temperature: float = 0.0) -> dict[str, Any]:
+        # sampled queries carry no seed: the gateway batches unseeded samples (a seeded one
+        # runs alone), so collection is not bit-reproducible, evaluation (greedy) is
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": model,
@@ -201,8 +203,6 @@ class LlmPersonalize(Recipe):
             "temperature": temperature,
             "tag": "llm-personalize/planner",
         }
-        if seed is not None:
-            kwargs["seed"] = seed
         return {"kind": _driver.POLICY_KIND, "name": "housekeep-llm", "kwargs": kwargs}
 
     def model_at(self, ctx: RunContext, stage: int | str) -> str:
@@ -236,21 +236,20 @@ class LlmPersonalize(Recipe):
         return run
 
     def _training_jobs(
-        self, ctx: RunContext, phase: str, policy_for: Any, samples: int
+        self, ctx: RunContext, phase: str, policy: dict[str, Any], samples: int
     ) -> list[Any]:
         cfg = self.config
         jobs = []
         for scene in cfg.scene_list():
             for episode in range(cfg.train_episodes):
                 for sample in range(samples):
-                    seed = self._seed(episode, sample=sample)
                     jobs.append(
                         ctx.episode_job(
                             phase,
                             len(jobs),
                             env=ENV,
-                            seed=seed,
-                            policy=policy_for(seed),
+                            seed=self._seed(episode, sample=sample),
+                            policy=policy,
                             env_kwargs=self._env_kwargs(scene, episode),
                         )
                     )
@@ -264,7 +263,7 @@ class LlmPersonalize(Recipe):
             "kwargs": {"max_plan_length": cfg.demo_plan_length},
             "few_shot": cfg.few_shot,
         }
-        jobs = self._training_jobs(ctx, "demonstrate", lambda seed: policy, samples=1)
+        jobs = self._training_jobs(ctx, "demonstrate", policy, samples=1)
         records = ctx.run_episodes("demonstrate", jobs, parallel=cfg.num_envs)
         return summarize(records)
 
@@ -276,8 +275,7 @@ class LlmPersonalize(Recipe):
             jobs = self._training_jobs(
                 ctx,
                 phase,
-                # unseeded samples: the gateway batches them (a seeded sample runs alone)
-                lambda seed: self._llm_policy(model, cfg.collect_temperature),
+                self._llm_policy(model, cfg.collect_temperature),
                 samples=cfg.collect_samples,
             )
             records = ctx.run_episodes(phase, jobs, parallel=cfg.num_envs)
