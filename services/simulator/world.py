@@ -216,6 +216,14 @@ class _EnvBatch:
             getattr(first.unwrapped, "privileged_observations", ())
         )
         self._kinds = {name: _entry_kind(space) for name, space in self.observation_space.items()}
+        # Privileged entries the env computes on request (SkillEnv.compute_privileged).
+        self.on_request = (
+            frozenset(self.privileged)
+            if hasattr(first.unwrapped, "privileged_observation")
+            else frozenset()
+        )
+        for env in self.envs if self.on_request else ():
+            env.unwrapped.compute_privileged = False
 
     def _reset_env(self, i: int, seed: int | None) -> dict[str, Any]:
         if seed is None and not self.started[i] and self.seed is not None:
@@ -293,7 +301,10 @@ class _EnvBatch:
                 out[name] = self.last_step_type.copy()
             else:
                 kind, dtype = self._kinds[name]
-                values = [obs[name] for obs in observations]  # type: ignore[index]
+                if name in self.on_request:
+                    values = [env.unwrapped.privileged_observation(name) for env in self.envs]
+                else:
+                    values = [obs[name] for obs in observations]  # type: ignore[index]
                 if kind == "text":
                     out[name] = np.array(values, dtype=str)
                 elif kind == "scalar":

@@ -36,7 +36,16 @@ class SkillStatus(enum.IntEnum):
 
 
 class SkillEnv(gym.Env):
-    """Base class of environments with skill-level text actions."""
+    """Base class of environments with skill-level text actions.
+
+    Privileged entries (`oracle_plan`, `feasible_skills`...) can be costly. An env that
+    implements `privileged_observation(name)` lets a world compute them only when a client
+    asks for them: the world sets `compute_privileged = False`, the env then leaves those
+    entries empty in its observations, and the world calls `privileged_observation` for the
+    entries a step requested.
+    """
+
+    compute_privileged: bool = True
 
     def skill_names(self) -> list[str]:
         """The skill phrases that are well-formed in this environment (for planners' prompts)."""

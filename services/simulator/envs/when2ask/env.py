@@ -263,6 +263,7 @@ class When2AskEnv(MiniGridEnv, SkillEnv):
 
     def observe(self, skill_status: SkillStatus = SkillStatus.NONE) -> dict[str, Any]:
         carried = self.carried_identity()
+        eager = self.compute_privileged
         return {
             "image": self._image,
             "direction": int(self.agent_dir),
@@ -270,9 +271,17 @@ class When2AskEnv(MiniGridEnv, SkillEnv):
             "mission": self.mission,
             "text": self.knowledge.describe(carried),
             "skill_status": int(skill_status),
-            "oracle_plan": "\n".join(oracle_plan(self)),
-            "feasible_skills": "\n".join(self.feasible_skills()),
+            "oracle_plan": self.privileged_observation("oracle_plan") if eager else "",
+            "feasible_skills": self.privileged_observation("feasible_skills") if eager else "",
         }
+
+    def privileged_observation(self, name: str) -> str:
+        """`oracle_plan` or `feasible_skills` now (see SkillEnv.compute_privileged)."""
+        if name == "oracle_plan":
+            return "\n".join(oracle_plan(self))
+        if name == "feasible_skills":
+            return "\n".join(self.feasible_skills())
+        raise KeyError(f"no privileged observation {name!r}; entries: oracle_plan, feasible_skills")
 
     def feasible_skills(self) -> list[str]:
         """Skills whose controller would take a step now (explore first, then per object)."""
