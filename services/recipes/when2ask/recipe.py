@@ -97,20 +97,26 @@ class When2Ask(Recipe):
     Config = When2AskConfig
     config: When2AskConfig
 
+    def methods(self) -> list[str]:
+        """The methods evaluated, in evaluation order ("learned" first: random-ask uses its
+        ask rate); never-ask only when its PPO baseline is trained (never_ask_steps > 0)."""
+        chosen = set(self.config.methods)
+        if self.config.never_ask_steps == 0:
+            chosen.discard(NEVER_ASK)
+        return [m for m in ("learned", "always", "hard-coded", "random", NEVER_ASK) if m in chosen]
+
     def phases(self) -> list[Phase]:
         phases: list[Phase] = []
-        methods = self.config.methods
+        methods = self.methods()
         for env in self.config.envs:
-            if "learned" in methods or "random" in methods:
+            if "learned" in methods:
                 phases.append(Phase(f"train/{env}", self._train(env), "PPO asking policy"))
-            if NEVER_ASK in methods and self.config.never_ask_steps > 0:
+            if NEVER_ASK in methods:
                 phases.append(Phase(f"train-never/{env}", self._train_never(env), "PPO"))
-            # "learned" before "random": random asks at the learned policy's rate.
-            for method in ("learned", "always", "hard-coded", "random", NEVER_ASK):
-                if method in methods:
-                    phases.append(
-                        Phase(f"evaluate/{env}/{method}", self._evaluate(env, method), method)
-                    )
+            for method in methods:
+                phases.append(
+                    Phase(f"evaluate/{env}/{method}", self._evaluate(env, method), method)
+                )
         phases.append(Phase("report", self.report, "results table and plots"))
         return phases
 
@@ -226,7 +232,7 @@ class When2Ask(Recipe):
 
     def _learned_ask_rate(self, ctx: RunContext, env: str) -> float:
         """The learned policy's ASK rate per step (measured on its evaluation episodes)."""
-        if "learned" in self.config.methods:
+        if "learned" in self.methods():
             return float(ctx.phase_outputs(f"evaluate/{env}/learned")["ask_rate"])
         return 0.1
 
@@ -258,11 +264,7 @@ class When2Ask(Recipe):
         cfg = self.config
         rows = []
         for env in cfg.envs:
-            for method in ("learned", "always", "hard-coded", "random", NEVER_ASK):
-                if method not in cfg.methods:
-                    continue
-                if method == NEVER_ASK and cfg.never_ask_steps == 0:
-                    continue
+            for method in self.methods():
                 summary = ctx.phase_outputs(f"evaluate/{env}/{method}")
                 paper_success, paper_queries = PAPER[env].get(method, (None, None))
                 rows.append(

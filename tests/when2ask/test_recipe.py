@@ -1,0 +1,65 @@
+"""The when2ask recipe end to end in embedded mode, at a tiny scale; its phase plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmrl.orchestrator.embedded import run_embedded
+from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.when2ask.recipe import When2Ask
+
+
+def phase_names(**config) -> list[str]:
+    return [p.name for p in When2Ask(validate_config("when2ask", config)).phases()]
+
+
+def test_phase_plan_follows_the_methods():
+    names = phase_names(envs=["KeyInBox"], never_ask_steps=0)
+    assert names == [
+        "train/KeyInBox",
+        "evaluate/KeyInBox/learned",
+        "evaluate/KeyInBox/always",
+        "evaluate/KeyInBox/hard-coded",
+        "evaluate/KeyInBox/random",
+        "report",
+    ]
+    assert phase_names(envs=["KeyInBox"], methods=["always"]) == [
+        "evaluate/KeyInBox/always",
+        "report",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [({"envs": ["Nope"]}, "envs"), ({"methods": ["sometimes"]}, "methods"), ({"lam": -1}, "lam")],
+)
+def test_bad_config_names_the_field(config, field):
+    with pytest.raises(ConfigError, match=f"config.{field}"):
+        validate_config("when2ask", config)
+
+
+def test_tiny_run_writes_table_plots_and_models(tmp_path):
+    config = {
+        "envs": ["SimpleDoorKey"],
+        "train_steps": 256,
+        "never_ask_steps": 256,
+        "n_envs": 2,
+        "n_steps": 64,
+        "eval_episodes": 3,
+    }
+    run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
+    results = json.loads((tmp_path / "results.json").read_text())
+    methods = [row["method"] for row in results["rows"]]
+    assert methods == ["learned", "always", "hard-coded", "random", "never-ask"]
+    by_method = {row["method"]: row for row in results["rows"]}
+    # Always-ask queries at every step; hard-coded only when forced.
+    assert by_method["always"]["queries/ep"] == pytest.approx(by_method["always"]["steps/ep"])
+    assert by_method["hard-coded"]["queries/ep"] < by_method["always"]["queries/ep"]
+    assert by_method["never-ask"]["queries/ep"] == 0
+    assert any(note.startswith("target on SimpleDoorKey") for note in results["notes"])
+    for name in results["plots"]:
+        assert (tmp_path / name).stat().st_size > 0
+    assert (tmp_path / "models" / "SimpleDoorKey-asking.zip").exists()
+    assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
