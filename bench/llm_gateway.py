@@ -1,6 +1,7 @@
 """LLM gateway figures: cache-hit latency through gRPC and REST, local generation throughput
 with 1, 4 and 8 concurrent clients (dynamic batching) and its ratio to sequential, and the
-latency of scoring 6 candidates after a ~140-token prompt.
+latency of scoring 6 candidates after a ~140-token prompt (cold, and with a prefix shared
+with the previous prompt, as a planner's fixed instructions before a new observation).
 
 The gateway runs as a real service process (`llmrl serve llm_gateway`, default model
 SmolLM2-135M-Instruct, Redis cache on a private redis-server when one is on PATH, else SQLite);
@@ -146,15 +147,36 @@ def throughput(client, clients: int, requests_per_client: int, max_tokens: int, 
             "seconds": round(elapsed, 2), "tokens_per_s": round(tokens / elapsed, 1)}  # fmt: skip
 
 
-def score_latency(client, repeats: int) -> dict[str, float]:
-    prompt_tokens = client.count_tokens(PROMPT_140)
-    client.score(PROMPT_140, CANDIDATES, cache=False)  # warm-up
+SITUATIONS = [
+    "You now carry the red key.",
+    "The red door is open now.",
+    "You see the goal behind the door.",
+    "You dropped the blue ball.",
+    "The green box is empty.",
+    "You stand next to the red door.",
+]
+
+
+def score_latency(client, repeats: int, shared_prefix: bool) -> dict[str, float]:
+    """Median latency of scoring 6 candidates after a ~140-token prompt.
+
+    Cold (`shared_prefix=False`): every prompt differs from its first token, so nothing of an
+    earlier prompt can be reused. Planner-style (`shared_prefix=True`): the same context with a
+    new last sentence each time, as a planner's fixed instructions and a new observation.
+    """
+
+    def prompt(i: int) -> str:
+        if shared_prefix:
+            return f"{PROMPT_140} {SITUATIONS[i % len(SITUATIONS)]} (step {i})"
+        return f"Episode {i}. {PROMPT_140}"
+
+    client.score(prompt(10_000), CANDIDATES, cache=False)  # warm-up
     times = []
-    for _ in range(repeats):
+    for i in range(repeats):
         started = time.perf_counter()
-        client.score(PROMPT_140, CANDIDATES, cache=False, run_id="bench-score")
+        client.score(prompt(i), CANDIDATES, cache=False, run_id="bench-score")
         times.append(time.perf_counter() - started)
-    return {"prompt_tokens": prompt_tokens, "candidates": len(CANDIDATES),
+    return {"prompt_tokens": client.count_tokens(prompt(0)), "candidates": len(CANDIDATES),
             "median_ms": round(median(times) * 1000, 1),
             "min_ms": round(min(times) * 1000, 1)}  # fmt: skip
 
@@ -187,8 +209,12 @@ def main() -> None:
             figures["cache"] = "redis" if redis_url else "sqlite"
             figures["cache_hit"] = cache_hits(client, port, args.hits)
             print("cache hit latency:", figures["cache_hit"], flush=True)
-            figures["score_6_candidates"] = score_latency(client, args.score_repeats)
-            print("score:", figures["score_6_candidates"], flush=True)
+            figures["score_6_candidates"] = score_latency(client, args.score_repeats, False)
+            print("score (cold prompts):", figures["score_6_candidates"], flush=True)
+            figures["score_6_candidates_shared_prefix"] = score_latency(
+                client, args.score_repeats, True
+            )
+            print("score (shared prefix):", figures["score_6_candidates_shared_prefix"], flush=True)
             # warm-up generation (first-call costs), then 1 client = sequential baseline
             throughput(client, 1, 1, 4, "warmup")
             runs = []

@@ -9,6 +9,7 @@ peft into the same base model and switched per batch without reloading the base.
 
 from __future__ import annotations
 
+import copy
 import re
 import uuid
 from collections.abc import Hashable, Iterator
@@ -87,6 +88,7 @@ class LocalCausalLM:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else next(iter(self.eos_ids))
         self.device = next(model.parameters()).device
+        self.prefix_cache = PrefixCache()
 
     # -- prompts ---------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -172,34 +174,27 @@ class LocalCausalLM:
 
     # -- scoring ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def score(self, jobs: list[_ScoreJob]) -> list[list[list[float]]]:
+    def score(self, jobs: list[_ScoreJob], cache_key: str = "") -> list[list[list[float]]]:
         """Log-probabilities of each candidate's tokens after its prompt.
 
         Pass 1 runs every distinct prompt once (left-padded) and keeps its KV cache; pass 2
         runs all candidates of all jobs in one batch on top of their prompt's cache (right
-        padded). Positions are given explicitly so padding never shifts them.
+        padded). Positions are given explicitly so padding never shifts them. A lone prompt
+        that shares a prefix with a recent one (a planner's system prompt and few-shot
+        examples) only runs its new suffix in pass 1 (`PrefixCache`; `cache_key` keeps
+        adapters apart).
         """
         prompt_len = torch.tensor([len(job.prompt_ids) for job in jobs])
-        width = int(prompt_len.max())
-        prompt_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros((len(jobs), width), dtype=torch.long)
-        for i, job in enumerate(jobs):
-            prompt_ids[i, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
-            prompt_mask[i, width - len(job.prompt_ids) :] = 1
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        first = self.model(
-            input_ids=prompt_ids.to(self.device),
-            attention_mask=prompt_mask.to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        next_logprobs = torch.log_softmax(first.logits[:, -1, :].float(), dim=-1)
+        if len(jobs) == 1:
+            first_logits, cache = self._prompt_pass_reusing_prefix(jobs[0].prompt_ids, cache_key)
+            prompt_mask = torch.ones((1, len(jobs[0].prompt_ids)), dtype=torch.long)
+        else:
+            first_logits, cache, prompt_mask = self._prompt_pass(jobs)
+        next_logprobs = torch.log_softmax(first_logits.float(), dim=-1)
 
         owner = [i for i, job in enumerate(jobs) for _ in job.candidate_ids]
         candidates = [c for job in jobs for c in job.candidate_ids]
         owner_index = torch.tensor(owner)
-        cache = first.past_key_values
         cache.reorder_cache(owner_index.to(self.device))  # one copy of the prompt per candidate
         cand_width = max(len(c) for c in candidates)
         cand_ids = torch.full((len(candidates), cand_width), self.pad_id, dtype=torch.long)
@@ -223,6 +218,84 @@ class LocalCausalLM:
             tail = logprobs[row, : len(tokens) - 1].gather(1, target[1:, None]).squeeze(1)
             results[owner[row]].append(torch.cat([head, tail]).tolist())
         return results
+
+    def _prompt_pass(self, jobs: list[_ScoreJob]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Every prompt of the batch, left-padded: (last logits, KV cache, attention mask)."""
+        width = max(len(job.prompt_ids) for job in jobs)
+        prompt_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for i, job in enumerate(jobs):
+            prompt_ids[i, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
+            prompt_mask[i, width - len(job.prompt_ids) :] = 1
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=prompt_ids.to(self.device),
+            attention_mask=prompt_mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :], out.past_key_values, prompt_mask
+
+    def _prompt_pass_reusing_prefix(self, ids: list[int], cache_key: str) -> tuple[Any, Any]:
+        """One prompt: run only what follows the longest cached prefix; remember the result."""
+        start, cache = self.prefix_cache.lookup(cache_key, ids)
+        if cache is None:
+            start = 0
+        out = self.model(
+            input_ids=torch.tensor([ids[start:]], device=self.device),
+            position_ids=torch.arange(start, len(ids), device=self.device)[None],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.prefix_cache.store(cache_key, ids, out.past_key_values)
+        return out.logits[:, -1, :], out.past_key_values
+
+
+class PrefixCache:
+    """KV caches of the last few scored prompts, reused for a new prompt's common prefix.
+
+    Stored caches are copies (pass 2 expands the live one per candidate); a lookup returns a
+    copy cropped to the shared prefix, which must keep at least one token to recompute.
+    """
+
+    def __init__(self, entries: int = 8, min_prefix: int = 16) -> None:
+        self.entries = entries
+        self.min_prefix = min_prefix
+        self._items: list[tuple[str, tuple[int, ...], Any]] = []  # most recent last
+
+    def lookup(self, key: str, ids: list[int]) -> tuple[int, Any]:
+        best, best_len = None, 0
+        for item in self._items:
+            if item[0] != key:
+                continue
+            shared = _common_prefix(item[1], ids)
+            if shared > best_len:
+                best, best_len = item, shared
+        best_len = min(best_len, len(ids) - 1)
+        if best is None or best_len < self.min_prefix:
+            return 0, None
+        cache = copy.deepcopy(best[2])
+        surplus = cache.get_seq_length() - best_len
+        if surplus:
+            cache.crop(-surplus)  # transformers 5: a negative count of tokens to drop
+        return best_len, cache
+
+    def store(self, key: str, ids: list[int], cache: Any) -> None:
+        if self.entries <= 0:
+            return
+        self._items = [item for item in self._items if (item[0], item[1]) != (key, tuple(ids))]
+        self._items.append((key, tuple(ids), copy.deepcopy(cache)))
+        del self._items[: -self.entries]
+
+
+def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class Adapters:
@@ -393,7 +466,7 @@ class TransformersBackend(Backend):
         self.adapters.ensure_loaded(adapter)
         with self.adapters.active(adapter):
             if kind == "score":
-                return self.lm.score(jobs)
+                return self.lm.score(jobs, cache_key=adapter)
             g: _GenGroup = group  # type: ignore[assignment]
             return self.lm.generate(jobs, g.temperature, g.top_p, g.seed, g.stops)
 
