@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from learner_support import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import write_chat_jsonl
@@ -80,7 +81,8 @@ def test_sft_lowers_the_loss_and_the_gateway_serves_the_new_version(
     assert tuned.logprobs[0] > base.logprobs[0] + 1.0
     assert llm.chat(question, model="tiny:mine@1", max_tokens=8).texts[0] != base_text
     # the base model is still served as it was, beside the adapter
-    assert llm.score(question, [ANSWERS[0]], model="tiny").logprobs[0] == base.logprobs[0]
+    again = llm.score(question, [ANSWERS[0]], model="tiny").logprobs[0]
+    assert again == pytest.approx(base.logprobs[0], abs=1e-3)  # (peft's disabled path: fp noise)
     llm.close()
 
 
