@@ -47,10 +47,10 @@ class RichProgress(NullProgress):
         )
         self._task: Any = None
 
-    def start(self, phase: str, total: int, done: int = 0) -> None:
-        super().start(phase, total, done)
+    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
+        super().start(phase, total, done, unit)
         self._bar.start()
-        self._task = self._bar.add_task(f"{phase} episodes", total=total, completed=done)
+        self._task = self._bar.add_task(f"{phase} {unit}", total=total, completed=done)
 
     def advance(self, n: int = 1) -> None:
         super().advance(n)
@@ -61,12 +61,19 @@ class RichProgress(NullProgress):
 
 
 def results_table(results: Results) -> Table:
-    """The table transposed (one line per column, one column per row): fits a terminal."""
+    """A few rows: transposed (one line per column), which fits a terminal; more: as is."""
     table = Table(title=results.title)
+    columns = results.column_names()
+    if len(results.rows) > 3:
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("task", "method") else "right")
+        for row in results.rows:
+            table.add_row(*(format_cell(row.get(column)) for column in columns))
+        return table
     table.add_column("")
     for index, _ in enumerate(results.rows):
         table.add_column(str(index) if len(results.rows) > 1 else "value", justify="right")
-    for column in results.column_names():
+    for column in columns:
         table.add_row(column, *(format_cell(row.get(column)) for row in results.rows))
     return table
 

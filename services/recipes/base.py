@@ -201,7 +201,7 @@ def format_cell(value: Any) -> str:
 
 # -- progress ---------------------------------------------------------------------------------
 class ProgressReporter(Protocol):
-    def start(self, phase: str, total: int, done: int = 0) -> None: ...
+    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None: ...
     def advance(self, n: int = 1) -> None: ...
     def finish(self) -> None: ...
 
@@ -213,9 +213,10 @@ class NullProgress:
         self.phase: str | None = None
         self.total = 0
         self.done = 0
+        self.unit = "episodes"
 
-    def start(self, phase: str, total: int, done: int = 0) -> None:
-        self.phase, self.total, self.done = phase, total, done
+    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
+        self.phase, self.total, self.done, self.unit = phase, total, done, unit
 
     def advance(self, n: int = 1) -> None:
         self.done += n
@@ -224,7 +225,7 @@ class NullProgress:
         pass
 
     def snapshot(self) -> dict[str, Any]:
-        return {"phase": self.phase, "done": self.done, "total": self.total}
+        return {"phase": self.phase, "done": self.done, "total": self.total, "unit": self.unit}
 
 
 # -- the run context ----------------------------------------------------------------------------

@@ -146,7 +146,7 @@ class When2Ask(Recipe):
         cfg = self.config
         curve: list[dict[str, float]] = []
         model_path = ctx.out_dir / "models" / f"{name}.zip"
-        ctx.progress.start(name, steps)
+        ctx.progress.start(name, steps, unit="steps")
         try:
             train_sb3(
                 vec_env,
