@@ -52,6 +52,8 @@ def main() -> int:
     parser.add_argument("--few-shot", action="store_true", help="worked example in prompts")
     parser.add_argument("--sft-epochs", type=float, default=2.0)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
+    parser.add_argument("--sft-steps", type=int, default=None, help="default: --sft-epochs")
+    parser.add_argument("--sft-batch-size", type=int, default=4)
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
     parser.add_argument("--seed", type=int, default=0)
@@ -75,6 +77,8 @@ def main() -> int:
         "few_shot": args.few_shot,
         "sft_epochs": args.sft_epochs,
         "sft_lr": args.sft_lr,
+        "sft_steps": args.sft_steps,
+        "sft_batch_size": args.sft_batch_size,
         "num_envs": args.num_envs,
         "seed": args.seed,
     }

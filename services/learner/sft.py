@@ -35,6 +35,8 @@ from llmrl.common.config import home_dir
 log = logging.getLogger("llmrl.learner.sft")
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 ADAPTER_METADATA = "llmrl_adapter.json"
+# every linear layer of a Llama-family block (SmolLM2 is one): attention and MLP
+LLAMA_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -50,9 +52,7 @@ class SftConfig:
     lora_r: int = 16
     lora_alpha: int | None = None  # default 2 x r
     lora_dropout: float = 0.05
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
+    target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEAR_LAYERS))
     max_length: int = 1024  # longer examples are dropped (counted in the result)
     # bf16 autocast (the weights stay fp32); None: where bf16 is native (a GPU, AVX512-BF16 or
     # AMX). Measured on an AVX2-only CPU: a tiny-model step is ~3x slower with bf16 (emulated).

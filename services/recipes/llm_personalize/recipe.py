@@ -40,6 +40,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
+from llmrl.learner.sft import LLAMA_LINEAR_LAYERS
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
 from llmrl.recipes.llm_personalize import driver as _driver  # registers the policy kind
 from llmrl.recipes.llm_personalize.report import plot_rounds, stage_rows
@@ -98,6 +99,9 @@ class LlmPersonalizeConfig(RecipeConfig):
     sft_batch_size: int = Field(4, ge=1, description="SFT batch size.")
     sft_lr: float = Field(2e-4, gt=0, description="SFT learning rate.")
     lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    lora_targets: list[str] = Field(
+        list(LLAMA_LINEAR_LAYERS), min_length=1, description="Modules that get LoRA weights."
+    )
     sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
     sft_bf16: bool | None = Field(
         None, description="bf16 autocast during SFT (null: where bf16 is native)."
@@ -333,6 +337,7 @@ class LlmPersonalize(Recipe):
                     batch_size=cfg.sft_batch_size,
                     learning_rate=cfg.sft_lr,
                     lora_r=cfg.lora_r,
+                    target_modules=list(cfg.lora_targets),
                     max_length=cfg.sft_max_length,
                     bf16=cfg.sft_bf16,
                     seed=cfg.seed + k,
