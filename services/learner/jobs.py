@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -56,7 +57,17 @@ class FineTuneRequest(BaseModel):
 
 
 class FineTuneJobs:
-    def __init__(self, jobs_dir: str | Path) -> None:
+    """Background jobs of one kind. `run(request, report)` does the work; `report(n)` adds n to
+    the job's `progress` (e.g. training steps). Default: fine-tuning (`run_finetune`)."""
+
+    def __init__(
+        self,
+        jobs_dir: str | Path,
+        run: Callable[[Any, Callable[[int], None]], dict[str, Any]] | None = None,
+        id_prefix: str = "ft",
+    ) -> None:
+        self.run_fn = run or (lambda request, report: run_finetune(request))
+        self.id_prefix = id_prefix
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs: dict[str, dict[str, Any]] = {}
@@ -68,8 +79,8 @@ class FineTuneJobs:
                 job.update(status="failed", error="interrupted: the service stopped")
             self._jobs[job["job_id"]] = job
 
-    def submit(self, request: FineTuneRequest) -> dict[str, Any]:
-        job_id = f"ft-{uuid.uuid4().hex[:12]}"
+    def submit(self, request: BaseModel) -> dict[str, Any]:
+        job_id = f"{self.id_prefix}-{uuid.uuid4().hex[:12]}"
         job = {
             "job_id": job_id,
             "status": "queued",
@@ -77,6 +88,7 @@ class FineTuneJobs:
             "created": time.time(),
             "result": None,
             "error": None,
+            "progress": 0,
         }
         self._update(job)
         self._pool.submit(self._run, job_id, request)
@@ -113,14 +125,19 @@ class FineTuneJobs:
         path.with_suffix(".tmp").write_text(snapshot + "\n")
         path.with_suffix(".tmp").replace(path)
 
-    def _run(self, job_id: str, request: FineTuneRequest) -> None:
+    def _run(self, job_id: str, request: BaseModel) -> None:
         job = self.get(job_id) or {}
         job.update(status="running", started=time.time())
         self._update(job)
+
+        def report(n: int) -> None:
+            with self._lock:
+                job["progress"] = job.get("progress", 0) + n  # read by get(); saved at the end
+
         try:
-            result = run_finetune(request)
+            result = self.run_fn(request, report)
         except Exception as exc:  # a job's failure is its outcome, never the service's
-            log.warning("fine-tuning job %s failed: %s", job_id, exc)
+            log.warning("job %s failed: %s", job_id, exc)
             job.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         else:
             job.update(status="succeeded", result=result)

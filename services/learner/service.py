@@ -3,10 +3,12 @@
     POST /jobs         a `llmrl.learner.jobs.FineTuneRequest` -> 202 {"job_id", "status", ...}
     GET  /jobs[/{id}]  status, result (adapter directory and `<model>:<adapter>@<version>`, or
                        the OpenAI model id) or error
+    POST /policy-jobs  an RL training job (`llmrl.learner.policy_jobs`): When2Ask's asking
+    GET  /policy-jobs[/{id}]  policy and never-ask baseline; status, progress (steps), result
 
-plus /health, /metrics and /info. RL training (PPO, DQN...) still runs inside recipes through
-the learner's Python modules; this service runs the LLM fine-tuning jobs. Adapters are written
-under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`, where the LLM gateway finds them.
+plus /health, /metrics and /info; in embedded mode recipes call the same training functions
+in-process. Adapters are written under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`,
+where the LLM gateway finds them.
 Settings: `jobs_dir` (default `$LLMRL_HOME/learner/jobs`).
 """
 
@@ -18,11 +20,21 @@ from typing import Any
 from llmrl.common.config import home_dir
 from llmrl.common.metrics import basic_app, serve_app
 
-DESCRIPTION = "Trains and versions policies. REST API: LLM fine-tuning jobs."
+DESCRIPTION = "Trains and versions policies. REST API: LLM fine-tuning and RL policy jobs."
 INFO = {
     "api": "v1",
-    "endpoints": ["/health", "/metrics", "/info", "POST /jobs", "GET /jobs", "GET /jobs/{job_id}"],
-    "training_api": "fine-tuning jobs (local LoRA SFT, OpenAI); RL training runs inside recipes",
+    "endpoints": [
+        "/health",
+        "/metrics",
+        "/info",
+        "POST /jobs",
+        "GET /jobs",
+        "GET /jobs/{job_id}",
+        "POST /policy-jobs",
+        "GET /policy-jobs",
+        "GET /policy-jobs/{job_id}",
+    ],
+    "training_api": "fine-tuning jobs (local LoRA SFT, OpenAI); RL policy jobs (SB3 PPO)",
 }
 SETTINGS = ("jobs_dir",)
 
@@ -35,6 +47,12 @@ def create_app(jobs_dir: str | Path | None = None) -> Any:
     app.state.jobs = jobs
     app.router.add_event_handler("shutdown", jobs.close)
     app.include_router(jobs_router(jobs), prefix="/jobs")
+    from llmrl.learner.policy_jobs import policy_jobs, policy_jobs_router
+
+    rl_jobs = policy_jobs(Path(jobs_dir or home_dir() / "learner" / "jobs") / "policy")
+    app.state.policy_jobs = rl_jobs
+    app.router.add_event_handler("shutdown", rl_jobs.close)
+    app.include_router(policy_jobs_router(rl_jobs), prefix="/policy-jobs")
     return app
 
 

@@ -25,11 +25,10 @@ from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
 from llmrl.recipes.when2ask.asking import METHODS
-from llmrl.recipes.when2ask.mediator import MediatorEnv
+from llmrl.recipes.when2ask.training import NEVER_ASK_KEYS, PolicyTrainingJob, train_policy
 
 TASKS = ("SimpleDoorKey", "KeyInBox", "RandomBoxKey", "ColoredDoorKey")
 NEVER_ASK = "never-ask"
-NEVER_ASK_KEYS = ["image", "direction"]
 EVAL_SEED_OFFSET = 1_000_000  # evaluation seeds never overlap training seeds
 
 # Hu et al. 2023, Table 1 (Vicuna planner, 500 test episodes): success % and LLM
@@ -112,7 +111,9 @@ class When2Ask(Recipe):
             if "learned" in methods:
                 phases.append(Phase(f"train/{env}", self._train(env), "PPO asking policy"))
             if NEVER_ASK in methods:
-                phases.append(Phase(f"train-never/{env}", self._train_never(env), "PPO"))
+                phases.append(
+                    Phase(f"train-never/{env}", self._train(env, "never-ask"), "PPO baseline")
+                )
             for method in methods:
                 phases.append(
                     Phase(f"evaluate/{env}/{method}", self._evaluate(env, method), method)
@@ -128,85 +129,51 @@ class When2Ask(Recipe):
         mode = cfg.planner_mode or ("score" if cfg.planner == "local" else "generate")
         return {"name": "when2ask-llm", "kwargs": {"mode": mode, "model": cfg.planner_model}}
 
-    def _make_planner(self, ctx: RunContext) -> Any:
-        spec = self.planner_spec()
-        planner_cls = registry.get_planner(spec["name"])
-        kwargs = dict(spec["kwargs"])
-        if planner_cls.uses_llm:
-            kwargs.update(llm=ctx.llm, run_id=ctx.run_id, tag="when2ask/train")
-        return planner_cls(**kwargs)
-
     # -- training ---------------------------------------------------------------------------
-    def _train_ppo(
-        self, ctx: RunContext, vec_env: Any, name: str, steps: int, policy: str = "MlpPolicy"
-    ) -> dict[str, Any]:
-        """PPO on `vec_env`; saves models/<name>.zip; returns its path and a learning curve."""
-        from llmrl.learner.algorithms.sb3 import train_sb3
-
+    def _training_job(self, ctx: RunContext, env: str, kind: str) -> PolicyTrainingJob:
         cfg = self.config
-        curve: list[dict[str, float]] = []
-        model_path = ctx.out_dir / "models" / f"{name}.zip"
-        ctx.progress.start(name, steps, unit="steps")
-        try:
-            train_sb3(
-                vec_env,
-                "ppo",
-                total_timesteps=steps,
-                seed=cfg.seed,
-                tensorboard_dir=ctx.out_dir / "tb" / name,
-                save_path=model_path,
-                on_progress=ctx.progress.advance,
-                on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
-                policy=policy,
-                learning_rate=cfg.learning_rate,
-                n_steps=cfg.n_steps,
-                batch_size=min(256, cfg.n_steps * cfg.n_envs),
-                ent_coef=cfg.ent_coef,
-            )
-        finally:
-            ctx.progress.finish()
-            vec_env.close()
-        ctx.add_artifact(f"models/{name}.zip", model_path, kind="model")
-        return {"model": str(model_path), "curve": curve}
+        name = f"{env}-{kind}"
+        return PolicyTrainingJob(
+            kind=kind,  # type: ignore[arg-type]
+            env=env,
+            planner=self.planner_spec(),
+            lam=cfg.lam,
+            same_plan_penalty=cfg.same_plan_penalty,
+            max_steps=cfg.max_steps,
+            steps=cfg.train_steps if kind == "asking" else cfg.never_ask_steps,
+            n_envs=cfg.n_envs,
+            n_steps=cfg.n_steps,
+            learning_rate=cfg.learning_rate,
+            ent_coef=cfg.ent_coef,
+            seed=cfg.seed,
+            model_path=str(ctx.out_dir / "models" / f"{name}.zip"),
+            tensorboard_dir=str(ctx.out_dir / "tb" / name),
+            run_id=ctx.run_id,
+            simulator=ctx.simulator,
+            llm_gateway=ctx.llm_gateway,
+        )
 
-    def _train(self, env: str):
-        """The asking policy: PPO over mediators, each on its own one-env world."""
+    def _train(self, env: str, kind: str = "asking"):
+        """PPO for the asking policy (or, kind="never-ask", the no-LLM baseline).
 
-        def run(ctx: RunContext) -> dict[str, Any]:
-            from stable_baselines3.common.vec_env import DummyVecEnv
-
-            cfg = self.config
-
-            def make(i: int):
-                seed = cfg.seed * 10_000 + i
-                return lambda: MediatorEnv(
-                    lambda: ctx.make_world(env, num_envs=1, seed=seed),
-                    self._make_planner(ctx),
-                    lam=cfg.lam,
-                    same_plan_penalty=cfg.same_plan_penalty,
-                    max_steps=cfg.max_steps,
-                )
-
-            vec_env = DummyVecEnv([make(i) for i in range(cfg.n_envs)])
-            return self._train_ppo(ctx, vec_env, f"{env}-asking", cfg.train_steps)
-
-        return run
-
-    def _train_never(self, env: str):
-        """The never-ask baseline: PPO on low-level actions over one batched world."""
+        Embedded mode trains in this process; service mode hands the job to the learner
+        service and waits for it (see `llmrl.learner.policy_jobs`).
+        """
 
         def run(ctx: RunContext) -> dict[str, Any]:
-            from stable_baselines3.common.vec_env import VecMonitor
+            job = self._training_job(ctx, env, kind)
+            ctx.progress.start(f"train {env} ({kind})", job.steps, unit="steps")
+            try:
+                if ctx.simulator is None:
+                    result = train_policy(job, on_progress=ctx.progress.advance)
+                else:
+                    from llmrl.learner.policy_jobs import run_on_learner
 
-            from llmrl.learner.wrappers import FloatObservations
-            from llmrl.simulator.vector import WorldVecEnv
-
-            cfg = self.config
-            world = ctx.make_world(env, num_envs=cfg.n_envs, seed=cfg.seed * 10_000 + 5_000)
-            vec_env = VecMonitor(FloatObservations(WorldVecEnv(world, keys=NEVER_ASK_KEYS)))
-            return self._train_ppo(
-                ctx, vec_env, f"{env}-never-ask", cfg.never_ask_steps, "MultiInputPolicy"
-            )
+                    result = run_on_learner(job, on_progress=ctx.progress.advance)
+            finally:
+                ctx.progress.finish()
+            ctx.add_artifact(f"models/{env}-{kind}.zip", result["model"], kind="model")
+            return result
 
         return run
 
@@ -317,10 +284,6 @@ class When2Ask(Recipe):
 
 def _completed(ctx: RunContext, phase: str) -> bool:
     return ctx.store.phase_outputs(ctx.run_id, phase) is not None
-
-
-def _numbers(episode: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in episode.items() if isinstance(v, int | float | bool)}
 
 
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:

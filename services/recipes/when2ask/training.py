@@ -1,0 +1,123 @@
+"""When2Ask's RL training as a self-contained job: the learner service runs it in service mode,
+the recipe runs it in-process in embedded mode; either way the same function trains.
+
+Two kinds:
+* `asking`: PPO on mediators (`MediatorEnv`), each over its own one-env world, with a planner
+  built from a spec (`{"name": "oracle"}` or an LLM planner that reaches the gateway);
+* `never-ask`: PPO on low-level actions over one batched world (the no-LLM baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NEVER_ASK_KEYS = ["image", "direction"]
+
+
+class PolicyTrainingJob(BaseModel):
+    """Everything needed to train one When2Ask policy anywhere; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["asking", "never-ask"]
+    env: str = Field(..., description="registered environment id")
+    planner: dict[str, Any] = Field(
+        default_factory=lambda: {"name": "oracle", "kwargs": {}},
+        description="planner spec for `asking`: {name, kwargs}",
+    )
+    lam: float = Field(0.01, ge=0)
+    same_plan_penalty: float = Field(0.01, ge=0)
+    max_steps: int = Field(200, ge=1)
+    steps: int = Field(..., ge=1, description="PPO timesteps")
+    n_envs: int = Field(8, ge=1, le=256)
+    n_steps: int = Field(128, ge=8)
+    learning_rate: float = Field(3e-4, gt=0)
+    ent_coef: float = Field(0.01, ge=0)
+    seed: int = Field(0, ge=0)
+    model_path: str = Field(..., description="where the trained model (.zip) is written")
+    tensorboard_dir: str | None = None
+    run_id: str = Field("default", description="the run LLM calls are billed to")
+    simulator: str | None = Field(None, description="simulator address; None: in-process")
+    llm_gateway: str | None = Field(None, description="gateway address; None: in-process")
+
+
+def _planner(job: PolicyTrainingJob) -> Any:
+    from llmrl.common.registry import registry
+
+    planner_cls = registry.get_planner(job.planner["name"])
+    kwargs = dict(job.planner.get("kwargs", {}))
+    if planner_cls.uses_llm:
+        from llmrl.llm_gateway.client import connect
+
+        kwargs.update(llm=connect(job.llm_gateway), run_id=job.run_id, tag="when2ask/train")
+    return planner_cls(**kwargs)
+
+
+def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
+    """The VecEnv to train on and the SB3 policy class for it."""
+    from llmrl.simulator.client import make_world
+
+    if job.kind == "asking":
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        from llmrl.recipes.when2ask.mediator import MediatorEnv
+
+        def make(i: int) -> Callable[[], MediatorEnv]:
+            seed = job.seed * 10_000 + i
+            return lambda: MediatorEnv(
+                lambda: make_world(job.env, num_envs=1, seed=seed, address=job.simulator),
+                _planner(job),
+                lam=job.lam,
+                same_plan_penalty=job.same_plan_penalty,
+                max_steps=job.max_steps,
+            )
+
+        return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"
+
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from llmrl.learner.wrappers import FloatObservations
+    from llmrl.simulator.vector import WorldVecEnv
+
+    world = make_world(
+        job.env, num_envs=job.n_envs, seed=job.seed * 10_000 + 5_000, address=job.simulator
+    )
+    venv = VecMonitor(FloatObservations(WorldVecEnv(world, keys=NEVER_ASK_KEYS)))
+    return venv, "MultiInputPolicy"
+
+
+def train_policy(
+    job: PolicyTrainingJob, on_progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Train the job's policy with PPO; returns the model path and the learning curve."""
+    from llmrl.learner.algorithms.sb3 import train_sb3
+
+    vec_env, policy = _vec_env(job)
+    curve: list[dict[str, float]] = []
+    try:
+        train_sb3(
+            vec_env,
+            "ppo",
+            total_timesteps=job.steps,
+            seed=job.seed,
+            tensorboard_dir=job.tensorboard_dir,
+            save_path=job.model_path,
+            on_progress=on_progress,
+            on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
+            policy=policy,
+            learning_rate=job.learning_rate,
+            n_steps=job.n_steps,
+            batch_size=min(256, job.n_steps * job.n_envs),
+            ent_coef=job.ent_coef,
+        )
+    finally:
+        vec_env.close()
+    return {"model": str(Path(job.model_path)), "curve": curve}
+
+
+def _numbers(episode: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in episode.items() if isinstance(v, int | float | bool)}
