@@ -49,6 +49,7 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--demo-plan-length", type=int, default=4)
+    parser.add_argument("--planner-mode", choices=["generate", "score"], default="generate")
     parser.add_argument("--few-shot", action="store_true", help="worked example in prompts")
     parser.add_argument("--sft-epochs", type=float, default=2.0)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
@@ -75,6 +76,7 @@ def main() -> int:
         "max_tokens": args.max_tokens,
         "demo_plan_length": args.demo_plan_length,
         "few_shot": args.few_shot,
+        "planner_mode": args.planner_mode,
         "sft_epochs": args.sft_epochs,
         "sft_lr": args.sft_lr,
         "sft_steps": args.sft_steps,

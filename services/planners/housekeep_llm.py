@@ -11,7 +11,8 @@ Two modes:
   (the `housekeep-planner` policy kind does), and dropped otherwise (the generic `planner`
   kind, which can only send skills).
 * `score`: the model scores every skill feasible now (privileged `feasible_skills`) as the
-  reply to the same prompt; the best one is a one-step plan.
+  reply to the same prompt, written as a one-step plan ("1. <skill>"); the best one is the
+  plan.
 
 Every query is reported in `Plan.llm_calls` with its prompt, answer, tokens and cost.
 """
@@ -23,7 +24,7 @@ from typing import Any, Literal
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
 from llmrl.planners.base import Plan, Planner
-from llmrl.simulator.envs.housekeep.prompts import build_messages, parse_plan
+from llmrl.simulator.envs.housekeep.prompts import build_messages, format_plan, parse_plan
 from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE
 
 Mode = Literal["generate", "score"]
@@ -121,8 +122,11 @@ class HousekeepLlmPlanner(Planner):
         candidates = [s for s in _text(observation["feasible_skills"]).split("\n") if s]
         if len(candidates) <= 1:  # nothing to choose: no need to pay for a query
             return Plan(skills=candidates)
+        # each candidate is scored as a one-step plan in the answer format ("1. <skill>"),
+        # the form fine-tuning data teaches the model to start its answers with
+        answers = [format_plan([skill]) for skill in candidates]
         result = self.llm.score(
-            messages, candidates, model=self.model, run_id=self.run_id, tag=self.tag
+            messages, answers, model=self.model, run_id=self.run_id, tag=self.tag
         )
         best = max(range(len(candidates)), key=lambda i: result.logprobs[i])
         call = _llm_call(t, messages, candidates[best], [candidates[best]], result)

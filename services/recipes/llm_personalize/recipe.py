@@ -33,7 +33,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -82,6 +82,11 @@ class LlmPersonalizeConfig(RecipeConfig):
     )
     rounds: int = Field(2, ge=0, le=20, description="Self-training rounds (K).")
     model: str = Field("smollm2", description="Gateway model to personalise (hf backend).")
+    planner_mode: Literal["generate", "score"] = Field(
+        "generate",
+        description="generate: the model writes plans; score: it picks the feasible skill it "
+        "scores highest (one step per query, greedy even while collecting).",
+    )
     few_shot: bool = Field(True, description="Put the worked example into every prompt.")
     max_steps: int = Field(40, ge=1, description="Skill steps per episode (the env's limit).")
     max_tokens: int = Field(96, ge=8, description="Tokens per planner answer.")
@@ -202,6 +207,7 @@ class LlmPersonalize(Recipe):
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": model,
+            "mode": cfg.planner_mode,
             "few_shot": cfg.few_shot,
             "max_tokens": cfg.max_tokens,
             "temperature": temperature,
