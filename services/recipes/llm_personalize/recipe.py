@@ -121,7 +121,10 @@ class LlmPersonalizeConfig(RecipeConfig):
             return None
         from llmrl.simulator.envs.housekeep.data import check_data_dir
 
-        return str(check_data_dir(value))
+        try:
+            return str(check_data_dir(value))
+        except FileNotFoundError as exc:  # a config error, named by pydantic as data_dir
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _scenes(self) -> LlmPersonalizeConfig:
