@@ -41,6 +41,23 @@ class LlmCall:
     cached: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_result(
+        cls, t: int, messages: list[dict[str, str]], response: str, parsed: list[str], result: Any
+    ) -> LlmCall:
+        """A call from a gateway result (ChatResult or ScoreResult: model, tokens, cost)."""
+        return cls(
+            t=t,
+            messages=list(messages),
+            response=response,
+            parsed=list(parsed),
+            model=getattr(result, "model", "") or "",
+            prompt_tokens=int(getattr(result, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(result, "completion_tokens", 0) or 0),
+            cost_usd=float(getattr(result, "cost_usd", 0.0) or 0.0),
+            cached=bool(getattr(result, "cached", False)),
+        )
+
 
 @dataclass
 class EpisodeRecord:

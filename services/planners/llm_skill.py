@@ -94,7 +94,7 @@ class LlmSkillPlanner(Planner):
             )
             answer = result.texts[0] if result.texts else ""
             skills = self.grammar.parse_plan(answer)
-            calls.append(_llm_call(t, conversation, answer, skills or [], result))
+            calls.append(LlmCall.from_result(t, conversation, answer, skills or [], result))
             if skills:
                 return Plan(skills=skills, llm_calls=calls)
             conversation = [
@@ -120,22 +120,6 @@ class LlmSkillPlanner(Planner):
             lengths = [max(len(tokens), 1) for tokens in result.token_logprobs]
             scores = [s / n for s, n in zip(scores, lengths, strict=True)]
         best = max(range(len(candidates)), key=scores.__getitem__)
-        call = _llm_call(t, messages, candidates[best], [candidates[best]], result)
+        call = LlmCall.from_result(t, messages, candidates[best], [candidates[best]], result)
         call.info["candidates"] = dict(zip(candidates, scores, strict=True))
         return Plan(skills=[candidates[best]], llm_calls=[call])
-
-
-def _llm_call(
-    t: int, messages: list[dict[str, str]], response: str, parsed: list[str], result: Any
-) -> LlmCall:
-    return LlmCall(
-        t=t,
-        messages=list(messages),
-        response=response,
-        parsed=list(parsed),
-        model=getattr(result, "model", "") or "",
-        prompt_tokens=int(getattr(result, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(result, "completion_tokens", 0) or 0),
-        cost_usd=float(getattr(result, "cost_usd", 0.0) or 0.0),
-        cached=bool(getattr(result, "cached", False)),
-    )
