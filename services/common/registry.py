@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -64,6 +65,9 @@ class Registry:
     def __init__(self) -> None:
         self._entries: dict[Kind, dict[str, Entry]] = {kind: {} for kind in KINDS}
         self._loaded: set[Kind] = set()
+        # Held while built-ins are imported, so that no thread sees a kind half-loaded.
+        # Re-entrant: importing one kind's modules may look up another kind.
+        self._loading = threading.RLock()
 
     # -- registration -------------------------------------------------------------------
     def _register(
@@ -119,23 +123,29 @@ class Registry:
         """Import every built-in module of `kind` so that its decorators run."""
         if kind in self._loaded:
             return
-        self._loaded.add(kind)
-        for package_name in BUILTIN_PACKAGES[kind]:
+        with self._loading:
+            if kind in self._loaded:
+                return
+            for package_name in BUILTIN_PACKAGES[kind]:
+                self._import_package(kind, package_name)
+            self._loaded.add(kind)
+
+    def _import_package(self, kind: Kind, package_name: str) -> None:
+        try:
+            package = importlib.import_module(package_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("llmrl"):
+                return  # the package of this kind does not exist yet
+            raise _missing_extra(kind, exc) from exc
+        for module in pkgutil.walk_packages(package.__path__, package_name + "."):
+            if module.name.rsplit(".", 1)[-1].startswith("_"):
+                continue
             try:
-                package = importlib.import_module(package_name)
+                importlib.import_module(module.name)
             except ModuleNotFoundError as exc:
                 if exc.name and exc.name.startswith("llmrl"):
-                    continue  # the package of this kind does not exist yet
+                    raise
                 raise _missing_extra(kind, exc) from exc
-            for module in pkgutil.walk_packages(package.__path__, package_name + "."):
-                if module.name.rsplit(".", 1)[-1].startswith("_"):
-                    continue
-                try:
-                    importlib.import_module(module.name)
-                except ModuleNotFoundError as exc:
-                    if exc.name and exc.name.startswith("llmrl"):
-                        raise
-                    raise _missing_extra(kind, exc) from exc
 
     def entries(self, kind: Kind) -> dict[str, Entry]:
         self.load_builtins(kind)

@@ -107,7 +107,7 @@ class HousekeepLlmPlanner(Planner):
         if self.max_plan_length is not None:
             lines = lines[: self.max_plan_length]
         steps = [*lines, MISSION_COMPLETE] if parsed.done else list(lines)
-        call = _llm_call(t, messages, answer, parsed.skills, result)
+        call = LlmCall.from_result(t, messages, answer, parsed.skills, result)
         call.info.update({"unparsable": parsed.unparsable, "done": parsed.done})
         return Plan(skills=steps, llm_calls=[call])
 
@@ -129,22 +129,6 @@ class HousekeepLlmPlanner(Planner):
             messages, answers, model=self.model, run_id=self.run_id, tag=self.tag
         )
         best = max(range(len(candidates)), key=lambda i: result.logprobs[i])
-        call = _llm_call(t, messages, candidates[best], [candidates[best]], result)
+        call = LlmCall.from_result(t, messages, candidates[best], [candidates[best]], result)
         call.info["candidates"] = dict(zip(candidates, result.logprobs, strict=True))
         return Plan(skills=[candidates[best]], llm_calls=[call])
-
-
-def _llm_call(
-    t: int, messages: list[dict[str, str]], response: str, parsed: list[str], result: Any
-) -> LlmCall:
-    return LlmCall(
-        t=t,
-        messages=list(messages),
-        response=response,
-        parsed=list(parsed),
-        model=getattr(result, "model", "") or "",
-        prompt_tokens=int(getattr(result, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(result, "completion_tokens", 0) or 0),
-        cost_usd=float(getattr(result, "cost_usd", 0.0) or 0.0),
-        cached=bool(getattr(result, "cached", False)),
-    )
