@@ -40,6 +40,11 @@ class FineTuneRequest(BaseModel):
     batch_size: int = Field(4, ge=1, le=512)
     learning_rate: float = Field(2e-4, gt=0, le=1)
     lora_r: int = Field(16, ge=1, le=1024)
+    lora_targets: list[str] | None = Field(
+        None, description="local: module names LoRA adapts (default: every linear layer)"
+    )
+    max_length: int = Field(1024, ge=16, le=65536, description="local: longer examples dropped")
+    bf16: bool | None = Field(None, description="local: bf16 autocast (None: where native)")
     seed: int = Field(0, ge=0)
     base_url: str | None = Field(None, description="openai: API base URL (None: OpenAI)")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: variable with the key")
@@ -174,6 +179,9 @@ def run_finetune(request: FineTuneRequest) -> dict[str, Any]:
             batch_size=request.batch_size,
             learning_rate=request.learning_rate,
             lora_r=request.lora_r,
+            **({"target_modules": list(request.lora_targets)} if request.lora_targets else {}),
+            max_length=request.max_length,
+            bf16=request.bf16,
             seed=request.seed,
         )
     )

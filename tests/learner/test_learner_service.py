@@ -56,3 +56,33 @@ def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeyp
     # a new service process sees the jobs of the earlier one
     restarted = create_app(tmp_path / "jobs")
     assert {j["status"] for j in restarted.state.jobs.list()} == {"succeeded", "failed"}
+
+
+def test_local_fine_tuning_job_through_the_learner_client(tiny_model_dir, tmp_path, monkeypatch):
+    """What llm-personalize's train phase does in service mode: the learner trains the LoRA."""
+    import yaml
+    from learner_support import tiny_gateway_settings
+
+    from llmrl.learner.client import run_learner_job
+    from llmrl.learner.jobs import FineTuneRequest
+
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir)))
+    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    data = tmp_path / "train.jsonl"
+    data.write_text((json.dumps(EXAMPLE) + "\n") * 8)
+    request = FineTuneRequest(
+        data=[str(data)], model="tiny", adapter="t", version="1", steps=3, batch_size=2,
+        max_length=256, lora_targets=["q_proj", "v_proj"],
+    )  # fmt: skip
+    server = RestServer(create_app(tmp_path / "jobs")).start()
+    try:
+        result = run_learner_job("/jobs", request.model_dump(), url=server.url, timeout_s=300)
+    finally:
+        server.stop()
+    assert result["model"] == "tiny:t@1"
+    assert (Path(result["adapter_dir"]) / "adapter_config.json").is_file()
+    assert len(result["losses"]) == 3
+    adapter_config = json.loads((Path(result["adapter_dir"]) / "adapter_config.json").read_text())
+    assert set(adapter_config["target_modules"]) == {"q_proj", "v_proj"}

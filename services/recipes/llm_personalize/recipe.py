@@ -100,10 +100,10 @@ class LlmPersonalizeConfig(RecipeConfig):
         True, description="Self-training rounds also train on the bootstrap data."
     )
     sft_steps: int | None = Field(None, ge=1, description="SFT steps (default: sft_epochs).")
-    sft_epochs: float = Field(2.0, gt=0, description="SFT passes over the data.")
-    sft_batch_size: int = Field(4, ge=1, description="SFT batch size.")
-    sft_lr: float = Field(2e-4, gt=0, description="SFT learning rate.")
-    lora_r: int = Field(16, ge=1, description="LoRA rank.")
+    sft_epochs: float = Field(2.0, gt=0, le=100, description="SFT passes over the data.")
+    sft_batch_size: int = Field(4, ge=1, le=512, description="SFT batch size.")
+    sft_lr: float = Field(2e-4, gt=0, le=1, description="SFT learning rate.")
+    lora_r: int = Field(16, ge=1, le=1024, description="LoRA rank.")
     lora_targets: list[str] = Field(
         list(LLAMA_LINEAR_LAYERS), min_length=1, description="Modules that get LoRA weights."
     )
@@ -322,7 +322,8 @@ class LlmPersonalize(Recipe):
 
     def _train(self, k: int):
         def run(ctx: RunContext) -> dict[str, Any]:
-            from llmrl.learner.sft import SftConfig, adapter_dir, base_model_dir, train_lora_sft
+            from llmrl.learner.client import run_learner_job
+            from llmrl.learner.jobs import FineTuneRequest, run_finetune
 
             cfg = self.config
             data = [ctx.phase_outputs(f"annotate/{k}")]
@@ -334,37 +335,38 @@ class LlmPersonalize(Recipe):
                 model = cfg.model if previous is None else previous["model"]
                 return {"model": model, "skipped": "no training examples", "examples": 0}
             name = self.adapter_name(ctx)
-            target = adapter_dir(cfg.model, name, k)
-            result = train_lora_sft(
-                SftConfig(
-                    data=files,
-                    base_model=str(base_model_dir(cfg.model)),
-                    out_dir=str(target),
-                    init_adapter=(previous or {}).get("adapter_dir"),
-                    steps=cfg.sft_steps,
-                    epochs=cfg.sft_epochs,
-                    batch_size=cfg.sft_batch_size,
-                    learning_rate=cfg.sft_lr,
-                    lora_r=cfg.lora_r,
-                    target_modules=list(cfg.lora_targets),
-                    max_length=cfg.sft_max_length,
-                    bf16=cfg.sft_bf16,
-                    seed=cfg.seed + k,
-                )
+            request = FineTuneRequest(
+                backend="local",
+                data=files,
+                model=cfg.model,
+                adapter=name,
+                version=str(k),
+                init_adapter=(previous or {}).get("adapter_dir"),
+                steps=cfg.sft_steps,
+                epochs=cfg.sft_epochs,
+                batch_size=cfg.sft_batch_size,
+                learning_rate=cfg.sft_lr,
+                lora_r=cfg.lora_r,
+                lora_targets=list(cfg.lora_targets),
+                max_length=cfg.sft_max_length,
+                bf16=cfg.sft_bf16,
+                seed=cfg.seed + k,
             )
+            # Embedded mode trains here; service mode on the learner service (same function).
+            if ctx.simulator is None:
+                result = run_finetune(request)
+            else:
+                result = run_learner_job("/jobs", request.model_dump())
             writer = ctx.tensorboard
             if writer is not None:
-                for step, loss in enumerate(result.losses):
+                for step, loss in enumerate(result["losses"]):
                     writer.add_scalar(f"losses/sft_round_{k}", loss, step)
+            keys = ("adapter_dir", "examples", "dropped_too_long", "steps", "first_loss")
             return {
-                "model": f"{cfg.model}:{name}@{k}",
-                "adapter_dir": str(target),
-                "examples": result.examples,
-                "dropped_too_long": result.dropped_too_long,
-                "steps": result.steps,
-                "first_loss": result.first_loss,
-                "last_loss": result.last_loss,
-                "seconds": round(result.seconds, 1),
+                "model": result["model"],
+                **{key: result[key] for key in keys},
+                "last_loss": result["last_loss"],
+                "seconds": round(result["seconds"], 1),
             }
 
         return run

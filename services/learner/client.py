@@ -1,0 +1,51 @@
+"""The client side of the learner service's jobs: submit, follow progress, return the result.
+
+Recipe phases call this in service mode (`POST /jobs` for fine-tuning, `POST /policy-jobs` for
+RL policies); in embedded mode they call the same training functions in-process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+POLL_S = 0.5
+
+
+def run_learner_job(
+    endpoint: str,
+    payload: dict[str, Any],
+    on_progress: Callable[[int], None] | None = None,
+    url: str | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Start a job at `endpoint` ("/jobs", "/policy-jobs") and wait; returns its result."""
+    import httpx
+
+    from llmrl.common.config import http_url
+
+    base = (url or http_url("learner")).rstrip("/")
+    with httpx.Client(base_url=base, timeout=30.0) as client:
+        response = client.post(endpoint, json=payload)
+        if response.status_code != 202:
+            raise RuntimeError(
+                f"the learner at {base} refused the job ({response.status_code}): "
+                f"{response.text[:500]}"
+            )
+        job_id = response.json()["job_id"]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        reported = 0
+        while True:
+            state = client.get(f"{endpoint}/{job_id}").json()
+            done = int(state.get("progress", 0))
+            if on_progress is not None and done > reported:
+                on_progress(done - reported)
+                reported = done
+            if state["status"] == "succeeded":
+                return state["result"]
+            if state["status"] == "failed":
+                raise RuntimeError(f"learner job {job_id} failed: {state.get('error')}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"learner job {job_id} still {state['status']}")
+            time.sleep(POLL_S)
