@@ -51,10 +51,10 @@ def create_app(jobs_dir: str | Path | None = None) -> Any:
     from fastapi import HTTPException
 
     from llmrl.annotator import datasets
-    from llmrl.learner.jobs import FineTuneJobs, jobs_router
+    from llmrl.learner.jobs import BackgroundJobs, jobs_router
 
     app = basic_app("annotator", DESCRIPTION, INFO)
-    jobs = FineTuneJobs(jobs_dir or home_dir() / "annotator" / "jobs")
+    jobs = BackgroundJobs(jobs_dir or home_dir() / "annotator" / "jobs")
     app.state.jobs = jobs
     app.router.add_event_handler("shutdown", jobs.close)
 

@@ -1,6 +1,7 @@
-"""Fine-tuning jobs run in the background of a service: local LoRA SFT or the OpenAI API.
+"""Jobs run in the background of a service: fine-tuning (local LoRA SFT or the OpenAI API) by
+default, or any other kind given a run function (the learner's RL policy jobs).
 
-`FineTuneJobs` keeps the jobs of one process (a learner or annotator service): `submit`
+`BackgroundJobs` keeps the jobs of one process (a learner or annotator service): `submit`
 validates a request and starts it on a worker thread (one job at a time: training takes the
 machine), `get`/`list` report status (`queued`, `running`, `succeeded`, `failed`), the result
 (adapter directory and the gateway model name, or the OpenAI model id) or the error. Jobs are
@@ -61,7 +62,7 @@ class FineTuneRequest(BaseModel):
         return self
 
 
-class FineTuneJobs:
+class BackgroundJobs:
     """Background jobs of one kind. `run(request, report)` does the work; `report(n)` adds n to
     the job's `progress` (e.g. training steps). Default: fine-tuning (`run_finetune`)."""
 
@@ -191,25 +192,33 @@ def run_finetune(request: FineTuneRequest) -> dict[str, Any]:
     }
 
 
-def jobs_router(jobs: FineTuneJobs, tag: str = "fine-tuning") -> Any:
-    """REST routes over `jobs`: POST / (202, the job), GET / (all), GET /{job_id}."""
+def jobs_router(
+    jobs: BackgroundJobs,
+    request_model: type[BaseModel] = FineTuneRequest,
+    noun: str = "fine-tuning job",
+    tag: str = "fine-tuning",
+) -> Any:
+    """REST routes over `jobs`: POST / (a `request_model` body; 202, the job), GET / (all),
+    GET /{job_id}. Bodies are validated by `request_model` (422 naming the field)."""
     from fastapi import APIRouter, HTTPException
 
     router = APIRouter(tags=[tag])
 
-    @router.post("", status_code=202, summary="Start a fine-tuning job")
-    def start_job(request: FineTuneRequest) -> dict[str, Any]:
+    def start_job(request: Any) -> dict[str, Any]:
         return jobs.submit(request)
 
-    @router.get("", summary="Every fine-tuning job")
+    start_job.__annotations__ = {"request": request_model, "return": dict[str, Any]}
+    router.post("", status_code=202, summary=f"Start a {noun}")(start_job)
+
+    @router.get("", summary=f"Every {noun}")
     def list_jobs() -> list[dict[str, Any]]:
         return jobs.list()
 
-    @router.get("/{job_id}", summary="One fine-tuning job: status, result or error")
+    @router.get("/{job_id}", summary=f"One {noun}: status, progress, result or error")
     def get_job(job_id: str) -> dict[str, Any]:
         job = jobs.get(job_id)
         if job is None:
-            raise HTTPException(404, f"job_id: no fine-tuning job {job_id!r}")
+            raise HTTPException(404, f"job_id: no {noun} {job_id!r}")
         return job
 
     return router

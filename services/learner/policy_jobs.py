@@ -13,37 +13,20 @@ from collections.abc import Callable
 from typing import Any
 
 from llmrl.learner.client import run_learner_job
-from llmrl.learner.jobs import FineTuneJobs
+from llmrl.learner.jobs import BackgroundJobs, jobs_router
 from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
 
 
-def policy_jobs(jobs_dir: Any) -> FineTuneJobs:
+def policy_jobs(jobs_dir: Any) -> BackgroundJobs:
     """The learner's policy-training job runner (one job at a time)."""
-    return FineTuneJobs(jobs_dir, run=lambda job, report: train_policy(job, report), id_prefix="rl")
+    return BackgroundJobs(
+        jobs_dir, run=lambda job, report: train_policy(job, report), id_prefix="rl"
+    )
 
 
-def policy_jobs_router(jobs: FineTuneJobs) -> Any:
+def policy_jobs_router(jobs: BackgroundJobs) -> Any:
     """POST / (202, the job), GET / (all), GET /{job_id} (status, progress, result or error)."""
-    from fastapi import APIRouter, HTTPException
-
-    router = APIRouter(tags=["policy training"])
-
-    @router.post("", status_code=202, summary="Start an RL policy training job")
-    def start_job(job: PolicyTrainingJob) -> dict[str, Any]:
-        return jobs.submit(job)
-
-    @router.get("", summary="Every policy training job")
-    def list_jobs() -> list[dict[str, Any]]:
-        return jobs.list()
-
-    @router.get("/{job_id}", summary="One policy training job")
-    def get_job(job_id: str) -> dict[str, Any]:
-        found = jobs.get(job_id)
-        if found is None:
-            raise HTTPException(404, f"job_id: no policy training job {job_id!r}")
-        return found
-
-    return router
+    return jobs_router(jobs, PolicyTrainingJob, "policy training job", "policy training")
 
 
 def run_on_learner(

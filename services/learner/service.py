@@ -40,10 +40,10 @@ SETTINGS = ("jobs_dir",)
 
 
 def create_app(jobs_dir: str | Path | None = None) -> Any:
-    from llmrl.learner.jobs import FineTuneJobs, jobs_router
+    from llmrl.learner.jobs import BackgroundJobs, jobs_router
 
     app = basic_app("learner", DESCRIPTION, INFO)
-    jobs = FineTuneJobs(jobs_dir or home_dir() / "learner" / "jobs")
+    jobs = BackgroundJobs(jobs_dir or home_dir() / "learner" / "jobs")
     app.state.jobs = jobs
     app.router.add_event_handler("shutdown", jobs.close)
     app.include_router(jobs_router(jobs), prefix="/jobs")

@@ -38,5 +38,10 @@ class Planner(ABC):
         """A plan from one env's observation at step `t`."""
 
 
+def observation_text(value: Any) -> str:
+    """A text entry of an observation as a str (worlds give numpy `<U` scalars or 0-d arrays)."""
+    return str(value.item() if hasattr(value, "item") else value)
+
+
 def make_planner(name: str, **kwargs: Any) -> Planner:
     return registry.get_planner(name)(**kwargs)

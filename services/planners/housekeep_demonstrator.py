@@ -14,6 +14,7 @@ import json
 from typing import Any, ClassVar
 
 from llmrl.common.registry import registry
+from llmrl.planners.base import observation_text
 from llmrl.simulator.envs.housekeep.solver import demonstration_plan
 from llmrl.simulator.envs.housekeep.state import KnownHouse
 
@@ -40,14 +41,9 @@ class HousekeepDemonstrator(Planner):
                 f"housekeep-demonstrator needs the observations {', '.join(missing)} "
                 "(request them from the Housekeep environment)"
             )
-        known = KnownHouse.from_json(_text(observation["known_house"]))
-        correct = json.loads(_text(observation["correct_receptacles"]))
+        known = KnownHouse.from_json(observation_text(observation["known_house"]))
+        correct = json.loads(observation_text(observation["correct_receptacles"]))
         skills = demonstration_plan(known, correct)
         if not skills:
             return Plan(skills=[], done=True)
         return Plan(skills=skills[: self.max_plan_length] if self.max_plan_length else skills)
-
-
-def _text(value: Any) -> str:
-    """A text entry as a str, whether given as str or as a 0-d numpy `<U` array."""
-    return str(value.item() if hasattr(value, "item") else value)

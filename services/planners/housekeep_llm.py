@@ -23,16 +23,11 @@ from typing import Any, Literal
 
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
-from llmrl.planners.base import Plan, Planner
+from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.simulator.envs.housekeep.prompts import build_messages, format_plan, parse_plan
 from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE
 
 Mode = Literal["generate", "score"]
-
-
-def _text(value: Any) -> str:
-    """Observation entries arrive as numpy string scalars or plain strings."""
-    return str(value.item() if hasattr(value, "item") else value)
 
 
 @registry.register_planner(
@@ -81,7 +76,7 @@ class HousekeepLlmPlanner(Planner):
         self._queries = 0
 
     def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
-        messages = build_messages(_text(observation["text"]), few_shot=self.few_shot)
+        messages = build_messages(observation_text(observation["text"]), few_shot=self.few_shot)
         self._queries += 1
         if self.mode == "score":
             return self._plan_by_scoring(messages, observation, t)
@@ -119,7 +114,7 @@ class HousekeepLlmPlanner(Planner):
                 "housekeep-llm in score mode needs the feasible_skills observation "
                 "(request it from the Housekeep environment)"
             )
-        candidates = [s for s in _text(observation["feasible_skills"]).split("\n") if s]
+        candidates = [s for s in observation_text(observation["feasible_skills"]).split("\n") if s]
         if len(candidates) <= 1:  # nothing to choose: no need to pay for a query
             return Plan(skills=candidates)
         # each candidate is scored as a one-step plan in the answer format ("1. <skill>"),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from llmrl.common.episodes import LlmCall
-from llmrl.planners.base import Plan, Planner
+from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.planners.plan_parsing import SkillGrammar
 
 # Builds the chat prompt from one env's observation entries.
@@ -30,11 +30,6 @@ CORRECTION = (
     "That is not a valid plan. Answer again with skills only, one per line, each of the form "
     "{forms}."
 )
-
-
-def _text(value: Any) -> str:
-    """Observation entries arrive as numpy string scalars or plain strings."""
-    return str(value.item() if hasattr(value, "item") else value)
 
 
 class LlmSkillPlanner(Planner):
@@ -107,7 +102,9 @@ class LlmSkillPlanner(Planner):
     def _plan_by_scoring(
         self, messages: list[dict[str, str]], observation: dict[str, Any], t: int
     ) -> Plan:
-        candidates = [s for s in _text(observation.get("feasible_skills", "")).split("\n") if s]
+        candidates = [
+            s for s in observation_text(observation.get("feasible_skills", "")).split("\n") if s
+        ]
         if not candidates:
             return Plan(skills=[])
         if len(candidates) == 1:  # nothing to choose: no need to pay for a query

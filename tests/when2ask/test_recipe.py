@@ -40,6 +40,12 @@ def test_bad_config_names_the_field(config, field):
         validate_config("when2ask", config)
 
 
+def test_random_ask_without_learned_needs_its_rate():
+    with pytest.raises(ConfigError, match="random_ask_p"):
+        validate_config("when2ask", {"methods": ["random"]})
+    assert validate_config("when2ask", {"methods": ["random"], "random_ask_p": 0.2})
+
+
 def test_tiny_run_writes_table_plots_and_models(tmp_path):
     config = {
         "envs": ["SimpleDoorKey"],

@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium import spaces
 
 from llmrl.common.episodes import LlmCall
-from llmrl.planners.base import Planner
+from llmrl.planners.base import Planner, observation_text
 from llmrl.simulator.envs.base import SkillStatus
 
 CARRY_ON, ASK = 0, 1
@@ -42,10 +42,6 @@ VIEW_CELLS = 3 * 3 * 3
 OBS_SIZE = 2 * VIEW_CELLS + 1 + len(SkillStatus) + 2
 WORLD_ENTRIES = ("reward", "discount", "step_type")
 _ENCODING_SCALE = np.float32(1 / 10)  # minigrid encodes object/colour/state as ints < 11
-
-
-def _text(value: Any) -> str:
-    return str(value.item() if hasattr(value, "item") else value)
 
 
 @dataclass
@@ -122,7 +118,7 @@ class MediatorCore:
                 self.stats.forced += 1
             self.plan = list(plan.skills)
             self.needs_plan = False
-            self._text_at_query = _text(obs.get("text", ""))
+            self._text_at_query = observation_text(obs.get("text", ""))
             self._since_query = 0
         self.stats.penalty += penalty
         skill = self.plan[0] if self.plan else FALLBACK_SKILL
@@ -135,7 +131,7 @@ class MediatorCore:
         prev = view if self._prev_view is None else self._prev_view
         changed = (view != prev).astype(np.float32)
         self._prev_view = view
-        knowledge_changed = float(_text(obs.get("text", "")) != self._text_at_query)
+        knowledge_changed = float(observation_text(obs.get("text", "")) != self._text_at_query)
         status = int(obs.get("skill_status", SkillStatus.NONE))
         status_onehot = np.eye(len(SkillStatus), dtype=np.float32)[status]
         progress = np.array(

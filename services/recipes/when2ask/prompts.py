@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmrl.planners.base import observation_text
 from llmrl.planners.plan_parsing import SkillGrammar
 
 COLOURS = frozenset({"red", "green", "blue", "purple", "yellow", "grey"})
@@ -64,15 +65,11 @@ EXAMPLES: list[tuple[str, str]] = [
 ]
 
 
-def _text(value: Any) -> str:
-    return str(value.item() if hasattr(value, "item") else value)
-
-
 def planner_messages(observation: dict[str, Any]) -> list[dict[str, str]]:
     """System prompt, the few-shot examples as past turns, then the current knowledge."""
     messages = [{"role": "system", "content": SYSTEM}]
     for situation, plan in EXAMPLES:
         messages.append({"role": "user", "content": situation})
         messages.append({"role": "assistant", "content": plan})
-    messages.append({"role": "user", "content": _text(observation.get("text", ""))})
+    messages.append({"role": "user", "content": observation_text(observation.get("text", ""))})
     return messages

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
@@ -71,7 +71,23 @@ class When2AskConfig(RecipeConfig):
     learning_rate: float = Field(3e-4, gt=0, description="PPO learning rate.")
     n_steps: int = Field(128, ge=8, description="PPO rollout length per env.")
     ent_coef: float = Field(0.01, ge=0, description="PPO entropy bonus.")
+    random_ask_p: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Random-ask's probability of asking per step (default: the learned "
+        "policy's measured ask rate; required when 'learned' is not among the methods).",
+    )
     seed: int = Field(0, ge=0, description="Seed of training and evaluation.")
+
+    @model_validator(mode="after")
+    def _random_ask_has_a_rate(self) -> When2AskConfig:
+        if "random" in self.methods and "learned" not in self.methods and self.random_ask_p is None:
+            raise ValueError(
+                "random_ask_p: random-ask without 'learned' needs its ask probability "
+                "(e.g. random_ask_p=0.1), or add 'learned' to methods to use its rate"
+            )
+        return self
 
     @field_validator("envs")
     @classmethod
@@ -187,7 +203,7 @@ class When2Ask(Recipe):
         if method == "learned":
             ask["model"] = ctx.phase_outputs(f"train/{env}")["model"]
         if method == "random":
-            ask["p"] = self._learned_ask_rate(ctx, env)
+            ask["p"] = self._random_ask_rate(ctx, env)
         return {
             "kind": "when2ask",
             "name": method,
@@ -197,11 +213,11 @@ class When2Ask(Recipe):
             "same_plan_penalty": cfg.same_plan_penalty,
         }
 
-    def _learned_ask_rate(self, ctx: RunContext, env: str) -> float:
-        """The learned policy's ASK rate per step (measured on its evaluation episodes)."""
-        if "learned" in self.methods():
-            return float(ctx.phase_outputs(f"evaluate/{env}/learned")["ask_rate"])
-        return 0.1
+    def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
+        """random_ask_p, else the learned policy's ASK rate per step on its evaluation."""
+        if self.config.random_ask_p is not None:
+            return self.config.random_ask_p
+        return float(ctx.phase_outputs(f"evaluate/{env}/learned")["ask_rate"])
 
     def _evaluate(self, env: str, method: str):
         def run(ctx: RunContext) -> dict[str, Any]:
