@@ -62,6 +62,43 @@ def test_registry_rejects_duplicates_and_lists_known_names():
         reg.get_planner("second")
 
 
+def test_policy_jobs_register_a_request_model_with_their_run_function():
+    from pydantic import BaseModel
+
+    reg = Registry()
+    reg._loaded.add("policy_job")  # no built-ins for this private registry
+
+    class CountJob(BaseModel):
+        kind: str = "count"
+        steps: int
+
+    @reg.register_policy_job("count", request=CountJob)
+    def count(job: CountJob, report) -> dict:
+        report(job.steps)
+        return {"steps": job.steps}
+
+    request_model, run = reg.get_policy_job("count")
+    reported: list[int] = []
+    assert request_model is CountJob
+    assert run(request_model(steps=3), reported.append) == {"steps": 3} and reported == [3]
+    with pytest.raises(UnknownNameError, match="registered policy_jobs: count"):
+        reg.get_policy_job("other")
+
+    class NoKind(BaseModel):  # requests are routed by `kind`: a model without it is refused
+        steps: int
+
+    with pytest.raises(TypeError, match="kind"):
+        reg.register_policy_job("no-kind", request=NoKind)
+
+
+def test_when2ask_offers_its_policy_training_as_a_builtin_policy_job():
+    from llmrl.common.registry import registry
+    from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
+
+    assert "when2ask" in registry.names("policy_job")
+    assert registry.get_policy_job("when2ask") == (PolicyTrainingJob, train_policy)
+
+
 def test_episode_records_round_trip(tmp_path):
     record = EpisodeRecord(
         run_id="r1",

@@ -5,7 +5,8 @@ In the style of habitat-lab's registry: a component is one file plus one decorat
     @registry.register_env("SimpleDoorKey", max_episode_steps=100)
     class SimpleDoorKeyEnv(LlmrlEnv): ...
 
-Kinds: environments, LLM backends, planners, recipes and algorithms. Built-in components
+Kinds: environments, LLM backends, planners, recipes, algorithms and the learner's policy-training
+jobs (`register_policy_job`: a job kind a recipe offers the learner service). Built-in components
 are imported lazily, per kind, the first time that kind is looked up, so that `llmrl envs`
 does not import torch and a missing optional extra only matters for the kind that needs it.
 """
@@ -17,10 +18,13 @@ import pkgutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-Kind = Literal["env", "backend", "planner", "recipe", "algorithm"]
-KINDS: tuple[Kind, ...] = ("env", "backend", "planner", "recipe", "algorithm")
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+Kind = Literal["env", "backend", "planner", "recipe", "algorithm", "policy_job"]
+KINDS: tuple[Kind, ...] = ("env", "backend", "planner", "recipe", "algorithm", "policy_job")
 
 # Where each kind's built-in components live; every module below is imported on first use.
 BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
@@ -29,6 +33,7 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "planner": ("llmrl.planners",),
     "recipe": ("llmrl.recipes",),
     "algorithm": ("llmrl.learner.algorithms",),
+    "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
 }
 
 # Which pip extra a kind's built-ins need, for the error shown when an import fails.
@@ -38,6 +43,7 @@ KIND_EXTRA: dict[Kind, str] = {
     "planner": "all",
     "recipe": "all",
     "algorithm": "learn",
+    "policy_job": "all",
 }
 
 T = TypeVar("T")
@@ -118,6 +124,20 @@ class Registry:
         """Register a training algorithm (PPO, DQN, LLM-PPO, BC, CQL, SFT...)."""
         return self._register("algorithm", name, description, **metadata)
 
+    def register_policy_job(
+        self, name: str, request: type[BaseModel], description: str = "", **metadata: Any
+    ) -> Callable[[T], T]:
+        """Register a kind of RL training job that the learner service runs (`POST
+        /policy-jobs`): decorates `run(request, report) -> result`, where `request` is a
+        `request` model instance and `report(n)` adds n training steps to the job's progress.
+
+        `request` must have a `kind` field: requests choose their kind by name (`"kind":
+        name`), so the learner never imports the recipes that define them.
+        """
+        if "kind" not in request.model_fields:
+            raise TypeError(f"policy job {name!r}: {request.__name__} needs a `kind` field")
+        return self._register("policy_job", name, description, request=request, **metadata)
+
     # -- lookup -------------------------------------------------------------------------
     def load_builtins(self, kind: Kind) -> None:
         """Import every built-in module of `kind` so that its decorators run."""
@@ -178,6 +198,11 @@ class Registry:
 
     def get_algorithm(self, name: str) -> Any:
         return self.get("algorithm", name)
+
+    def get_policy_job(self, name: str) -> tuple[type[BaseModel], Callable[..., dict[str, Any]]]:
+        """(request model, run function) of a registered policy-training job kind."""
+        entry = self.entry("policy_job", name)
+        return entry.metadata["request"], entry.obj
 
 
 def _missing_extra(kind: Kind, exc: ModuleNotFoundError) -> ImportError:

@@ -1,10 +1,13 @@
 """RL policy training jobs on the learner service (`POST /policy-jobs`).
 
 Recipes train their RL policies here in service mode: the job carries the simulator and
-gateway addresses, the learner trains (Stable-Baselines3) and writes the model where the job
-says (the artifact volume that the orchestrator and workers share). `run_on_learner` is the
-client side a recipe phase calls (see `llmrl.learner.client`).
-Job kinds come from recipes: today When2Ask's `PolicyTrainingJob` (asking policy, never-ask).
+gateway addresses, the learner trains and writes the model where the job says (the artifact
+volume that the orchestrator and workers share). `run_on_learner` is the client side a recipe
+phase calls (see `llmrl.learner.client`).
+
+Job kinds are registered by recipes (`registry.register_policy_job`, e.g. When2Ask's
+"when2ask"); a request names its kind in `kind` and is validated by that kind's request model.
+The learner looks kinds up in the registry, so it imports no recipe until a job arrives.
 """
 
 from __future__ import annotations
@@ -12,28 +15,93 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
+from llmrl.common.registry import registry
 from llmrl.learner.client import run_learner_job
-from llmrl.learner.jobs import BackgroundJobs, jobs_router
-from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
+from llmrl.learner.jobs import BackgroundJobs
+
+NOUN = "policy training job"
 
 
 def policy_jobs(jobs_dir: Any) -> BackgroundJobs:
-    """The learner's policy-training job runner (one job at a time)."""
-    return BackgroundJobs(
-        jobs_dir, run=lambda job, report: train_policy(job, report), id_prefix="rl"
-    )
+    """The learner's policy-training job runner (one job at a time, any registered kind)."""
+    return BackgroundJobs(jobs_dir, run=run_policy_job, id_prefix="rl")
+
+
+def run_policy_job(request: Any, report: Callable[[int], None]) -> dict[str, Any]:
+    """Run a validated request with its kind's registered run function."""
+    _, run = registry.get_policy_job(request.kind)
+    return run(request, report)
+
+
+class PolicyJobError(ValueError):
+    """A refused policy job request; `errors` in pydantic's shape (loc, msg, type)."""
+
+    def __init__(self, errors: list[Any]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors))
+
+
+def parse_policy_job(body: Any) -> BaseModel:
+    """The request model instance for `body`, chosen by its `kind`; a `PolicyJobError` names
+    each bad field (an unknown or missing `kind` lists the known kinds)."""
+    kinds = registry.names("policy_job")
+    kind = body.get("kind") if isinstance(body, dict) else None
+    if kind not in kinds:
+        problem = "missing" if kind is None else f"unknown policy job kind {kind!r}"
+        known = ", ".join(kinds) or "(none registered)"
+        error = {"loc": ("kind",), "msg": f"{problem}; known kinds: {known}", "type": "value_error"}
+        raise PolicyJobError([error])
+    request_model, _ = registry.get_policy_job(kind)
+    try:
+        return request_model.model_validate(body)
+    except ValidationError as exc:
+        raise PolicyJobError(exc.errors(include_url=False)) from exc
 
 
 def policy_jobs_router(jobs: BackgroundJobs) -> Any:
-    """POST / (202, the job), GET / (all), GET /{job_id} (status, progress, result or error)."""
-    return jobs_router(jobs, PolicyTrainingJob, "policy training job", "policy training")
+    """POST / (202, the job), GET / (all), GET /{job_id} (status, progress, result or error).
+    A refused body gets 422 with FastAPI's error shape, each error's `loc` naming the field."""
+    from fastapi import APIRouter, Body, HTTPException
+    from fastapi.exceptions import RequestValidationError
+
+    router = APIRouter(tags=["policy training"])
+
+    @router.post("", status_code=202, summary=f"Start a {NOUN} of a registered kind")
+    def start_job(
+        body: dict[str, Any] = Body(
+            ..., description="`kind` (a registered policy job kind) and that kind's fields"
+        ),
+    ) -> dict[str, Any]:
+        try:
+            request = parse_policy_job(body)
+        except PolicyJobError as exc:
+            raise RequestValidationError(
+                [{**error, "loc": ("body", *error["loc"])} for error in exc.errors]
+            ) from exc
+        return jobs.submit(request)
+
+    @router.get("", summary=f"Every {NOUN}")
+    def list_jobs() -> list[dict[str, Any]]:
+        return jobs.list()
+
+    @router.get("/{job_id}", summary=f"One {NOUN}: status, progress, result or error")
+    def get_job(job_id: str) -> dict[str, Any]:
+        job = jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"job_id: no {NOUN} {job_id!r}")
+        return job
+
+    return router
 
 
 def run_on_learner(
-    job: PolicyTrainingJob,
+    job: BaseModel,
     on_progress: Callable[[int], None] | None = None,
     url: str | None = None,
     timeout_s: float | None = None,
 ) -> dict[str, Any]:
-    """Run `job` on the learner service and wait for it; returns its result."""
+    """Run `job` (a registered kind's request) on the learner service and wait; returns its
+    result."""
     return run_learner_job("/policy-jobs", job.model_dump(), on_progress, url, timeout_s)

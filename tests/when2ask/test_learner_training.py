@@ -33,7 +33,7 @@ def learner_url(tmp_path: Path):
 
 def test_learner_trains_the_asking_policy_and_reports_progress(learner_url, tmp_path):
     job = PolicyTrainingJob(
-        kind="asking", env="SimpleDoorKey", steps=128, n_envs=2, n_steps=32,
+        policy="asking", env="SimpleDoorKey", steps=128, n_envs=2, n_steps=32,
         model_path=str(tmp_path / "models" / "asking.zip"),
     )  # fmt: skip
     steps: list[int] = []
@@ -45,18 +45,33 @@ def test_learner_trains_the_asking_policy_and_reports_progress(learner_url, tmp_
 
 
 def test_learner_refuses_a_bad_job_naming_the_field(learner_url, tmp_path):
-    bad = {"kind": "asking", "env": "SimpleDoorKey", "steps": 0, "model_path": "m.zip"}
+    bad = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "steps": 0,
+           "model_path": "m.zip"}  # fmt: skip
     response = httpx.post(f"{learner_url}/policy-jobs", json=bad)
     assert response.status_code == 422 and "steps" in response.text
     unknown = httpx.post(f"{learner_url}/policy-jobs", json={**bad, "steps": 8, "colour": 1})
     assert unknown.status_code == 422 and "colour" in unknown.text
     assert httpx.get(f"{learner_url}/policy-jobs/rl-nope").status_code == 404
+    assert httpx.get(f"{learner_url}/policy-jobs").json() == []  # nothing was started
     assert httpx.get(f"{learner_url}/health").status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["asking", None, 3])
+def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url, kind):
+    body = {"policy": "asking", "env": "SimpleDoorKey", "steps": 8, "model_path": "m.zip"}
+    if kind is not None:
+        body["kind"] = kind
+    response = httpx.post(f"{learner_url}/policy-jobs", json=body)
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "kind"]
+    assert "known kinds: when2ask" in error["msg"]
+    assert httpx.get(f"{learner_url}/policy-jobs").json() == []
 
 
 def test_a_failing_job_fails_alone(learner_url, tmp_path):
     job = PolicyTrainingJob(
-        kind="asking", env="NoSuchEnv", steps=8, model_path=str(tmp_path / "m.zip")
+        policy="asking", env="NoSuchEnv", steps=8, model_path=str(tmp_path / "m.zip")
     )
     with pytest.raises(RuntimeError, match="NoSuchEnv"):
         run_on_learner(job, url=learner_url, timeout_s=60)

@@ -146,17 +146,17 @@ class When2Ask(Recipe):
         return {"name": "when2ask-llm", "kwargs": {"mode": mode, "model": cfg.planner_model}}
 
     # -- training ---------------------------------------------------------------------------
-    def _training_job(self, ctx: RunContext, env: str, kind: str) -> PolicyTrainingJob:
+    def _training_job(self, ctx: RunContext, env: str, policy: str) -> PolicyTrainingJob:
         cfg = self.config
-        name = f"{env}-{kind}"
+        name = f"{env}-{policy}"
         return PolicyTrainingJob(
-            kind=kind,  # type: ignore[arg-type]
+            policy=policy,  # type: ignore[arg-type]
             env=env,
             planner=self.planner_spec(),
             lam=cfg.lam,
             same_plan_penalty=cfg.same_plan_penalty,
             max_steps=cfg.max_steps,
-            steps=cfg.train_steps if kind == "asking" else cfg.never_ask_steps,
+            steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
             n_steps=cfg.n_steps,
             learning_rate=cfg.learning_rate,
@@ -169,16 +169,16 @@ class When2Ask(Recipe):
             llm_gateway=ctx.llm_gateway,
         )
 
-    def _train(self, env: str, kind: str = "asking"):
-        """PPO for the asking policy (or, kind="never-ask", the no-LLM baseline).
+    def _train(self, env: str, policy: str = "asking"):
+        """PPO for the asking policy (or, policy="never-ask", the no-LLM baseline).
 
         Embedded mode trains in this process; service mode hands the job to the learner
-        service and waits for it (see `llmrl.learner.policy_jobs`).
+        service as a "when2ask" policy job and waits for it (see `llmrl.learner.policy_jobs`).
         """
 
         def run(ctx: RunContext) -> dict[str, Any]:
-            job = self._training_job(ctx, env, kind)
-            ctx.progress.start(f"train {env} ({kind})", job.steps, unit="steps")
+            job = self._training_job(ctx, env, policy)
+            ctx.progress.start(f"train {env} ({policy})", job.steps, unit="steps")
             try:
                 if ctx.simulator is None:
                     result = train_policy(job, on_progress=ctx.progress.advance)
@@ -188,7 +188,7 @@ class When2Ask(Recipe):
                     result = run_on_learner(job, on_progress=ctx.progress.advance)
             finally:
                 ctx.progress.finish()
-            ctx.add_artifact(f"models/{env}-{kind}.zip", result["model"], kind="model")
+            ctx.add_artifact(f"models/{env}-{policy}.zip", result["model"], kind="model")
             return result
 
         return run

@@ -1,7 +1,8 @@
 """When2Ask's RL training as a self-contained job: the learner service runs it in service mode,
 the recipe runs it in-process in embedded mode; either way the same function trains.
 
-Two kinds:
+Registered as the learner's "when2ask" policy job (`POST /policy-jobs` with `"kind": "when2ask"`),
+so the learner service finds it by name. Two policies:
 * `asking`: PPO on mediators (`MediatorEnv`), each over its own one-env world, with a planner
   built from a spec (`{"name": "oracle"}` or an LLM planner that reaches the gateway);
 * `never-ask`: PPO on low-level actions over one batched world (the no-LLM baseline).
@@ -15,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmrl.common.registry import registry
+
 NEVER_ASK_KEYS = ["image", "direction"]
 
 
@@ -23,7 +26,8 @@ class PolicyTrainingJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["asking", "never-ask"]
+    kind: Literal["when2ask"] = Field("when2ask", description="the learner's policy job kind")
+    policy: Literal["asking", "never-ask"]
     env: str = Field(..., description="registered environment id")
     planner: dict[str, Any] = Field(
         default_factory=lambda: {"name": "oracle", "kwargs": {}},
@@ -61,7 +65,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
     """The VecEnv to train on and the SB3 policy class for it."""
     from llmrl.simulator.client import make_world
 
-    if job.kind == "asking":
+    if job.policy == "asking":
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         from llmrl.recipes.when2ask.mediator import MediatorEnv
@@ -90,10 +94,12 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
     return venv, "MultiInputPolicy"
 
 
+@registry.register_policy_job("when2ask", request=PolicyTrainingJob)
 def train_policy(
     job: PolicyTrainingJob, on_progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """Train the job's policy with PPO; returns the model path and the learning curve."""
+    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model path
+    and the learning curve."""
     from llmrl.learner.algorithms.sb3 import train_sb3
 
     vec_env, policy = _vec_env(job)
