@@ -21,6 +21,8 @@ ROLES = ("system", "user", "assistant")
 MAX_N = 16
 MAX_STOP = 4
 MAX_TOKENS_LIMIT = 8192
+MAX_GUIDED_CHOICES = 4096
+MAX_GUIDED_LINES = 64
 
 
 def cache_policy(value: bool | str) -> CachePolicy:
@@ -86,6 +88,64 @@ def _check_number(
 
 
 @dataclass
+class GuidedLines:
+    """Guided decoding: every line of the answer is one of `choices`.
+
+    With `numbered`, line i is written "i. <choice>" (a numbered plan). The answer ends after
+    any complete line, or after `max_lines` lines (None: as many as `max_tokens` allow); it
+    has at least one line. vLLM's `guided_choice` is the case numbered=False, max_lines=1.
+    """
+
+    choices: list[str]
+    numbered: bool = False
+    max_lines: int | None = None
+
+    @classmethod
+    def from_value(cls, value: Any, field_name: str = "guided_lines") -> GuidedLines:
+        """Read {choices, numbered, max_lines} (a dict, or a GuidedLines) and check it."""
+        if isinstance(value, GuidedLines):
+            value = {"choices": value.choices, "numbered": value.numbered,
+                     "max_lines": value.max_lines}  # fmt: skip
+        if not isinstance(value, dict):
+            raise InvalidRequestError(
+                f"{field_name} must be an object {{choices, numbered, max_lines}}", field_name
+            )
+        unknown = set(value) - {"choices", "numbered", "max_lines"}
+        if unknown:
+            raise InvalidRequestError(
+                f"{field_name}: unknown keys {sorted(unknown)}; allowed: choices, numbered, "
+                "max_lines",
+                field_name,
+            )
+        choices = value.get("choices")
+        where = f"{field_name}.choices"
+        if not isinstance(choices, list | tuple) or not choices:
+            raise InvalidRequestError(f"{where} must be a non-empty list of strings", where)
+        if len(choices) > MAX_GUIDED_CHOICES:
+            raise InvalidRequestError(
+                f"{where}: at most {MAX_GUIDED_CHOICES} choices; got {len(choices)}", where
+            )
+        for i, choice in enumerate(choices):
+            if not isinstance(choice, str) or not choice.strip() or "\n" in choice:
+                raise InvalidRequestError(
+                    f"{where}[{i}] must be a non-empty string without line breaks; got {choice!r}",
+                    f"{where}[{i}]",
+                )
+        numbered = value.get("numbered", False)
+        if not isinstance(numbered, bool):
+            raise InvalidRequestError(f"{field_name}.numbered must be true or false",
+                                      f"{field_name}.numbered")  # fmt: skip
+        max_lines = value.get("max_lines")
+        if max_lines is not None:
+            _check_number(f"{field_name}.max_lines", max_lines, 1, MAX_GUIDED_LINES, integer=True)
+        # duplicates change nothing; sorted so that the order never splits the cache
+        return cls(sorted(set(choices)), numbered, max_lines)
+
+    def key(self) -> dict[str, Any]:
+        return {"choices": self.choices, "numbered": self.numbered, "max_lines": self.max_lines}
+
+
+@dataclass
 class GenerateRequest:
     """A chat request (`messages`) or a plain completion (`prompt`)."""
 
@@ -102,6 +162,7 @@ class GenerateRequest:
     seed: int | None = None
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
+    guided_lines: GuidedLines | None = None  # constrain the answer's lines (local models)
 
     @property
     def op(self) -> str:
@@ -135,6 +196,8 @@ class GenerateRequest:
             if len(self.stop) > MAX_STOP:
                 raise InvalidRequestError(f"stop allows at most {MAX_STOP} strings", "stop")
             self.stop = self.stop or None
+        if self.guided_lines is not None:
+            self.guided_lines = GuidedLines.from_value(self.guided_lines)
         self.cache = cache_policy(self.cache)
         _check_common(self.run_id, self.tag, self.timeout_s)
         return self

@@ -20,6 +20,7 @@ from llmrl.llm_gateway.api_types import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    GuidedLines,
     ScoreRequest,
     ScoreResult,
     cache_policy,
@@ -47,14 +48,18 @@ class LLMClient:
         seed: int | None = None,
         cache: bool | CachePolicy = True,
         timeout_s: float | None = None,
+        guided_lines: GuidedLines | dict[str, Any] | None = None,
     ) -> ChatResult:
         """Chat completion. `messages`: OpenAI-style list (a string is one user message).
-        `cache`: True (deterministic requests only), False (bypass) or "always"."""
+        `cache`: True (deterministic requests only), False (bypass) or "always".
+        `guided_lines`: {choices, numbered, max_lines}: every line of the answer is one of
+        the choices (local models; see `api_types.GuidedLines`)."""
         request = GenerateRequest(
             messages=messages,  # type: ignore[arg-type]
             model=model, run_id=run_id, tag=tag, n=n, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens, stop=stop, seed=seed,  # type: ignore[arg-type]
             cache=cache_policy(cache), timeout_s=timeout_s,
+            guided_lines=guided_lines,  # type: ignore[arg-type]
         )  # fmt: skip
         return self._generate(request.validate())
 
@@ -73,6 +78,7 @@ class LLMClient:
         seed: int | None = None,
         cache: bool | CachePolicy = True,
         timeout_s: float | None = None,
+        guided_lines: GuidedLines | dict[str, Any] | None = None,
     ) -> ChatResult:
         """Plain text completion of `prompt` (no chat template)."""
         request = GenerateRequest(
@@ -80,6 +86,7 @@ class LLMClient:
             model=model, run_id=run_id, tag=tag, n=n, temperature=temperature, top_p=top_p,
             max_tokens=max_tokens, stop=stop, seed=seed,  # type: ignore[arg-type]
             cache=cache_policy(cache), timeout_s=timeout_s,
+            guided_lines=guided_lines,  # type: ignore[arg-type]
         )  # fmt: skip
         return self._generate(request.validate())
 

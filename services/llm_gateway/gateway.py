@@ -217,6 +217,12 @@ class Gateway:
         request.validate()
         op = request.op
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, op)
+        if request.guided_lines is not None and not backend.guided_decoding:
+            raise InvalidRequestError(
+                f"guided_lines: model {name!r} (backend {backend.config.backend!r}) cannot "
+                "guide its decoding; use a local model (backend 'hf') or leave guided_lines out",
+                "guided_lines",
+            )
         key_params = {
             "messages": request.messages,
             "prompt": request.prompt,
@@ -227,6 +233,8 @@ class Gateway:
             "stop": sorted(request.stop or []),
             "seed": request.seed,
         }
+        if request.guided_lines is not None:  # absent otherwise: older cache keys stay valid
+            key_params["guided_lines"] = request.guided_lines.key()
 
         def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
             result = backend.generate(request, adapter, timeout_s)

@@ -36,6 +36,7 @@ from llmrl.llm_gateway.api_types import (
     ChatResult,
     EmbedRequest,
     GenerateRequest,
+    GuidedLines,
     ScoreRequest,
     cache_policy,
 )
@@ -138,9 +139,24 @@ def _text_content(messages: Any) -> Any:
     return result
 
 
+def _guided_lines(body: dict[str, Any]) -> GuidedLines | None:
+    """Guided decoding, as llmrl's `guided_lines` or vLLM's `guided_choice` (extra_body)."""
+    lines, choice = body.get("guided_lines"), body.get("guided_choice")
+    if lines is not None and choice is not None:
+        raise InvalidRequestError("give guided_lines or guided_choice, not both", "guided_choice")
+    if choice is not None:
+        if not isinstance(choice, list):
+            raise InvalidRequestError(
+                "guided_choice must be a non-empty list of strings", "guided_choice"
+            )
+        return GuidedLines.from_value({"choices": choice, "max_lines": 1}, "guided_choice")
+    return None if lines is None else GuidedLines.from_value(lines)
+
+
 def _generation_fields(body: dict[str, Any]) -> dict[str, Any]:
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     return {
+        "guided_lines": _guided_lines(body),
         "model": body.get("model"),
         "n": body.get("n", 1) if body.get("n") is not None else 1,
         "temperature": body.get("temperature") if body.get("temperature") is not None else 0.0,

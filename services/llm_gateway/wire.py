@@ -13,6 +13,7 @@ from llmrl.llm_gateway.api_types import (
     EmbedRequest,
     EmbedResult,
     GenerateRequest,
+    GuidedLines,
     ScoreRequest,
     ScoreResult,
 )
@@ -58,6 +59,12 @@ def generate_to_pb(request: GenerateRequest) -> pb.GatewayRequest:
     )
     if request.seed is not None:
         params.seed = request.seed
+    guided = request.guided_lines
+    if guided is not None:
+        params.guided_lines.choices.extend(guided.choices)
+        params.guided_lines.numbered = guided.numbered
+        if guided.max_lines is not None:
+            params.guided_lines.max_lines = guided.max_lines
     model, context = request.model or "", _context(request)
     if request.messages is not None:
         chat = pb.ChatRequest(
@@ -70,6 +77,14 @@ def generate_to_pb(request: GenerateRequest) -> pb.GatewayRequest:
     return pb.GatewayRequest(completion=completion)
 
 
+def _guided_from(message: pb.GuidedLines) -> GuidedLines:
+    return GuidedLines(
+        choices=list(message.choices),
+        numbered=message.numbered,
+        max_lines=message.max_lines if message.HasField("max_lines") else None,
+    )
+
+
 def generate_from_pb(message: pb.ChatRequest | pb.CompletionRequest) -> GenerateRequest:
     params = message.params
     fields: dict[str, Any] = {
@@ -79,6 +94,9 @@ def generate_from_pb(message: pb.ChatRequest | pb.CompletionRequest) -> Generate
         "max_tokens": params.max_tokens if params.HasField("max_tokens") else 128,
         "stop": list(params.stop) or None,
         "seed": params.seed if params.HasField("seed") else None,
+        "guided_lines": _guided_from(params.guided_lines)
+        if params.HasField("guided_lines")
+        else None,
     }
     if isinstance(message, pb.ChatRequest):
         fields["messages"] = _messages_from(message.messages)

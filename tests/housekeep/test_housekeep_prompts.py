@@ -9,7 +9,8 @@ from llmrl.simulator.envs.housekeep.prompts import (
     format_plan,
     parse_plan,
 )
-from llmrl.simulator.envs.housekeep.skills import SKILL_TEMPLATES
+from llmrl.simulator.envs.housekeep.skills import SKILL_TEMPLATES, parse_skill, skills_over
+from llmrl.simulator.envs.housekeep.state import KnownHouse
 
 
 def test_messages_are_system_few_shot_and_context():
@@ -34,3 +35,28 @@ def test_parse_plan_keeps_unparsable_lines_apart():
     assert parsed.skills == ["go to room kitchen_0", "pick up mug_1"]
     assert parsed.unparsable == ["Plan:", "3. dance"]
     assert not parsed.done
+
+
+def test_the_guided_vocabulary_is_every_skill_over_known_names():
+    known = KnownHouse(
+        rooms=["kitchen_0", "bathroom_0"],
+        explored_rooms=["kitchen_0"],
+        receptacles={"counter_1": "kitchen_0", "sink_1": "kitchen_0"},
+        inspected=["counter_1", "sink_1"],
+        objects={"mug_1": "counter_1"},
+        held="book_1",
+        room="kitchen_0",
+        at="counter_1",
+    )
+    skills = skills_over(known)
+    assert skills == [
+        "go to room kitchen_0", "go to room bathroom_0",
+        "go to counter_1", "go to sink_1", "go to mug_1",
+        "look at counter_1", "look at sink_1",
+        "pick up mug_1",
+        "place mug_1 on counter_1", "place mug_1 on sink_1",
+        "place book_1 on counter_1", "place book_1 on sink_1",
+        "mission complete",
+    ]  # fmt: skip
+    assert all(parse_skill(skill).phrase() == skill for skill in skills)
+    assert "go to room bedroom_0" not in skills and "pick up book_1" not in skills

@@ -12,7 +12,7 @@ from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources, run_episode
 from llmrl.planners.base import make_planner
 from llmrl.recipes.llm_personalize.driver import POLICY_KIND
 from llmrl.simulator.envs.housekeep import HousekeepEnv
-from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE
+from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE, parse_skill
 
 NONE, DONE, INFEASIBLE = 0, 2, 3  # a charged non-skill line is a low-level step: NONE
 SEED = 7
@@ -108,3 +108,26 @@ def test_score_mode_picks_a_feasible_skill_with_a_local_model(tiny_model_dir):
         assert plan.skills[0] == max(scores, key=scores.get)
     finally:
         client.close()
+
+
+def test_guided_plans_only_name_what_the_agent_knows(tiny_model_dir):
+    """A random tiny model writes garbage freely; guided, every line is a known skill."""
+    client = connect(**tiny_gateway_settings(tiny_model_dir))
+    try:
+        kwargs = {"model": "tiny", "max_tokens": 96, "guided_max_lines": 3}
+        free = play(client, {**kwargs, "guided": False}, max_steps=6)
+        assert any(s.skill is None for s in free.steps)  # the free model's lines are no skills
+        record = play(client, {**kwargs, "guided": True}, max_steps=6)
+    finally:
+        client.close()
+    assert record.llm_calls and all(call.info["guided"] for call in record.llm_calls)
+    env = HousekeepEnv()
+    env.reset(seed=SEED)
+    names = {*env.house.rooms, *(r.name for r in env.house.receptacles)}
+    names |= {o.name for o in env.house.objects}
+    for step in record.steps:
+        assert step.skill is not None, step.info  # no charged non-skill line
+        skill = parse_skill(step.skill)
+        assert set(skill.args) <= names, step.skill
+    for call in record.llm_calls:
+        assert 1 <= len(call.parsed) + int(call.info["done"]) <= 3

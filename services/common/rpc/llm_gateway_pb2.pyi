@@ -83,20 +83,32 @@ class RequestContext(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., tag: _Optional[str] = ..., cache: _Optional[_Union[CachePolicy, str]] = ..., timeout_s: _Optional[float] = ...) -> None: ...
 
 class GenerationParams(_message.Message):
-    __slots__ = ("n", "temperature", "top_p", "max_tokens", "stop", "seed")
+    __slots__ = ("n", "temperature", "top_p", "max_tokens", "stop", "seed", "guided_lines")
     N_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    GUIDED_LINES_FIELD_NUMBER: _ClassVar[int]
     n: int
     temperature: float
     top_p: float
     max_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     seed: int
-    def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ...) -> None: ...
+    guided_lines: GuidedLines
+    def __init__(self, n: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ..., guided_lines: _Optional[_Union[GuidedLines, _Mapping]] = ...) -> None: ...
+
+class GuidedLines(_message.Message):
+    __slots__ = ("choices", "numbered", "max_lines")
+    CHOICES_FIELD_NUMBER: _ClassVar[int]
+    NUMBERED_FIELD_NUMBER: _ClassVar[int]
+    MAX_LINES_FIELD_NUMBER: _ClassVar[int]
+    choices: _containers.RepeatedScalarFieldContainer[str]
+    numbered: bool
+    max_lines: int
+    def __init__(self, choices: _Optional[_Iterable[str]] = ..., numbered: _Optional[bool] = ..., max_lines: _Optional[int] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
     __slots__ = ("model", "messages", "params", "context")

@@ -37,11 +37,13 @@ class Backend:
     """One configured model served by one provider kind.
 
     `ops` lists what it can do among chat, completion, score and embed; `remote` backends are
-    retried by the gateway on 429/5xx/timeouts, local ones are not (their failures repeat).
+    retried by the gateway on 429/5xx/timeouts, local ones are not (their failures repeat);
+    `guided_decoding` backends constrain an answer's lines to given choices.
     """
 
     ops: ClassVar[frozenset[str]] = frozenset()
     remote: ClassVar[bool] = False
+    guided_decoding: ClassVar[bool] = False  # honours GenerateRequest.guided_lines
 
     def __init__(self, name: str, config: ModelConfig, settings: GatewaySettings) -> None:
         self.name = name

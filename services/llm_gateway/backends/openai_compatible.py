@@ -107,6 +107,11 @@ class OpenAIBackend(Backend):
     def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
         if adapter:
             raise InvalidRequestError("model: remote models have no adapters", "model")
+        if request.guided_lines is not None:  # reached only as a fallback of a local model
+            raise InvalidRequestError(
+                f"guided_lines: model {self.name!r} is remote and cannot guide its decoding",
+                "guided_lines",
+            )
         args = self._generation_args(request)
         with self._errors():
             if request.messages is not None:

@@ -23,10 +23,11 @@ import torch
 
 from llmrl.common.config import home_dir
 from llmrl.common.registry import registry
-from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
+from llmrl.llm_gateway.api_types import GenerateRequest, GuidedLines, ScoreRequest
 from llmrl.llm_gateway.backends.base import Backend, Generation, Scores
 from llmrl.llm_gateway.batching import DynamicBatcher
 from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError
+from llmrl.llm_gateway.guided import GuidedLinesProcessor, LineAutomaton
 from llmrl.llm_gateway.local_models import resolve_path
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
@@ -56,6 +57,7 @@ class _GenJob:
     n: int
     max_tokens: int
     stop: list[str] | None
+    guided: GuidedLines | None = None
 
 
 class _GenGroup(NamedTuple):
@@ -94,6 +96,9 @@ class LocalCausalLM:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
         if getattr(self.tokenizer, "chat_template", None):
             return self.tokenizer.apply_chat_template(
@@ -113,7 +118,7 @@ class LocalCausalLM:
         stops: tuple[str, ...] = (),
     ) -> list[Generation]:
         """One `generate` call for every row of every job (left-padded batch)."""
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         rows = [job.prompt_ids for job in jobs for _ in range(job.n)]
         width = max(len(r) for r in rows)
@@ -134,15 +139,23 @@ class LocalCausalLM:
         )
         if seed is not None:
             torch.manual_seed(seed)
-        stopping: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
         if stops:  # stop each row as soon as it ends with a stop string (cut again below)
             config.stop_strings = list(stops)
-            stopping["tokenizer"] = self.tokenizer
+            extra["tokenizer"] = self.tokenizer
+        eos = sorted(self.eos_ids)
+        per_job = [
+            None if job.guided is None else LineAutomaton(job.guided, self.encode_batch, eos)
+            for job in jobs
+        ]  # the n rows of a job share its automaton (and its tries)
+        automata = [a for a, job in zip(per_job, jobs, strict=True) for _ in range(job.n)]
+        if any(automata):
+            extra["logits_processor"] = LogitsProcessorList([GuidedLinesProcessor(automata, width)])
         output = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),
             generation_config=config,
-            **stopping,
+            **extra,
         )
         new_tokens = output[:, width:].tolist()
         results, row = [], 0
@@ -361,6 +374,7 @@ class TransformersBackend(Backend):
     """A local Hugging Face causal LM; concurrent requests are batched by one model thread."""
 
     ops = frozenset({"chat", "completion", "score"})
+    guided_decoding = True
 
     def __init__(self, name: str, config: ModelConfig, settings: GatewaySettings) -> None:
         super().__init__(name, config, settings)
@@ -423,11 +437,13 @@ class TransformersBackend(Backend):
             group = _GenGroup(
                 adapter, request.temperature, request.top_p, request.seed, alone, stops
             )
-            job = _GenJob(prompt_ids, request.n, request.max_tokens, request.stop)
+            job = _GenJob(
+                prompt_ids, request.n, request.max_tokens, request.stop, request.guided_lines
+            )
             return self._wait(self.batcher.submit("generate", group, job), timeout_s)
         # greedy: the n answers are identical, so compute one and repeat it
         group = _GenGroup(adapter, 0.0, 1.0, None, None, stops)
-        job = _GenJob(prompt_ids, 1, request.max_tokens, request.stop)
+        job = _GenJob(prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines)
         one = self._wait(self.batcher.submit("generate", group, job), timeout_s)
         n = request.n
         return Generation(

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ..base import InvalidSkillError
 from .house import House
+from .state import KnownHouse
 
 SKILL_TEMPLATES = (
     "go to room <room>",
@@ -87,6 +88,24 @@ def parse_skill(text: str) -> Skill:
         if match:
             return Skill(verb, tuple(arg.strip().replace(" ", "_") for arg in match.groups()))
     raise InvalidSkillError(_help(repr(text)))
+
+
+def skills_over(known: KnownHouse) -> list[str]:
+    """Every well-formed skill over the names the agent knows (what the context shows).
+
+    The planner's vocabulary for guided decoding: it rules out invented names, not mistakes
+    (a skill here may still be infeasible now, e.g. picking up an object in another room).
+    """
+    objects = [obj for obj in known.objects if obj != known.held]
+    carried = [*objects, known.held] if known.held else objects
+    skills = [f"go to room {room}" for room in known.rooms]
+    skills += [f"go to {rec}" for rec in known.receptacles]
+    skills += [f"go to {obj}" for obj in objects]
+    skills += [f"look at {rec}" for rec in known.receptacles]
+    skills += [f"pick up {obj}" for obj in objects]
+    skills += [f"place {obj} on {rec}" for obj in carried for rec in known.receptacles]
+    skills.append(MISSION_COMPLETE)
+    return skills
 
 
 def _help(what: str) -> str:
