@@ -1,9 +1,10 @@
-"""Jobs run in the background of a service: fine-tuning (local LoRA SFT or the OpenAI API) by
-default, or any other kind given a run function (the learner's RL policy jobs).
+"""Jobs run in the background of the learner service: fine-tuning (local LoRA SFT or the OpenAI
+API) by default, or any other kind given a run function (the learner's RL policy jobs). The
+annotator hands its fine-tuning jobs to the learner rather than running them.
 
-`BackgroundJobs` keeps the jobs of one process (a learner or annotator service): `submit`
-validates a request and starts it on a worker thread (one job at a time: training takes the
-machine), `get`/`list` report status (`queued`, `running`, `succeeded`, `failed`), the result
+`BackgroundJobs` keeps the jobs of one process: `submit` validates a request and starts it on a
+worker thread (one job at a time: training takes the machine), `get`/`list` report status
+(`queued`, `running`, `succeeded`, `failed`), progress (local training steps), the result
 (adapter directory and the gateway model name, or the OpenAI model id) or the error. Jobs are
 also written as JSON under `<jobs_dir>/<job_id>.json`, so their outcome survives a restart.
 """
@@ -72,7 +73,7 @@ class BackgroundJobs:
         run: Callable[[Any, Callable[[int], None]], dict[str, Any]] | None = None,
         id_prefix: str = "ft",
     ) -> None:
-        self.run_fn = run or (lambda request, report: run_finetune(request))
+        self.run_fn = run or run_finetune
         self.id_prefix = id_prefix
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -151,8 +152,11 @@ class BackgroundJobs:
         self._update(job)
 
 
-def run_finetune(request: FineTuneRequest) -> dict[str, Any]:
-    """Run one fine-tuning request to completion; returns what it produced."""
+def run_finetune(
+    request: FineTuneRequest, report: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Run one fine-tuning request to completion; returns what it produced. `report(n)`: n
+    more local training steps done (the job's progress)."""
     if request.backend == "openai":
         from llmrl.learner.finetune_openai import make_client, openai_finetune
 
@@ -161,7 +165,8 @@ def run_finetune(request: FineTuneRequest) -> dict[str, Any]:
             model=request.model,
             client=make_client(request.base_url, request.api_key_env),
             suffix=request.suffix,
-            epochs=None if request.steps else int(request.epochs),
+            # the API takes whole epochs; steps are a local notion (the API picks its own)
+            epochs=None if request.steps else max(1, round(request.epochs)),
             seed=request.seed,
             poll_interval_s=request.poll_interval_s,
         )
@@ -184,7 +189,8 @@ def run_finetune(request: FineTuneRequest) -> dict[str, Any]:
             max_length=request.max_length,
             bf16=request.bf16,
             seed=request.seed,
-        )
+        ),
+        on_step=report,
     )
     return {
         "model": f"{request.model}:{request.adapter}@{request.version}",

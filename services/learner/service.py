@@ -1,14 +1,14 @@
 """`llmrl serve learner`: fine-tuning jobs over REST (local LoRA SFT or the OpenAI API).
 
     POST /jobs         a `llmrl.learner.jobs.FineTuneRequest` -> 202 {"job_id", "status", ...}
-    GET  /jobs[/{id}]  status, result (adapter directory and `<model>:<adapter>@<version>`, or
-                       the OpenAI model id) or error
+    GET  /jobs[/{id}]  status, progress (local training steps), result (adapter directory and
+                       `<model>:<adapter>@<version>`, or the OpenAI model id) or error
     POST /policy-jobs  an RL training job (`llmrl.learner.policy_jobs`): When2Ask's asking
     GET  /policy-jobs[/{id}]  policy and never-ask baseline; status, progress (steps), result
 
-plus /health, /metrics and /info; in embedded mode recipes call the same training functions
-in-process. Adapters are written under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`,
-where the LLM gateway finds them.
+plus /health, /metrics and /info. The annotator's `POST /finetune/jobs` lands here too; in
+embedded mode recipes call the same training functions in-process. Adapters are written under
+`$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`, where the LLM gateway finds them.
 Settings: `jobs_dir` (default `$LLMRL_HOME/learner/jobs`).
 """
 

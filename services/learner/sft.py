@@ -26,6 +26,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,8 +154,9 @@ def tokenize_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[
 
 
 # -- training ------------------------------------------------------------------------------------
-def train_lora_sft(config: SftConfig) -> SftResult:
-    """Fine-tune a LoRA adapter on chat data and save it to `config.out_dir` (atomically)."""
+def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = None) -> SftResult:
+    """Fine-tune a LoRA adapter on chat data and save it to `config.out_dir` (atomically).
+    `on_step(1)` is called after every optimiser step (a job's progress)."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -221,6 +223,8 @@ def train_lora_sft(config: SftConfig) -> SftResult:
         optimizer.step()
         losses.append(float(loss.detach()))
         log.debug("sft step %d/%d loss %.4f", step + 1, total_steps, losses[-1])
+        if on_step is not None:
+            on_step(1)
 
     # 4. save the adapter version (beside the target, then renamed: never half a directory)
     result = SftResult(

@@ -78,9 +78,14 @@ def test_local_fine_tuning_job_through_the_learner_client(tiny_model_dir, tmp_pa
     )  # fmt: skip
     server = RestServer(create_app(tmp_path / "jobs")).start()
     try:
-        result = run_learner_job("/jobs", request.model_dump(), url=server.url, timeout_s=300)
+        steps: list[int] = []  # the job's progress as the client followed it
+        result = run_learner_job(
+            "/jobs", request.model_dump(), steps.append, url=server.url, timeout_s=300
+        )
+        job = httpx.get(f"{server.url}/jobs", timeout=30).json()[0]
     finally:
         server.stop()
+    assert sum(steps) == job["progress"] == 3  # one per training step
     assert result["model"] == "tiny:t@1"
     assert (Path(result["adapter_dir"]) / "adapter_config.json").is_file()
     assert len(result["losses"]) == 3
