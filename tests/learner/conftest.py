@@ -1,4 +1,5 @@
-"""Fixtures: the OpenAI fine-tuning stand-in on a free port of 127.0.0.1."""
+"""Fixtures: the OpenAI fine-tuning stand-in on a free port of 127.0.0.1 (the tiny model,
+`tiny_model_dir`, comes from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,3 @@ def standin() -> Iterator[tuple[str, StandinState]]:
     server = RestServer(create_standin(state)).start()
     yield f"{server.url}/v1", state
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):
-    from learner_support import make_tiny_llama
-
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

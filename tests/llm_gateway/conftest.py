@@ -1,5 +1,6 @@
-"""Fixtures: a tiny random Llama (fast tests), the real SmolLM2 (loaded once per session),
-a fake OpenAI-compatible provider and a private Redis, all on 127.0.0.1."""
+"""Fixtures: gateways over the tiny random Llama (fast tests; `tiny_model_dir` comes from
+tests/conftest.py), the real SmolLM2 (loaded once per session), a fake OpenAI-compatible
+provider and a private Redis, all on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from gateway_fake_provider import ProviderState, create_provider
+from tiny_llm import tiny_gateway_settings
 
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.service import RestServer
@@ -40,50 +42,17 @@ def smollm2_path() -> Path:
     return smollm2_dir()
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
-    """A 2-layer, 32-wide random Llama with SmolLM2's tokenizer and chat template. Weights
-    are drawn wide (std 0.5) so that log-probabilities differ clearly between tokens."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_path)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        initializer_range=0.5,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-        tie_word_embeddings=True,
-    )
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def tiny_settings(tiny_model_dir: Path, tmp_path: Path, **extra: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "default_model": "tiny",
-        "models": {
-            "tiny": {
-                "backend": "hf",
-                "path": str(tiny_model_dir),
-                "dtype": "float32",
-                "max_batch_size": 8,
-                "max_wait_ms": 20,
-            }
-        },
-        "cache": {"backend": "sqlite", "sqlite_path": str(tmp_path / "cache.sqlite")},
-        "ledger": {"backend": "sqlite", "sqlite_path": str(tmp_path / "ledger.sqlite")},
-    }
+    """Settings serving the tiny model (`tiny_model_dir`, from tests/conftest.py) as "tiny",
+    batching up to 8 requests, with the cache and the ledger in SQLite under `tmp_path`;
+    `extra` is merged over them (e.g. models={...} adds models)."""
+    settings = tiny_gateway_settings(
+        tiny_model_dir,
+        cache={"backend": "sqlite", "sqlite_path": str(tmp_path / "cache.sqlite")},
+        max_batch_size=8,
+        max_wait_ms=20,
+    )
+    settings["ledger"] = {"backend": "sqlite", "sqlite_path": str(tmp_path / "ledger.sqlite")}
     return deep_merge(settings, extra)
 
 

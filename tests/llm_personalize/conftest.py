@@ -1,4 +1,5 @@
-"""Fixtures: the scripted chat model behind a real gateway, and a tiny local model."""
+"""Fixtures: the scripted chat model behind a real gateway (the tiny local model,
+`tiny_model_dir`, comes from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from personalize_support import Script, create_scripted_llm
 from llmrl.llm_gateway.client import connect
 from llmrl.llm_gateway.service import RestServer
 
-# the tiny-model helpers live with the learner's tests
+# these tests import the tiny model's gateway settings from the learner's `learner_support`
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 
 
@@ -38,10 +39,3 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Script, Any]]:
     yield script, client
     client.close()
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from learner_support import make_tiny_llama
-
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
