@@ -41,3 +41,28 @@ def test_bad_config_names_the_field():
         validate_config("llm-personalize", {"data_dir": "/no/such/housekeep"})
     with pytest.raises(ConfigError, match="colour"):
         validate_config("llm-personalize", {"colour": "red"})
+
+
+def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch):
+    monkeypatch.delenv("NO_SUCH_OPENAI_KEY", raising=False)
+    openai = {"data_dir": "procedural", "finetune_backend": "openai"}
+    with pytest.raises(
+        ConfigError, match=r"openai_api_key_env: .* NO_SUCH_OPENAI_KEY, which is unset"
+    ):
+        validate_config("llm-personalize", {**openai, "openai_api_key_env": "NO_SUCH_OPENAI_KEY"})
+    with pytest.raises(ConfigError, match="finetune_backend"):
+        validate_config("llm-personalize", {**openai, "finetune_backend": "azure"})
+    monkeypatch.setenv("MY_OPENAI_KEY", "sk-config-test")
+    openai["openai_api_key_env"] = "MY_OPENAI_KEY"
+    with pytest.raises(ConfigError, match="planner_mode: finetune_backend=openai needs"):
+        validate_config("llm-personalize", {**openai, "planner_mode": "score"})
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    config = validate_config("llm-personalize", openai)
+    assert config.openai_base_url == "http://127.0.0.1:9/v1"  # the official client's variable
+    assert config.openai_model == "gpt-4o-mini-2024-07-18"
+    assert "sk-config-test" not in str(config.model_dump())
+    # the local backend needs no key
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert (
+        validate_config("llm-personalize", {"data_dir": "procedural"}).finetune_backend == "local"
+    )

@@ -24,14 +24,26 @@ gateway finds them (`$LLMRL_HOME/adapters/<model>/<adapter>/<version>`) and serv
 Evaluation episodes per scene: "train" = training episodes 0..eval_episodes-1 (the ones
 demonstrated and collected on), "held-out" = episodes train_episodes.. (never trained on).
 
+Collection is reproducible: every collected episode's planner gets its own sampling seed
+(from the run's `seed`, the round, the scene, the episode and the sample), so collecting again
+with the same config gives the same episodes.
+
+`finetune_backend=openai` personalises an OpenAI model instead (`openai_model`): each train
+phase is a job on the OpenAI fine-tuning API (the same JSONL data, in one file; round k
+continues from round k-1's fine-tune), and every stage is evaluated through the gateway's
+`openai` backend under a name derived from the model id (`openai_models`).
+
     llmrl run llm-personalize rounds=2 train_episodes=10 eval_episodes=5
+    llmrl run llm-personalize finetune_backend=openai rounds=1   # needs OPENAI_API_KEY
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +55,7 @@ from llmrl.common.registry import registry
 from llmrl.learner.sft import LLAMA_LINEAR_LAYERS
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
 from llmrl.recipes.llm_personalize import driver as _driver  # registers the policy kind
+from llmrl.recipes.llm_personalize import openai_models
 from llmrl.recipes.llm_personalize.report import plot_rounds, stage_rows
 
 ENV = "Housekeep"
@@ -50,6 +63,8 @@ PROCEDURAL = "procedural"
 SHARED_DATA = Path("../shared/data/housekeep")
 HELD_OUT_SEED_OFFSET = 100_000  # procedural houses: held-out houses never meet training ones
 ZERO_SHOT = "zero-shot"
+# planner seeds stay below 2**31 after the planner's `seed * 1000 + query number`
+SAMPLING_SEEDS = 2_000_000
 
 
 def default_data_dir() -> str | None:
@@ -81,7 +96,11 @@ class LlmPersonalizeConfig(RecipeConfig):
         2, ge=1, description="Sampled episodes per training episode in each self-training round."
     )
     rounds: int = Field(2, ge=0, le=20, description="Self-training rounds (K).")
-    model: str = Field("smollm2", description="Gateway model to personalise (hf backend).")
+    model: str = Field(
+        "smollm2",
+        description="Gateway model to personalise (hf backend; with finetune_backend=openai, "
+        "openai_model is personalised instead).",
+    )
     planner_mode: Literal["generate", "score"] = Field(
         "generate",
         description="generate: the model writes plans; score: it picks the feasible skill it "
@@ -110,6 +129,26 @@ class LlmPersonalizeConfig(RecipeConfig):
     sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
     sft_bf16: bool | None = Field(
         None, description="bf16 autocast during SFT (null: where bf16 is native)."
+    )
+    finetune_backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: LoRA SFT of `model`; openai: the OpenAI fine-tuning API on "
+        "openai_model (stages evaluated through the gateway's openai backend).",
+    )
+    openai_model: str = Field(
+        "gpt-4o-mini-2024-07-18", min_length=1, description="openai: the base model to tune."
+    )
+    openai_base_url: str | None = Field(
+        default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None,
+        description="openai: API base URL (default $OPENAI_BASE_URL, else api.openai.com).",
+    )
+    openai_api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="openai: the environment variable holding the API key (never logged).",
+    )
+    openai_poll_s: float = Field(
+        10.0, gt=0, le=3600, description="openai: seconds between fine-tuning job polls."
     )
     num_envs: int = Field(4, ge=1, le=64, description="Episodes played at once.")
     seed: int = Field(0, ge=0, description="Seed of houses, sampling and SFT.")
@@ -140,6 +179,23 @@ class LlmPersonalizeConfig(RecipeConfig):
         unknown = [s for s in self.scenes if s not in scenes]
         if unknown:
             raise ValueError(f"scenes: unknown {unknown}; scenes in data_dir: {', '.join(scenes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _openai(self) -> LlmPersonalizeConfig:
+        if self.finetune_backend != "openai":
+            return self
+        if not os.environ.get(self.openai_api_key_env):
+            raise ValueError(
+                f"openai_api_key_env: finetune_backend=openai reads the OpenAI API key from "
+                f"the environment variable {self.openai_api_key_env}, which is unset; set it "
+                "(or name another variable in openai_api_key_env)"
+            )
+        if self.planner_mode != "generate":
+            raise ValueError(
+                "planner_mode: finetune_backend=openai needs planner_mode=generate "
+                "(remote models do not score candidates)"
+            )
         return self
 
     def scene_list(self) -> list[str]:
@@ -204,9 +260,18 @@ class LlmPersonalize(Recipe):
             items += [(scene, "held-out", cfg.train_episodes + i) for i in range(cfg.eval_episodes)]
         return items
 
-    def _llm_policy(self, model: str, temperature: float = 0.0) -> dict[str, Any]:
-        # sampled queries carry no seed: the gateway batches unseeded samples (a seeded one
-        # runs alone), so collection is not bit-reproducible, evaluation (greedy) is
+    def sampling_seed(self, k: int, scene: str, episode: int, sample: int) -> int:
+        """The planner's seed for one collected episode (the planner seeds its i-th query
+        with seed * 1000 + i): a hash, so that no two rounds, scenes, episodes or samples
+        share their draws, and every rerun of the same config repeats them."""
+        key = f"{self.config.seed}|{k}|{scene}|{episode}|{sample}".encode()
+        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % SAMPLING_SEEDS
+
+    def _llm_policy(
+        self, model: str, temperature: float = 0.0, seed: int | None = None
+    ) -> dict[str, Any]:
+        # a seeded sample is reproducible (and cached), but the local backend runs it alone
+        # rather than in a batch: collection trades batching for reproducibility
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": model,
@@ -216,13 +281,28 @@ class LlmPersonalize(Recipe):
             "temperature": temperature,
             "tag": "llm-personalize/planner",
         }
+        if seed is not None:
+            kwargs["seed"] = seed
         return {"kind": _driver.POLICY_KIND, "name": "housekeep-llm", "kwargs": kwargs}
 
     def model_at(self, ctx: RunContext, stage: int | str) -> str:
-        """The gateway model of a stage: the base model, or the adapter train/<stage> made."""
+        """The gateway model of a stage: the base model, or what train/<stage> made (an
+        adapter, or an OpenAI fine-tune the gateway is made to serve)."""
+        cfg = self.config
+        if cfg.finetune_backend == "openai":
+            return openai_models.serve_stage_model(
+                ctx.llm, self.openai_model_at(ctx, stage), cfg.openai_base_url,
+                cfg.openai_api_key_env,
+            )  # fmt: skip
         if stage == ZERO_SHOT:
-            return self.config.model
+            return cfg.model
         return str(ctx.phase_outputs(f"train/{stage}")["model"])
+
+    def openai_model_at(self, ctx: RunContext, stage: int | str) -> str:
+        """finetune_backend=openai: the OpenAI model id of a stage (base, or a fine-tune)."""
+        if stage == ZERO_SHOT:
+            return self.config.openai_model
+        return str(ctx.phase_outputs(f"train/{stage}")["fine_tuned_model"])
 
     def _evaluate(self, stage: int | str):
         def run(ctx: RunContext) -> dict[str, Any]:
@@ -249,8 +329,14 @@ class LlmPersonalize(Recipe):
         return run
 
     def _training_jobs(
-        self, ctx: RunContext, phase: str, policy: dict[str, Any], samples: int
+        self,
+        ctx: RunContext,
+        phase: str,
+        policy_for: Callable[[str, int, int], dict[str, Any]],
+        samples: int,
     ) -> list[Any]:
+        """Jobs on the training episodes; `policy_for(scene, episode, sample)` is each one's
+        policy (collection seeds every episode's sampling on its own)."""
         cfg = self.config
         jobs = []
         for scene in cfg.scene_list():
@@ -262,7 +348,7 @@ class LlmPersonalize(Recipe):
                             len(jobs),
                             env=ENV,
                             seed=self._seed(episode, sample=sample),
-                            policy=policy,
+                            policy=policy_for(scene, episode, sample),
                             env_kwargs=self._env_kwargs(scene, episode),
                         )
                     )
@@ -276,7 +362,7 @@ class LlmPersonalize(Recipe):
             "kwargs": {"max_plan_length": cfg.demo_plan_length},
             "few_shot": cfg.few_shot,
         }
-        jobs = self._training_jobs(ctx, "demonstrate", policy, samples=1)
+        jobs = self._training_jobs(ctx, "demonstrate", lambda *_: policy, samples=1)
         records = ctx.run_episodes("demonstrate", jobs, parallel=cfg.num_envs)
         return summarize(records)
 
@@ -285,12 +371,12 @@ class LlmPersonalize(Recipe):
             cfg = self.config
             model = self.model_at(ctx, k - 1)
             phase = f"collect/{k}"
-            jobs = self._training_jobs(
-                ctx,
-                phase,
-                self._llm_policy(model, cfg.collect_temperature),
-                samples=cfg.collect_samples,
-            )
+
+            def policy_for(scene: str, episode: int, sample: int) -> dict[str, Any]:
+                seed = self.sampling_seed(k, scene, episode, sample)
+                return self._llm_policy(model, cfg.collect_temperature, seed=seed)
+
+            jobs = self._training_jobs(ctx, phase, policy_for, samples=cfg.collect_samples)
             records = ctx.run_episodes(phase, jobs, parallel=cfg.num_envs)
             return {"model": model, **summarize(records)}
 
@@ -322,9 +408,6 @@ class LlmPersonalize(Recipe):
 
     def _train(self, k: int):
         def run(ctx: RunContext) -> dict[str, Any]:
-            from llmrl.learner.client import run_learner_job
-            from llmrl.learner.jobs import FineTuneRequest, run_finetune
-
             cfg = self.config
             data = [ctx.phase_outputs(f"annotate/{k}")]
             if k > 0 and cfg.replay_bootstrap:
@@ -332,48 +415,114 @@ class LlmPersonalize(Recipe):
             files = [d["data"] for d in data if d["examples"] > 0]
             previous = None if k == 0 else ctx.phase_outputs(f"train/{k - 1}")
             if not files:  # nothing selected: this round keeps the previous model
-                model = cfg.model if previous is None else previous["model"]
-                return {"model": model, "skipped": "no training examples", "examples": 0}
-            name = self.adapter_name(ctx)
-            request = FineTuneRequest(
-                backend="local",
-                data=files,
-                model=cfg.model,
-                adapter=name,
-                version=str(k),
-                init_adapter=(previous or {}).get("adapter_dir"),
-                steps=cfg.sft_steps,
-                epochs=cfg.sft_epochs,
-                batch_size=cfg.sft_batch_size,
-                learning_rate=cfg.sft_lr,
-                lora_r=cfg.lora_r,
-                lora_targets=list(cfg.lora_targets),
-                max_length=cfg.sft_max_length,
-                bf16=cfg.sft_bf16,
-                seed=cfg.seed + k,
-            )
-            # Embedded mode trains here; service mode on the learner service (same function).
-            if ctx.simulator is None:
-                result = run_finetune(request)
-            else:
-                result = run_learner_job("/jobs", request.model_dump())
-            writer = ctx.tensorboard
-            if writer is not None:
-                for step, loss in enumerate(result["losses"]):
-                    writer.add_scalar(f"losses/sft_round_{k}", loss, step)
-            keys = ("adapter_dir", "examples", "dropped_too_long", "steps", "first_loss")
-            return {
-                "model": result["model"],
-                **{key: result[key] for key in keys},
-                "last_loss": result["last_loss"],
-                "seconds": round(result["seconds"], 1),
-            }
+                skipped = {"skipped": "no training examples", "examples": 0}
+                if cfg.finetune_backend == "openai":
+                    tuned = (previous or {}).get("fine_tuned_model") or cfg.openai_model
+                    model = openai_models.gateway_name(tuned)
+                    return {"model": model, "fine_tuned_model": tuned, **skipped}
+                # the previous adapter, which round k + 1 continues from
+                kept = {
+                    key: value
+                    for key, value in (previous or {}).items()
+                    if key in ("model", "adapter_dir")
+                }
+                return {"model": cfg.model, **kept, **skipped}
+            if cfg.finetune_backend == "openai":
+                return self._train_openai(ctx, k, files, previous)
+            return self._train_local(ctx, k, files, previous)
 
         return run
+
+    def _run_finetune(self, ctx: RunContext, request: Any) -> dict[str, Any]:
+        """Embedded mode trains here; service mode on the learner service (same function)."""
+        from llmrl.learner.client import run_learner_job
+        from llmrl.learner.jobs import run_finetune
+
+        if ctx.simulator is None:
+            return run_finetune(request)
+        return run_learner_job("/jobs", request.model_dump())
+
+    def _train_local(
+        self, ctx: RunContext, k: int, files: list[str], previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        from llmrl.learner.jobs import FineTuneRequest
+
+        cfg = self.config
+        request = FineTuneRequest(
+            backend="local",
+            data=files,
+            model=cfg.model,
+            adapter=self.adapter_name(ctx),
+            version=str(k),
+            init_adapter=(previous or {}).get("adapter_dir"),
+            steps=cfg.sft_steps,
+            epochs=cfg.sft_epochs,
+            batch_size=cfg.sft_batch_size,
+            learning_rate=cfg.sft_lr,
+            lora_r=cfg.lora_r,
+            lora_targets=list(cfg.lora_targets),
+            max_length=cfg.sft_max_length,
+            bf16=cfg.sft_bf16,
+            seed=cfg.seed + k,
+        )
+        result = self._run_finetune(ctx, request)
+        writer = ctx.tensorboard
+        if writer is not None:
+            for step, loss in enumerate(result["losses"]):
+                writer.add_scalar(f"losses/sft_round_{k}", loss, step)
+        keys = ("adapter_dir", "examples", "dropped_too_long", "steps", "first_loss")
+        return {
+            "model": result["model"],
+            **{key: result[key] for key in keys},
+            "last_loss": result["last_loss"],
+            "seconds": round(result["seconds"], 1),
+        }
+
+    def _train_openai(
+        self, ctx: RunContext, k: int, files: list[str], previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A job on the OpenAI fine-tuning API (one training file: the round's files joined);
+        round k continues from round k-1's fine-tune."""
+        from llmrl.learner.jobs import FineTuneRequest
+
+        cfg = self.config
+        data = ctx.out_dir / "datasets" / f"openai-train-{k}.jsonl"
+        texts = [Path(path).read_text() for path in files]
+        data.write_text("".join(t if t.endswith("\n") else t + "\n" for t in texts if t))
+        examples = sum(1 for line in data.read_text().splitlines() if line.strip())
+        base = (previous or {}).get("fine_tuned_model") or cfg.openai_model
+        request = FineTuneRequest(
+            backend="openai",
+            data=[str(data)],
+            model=base,
+            suffix=f"lp-{k}",
+            steps=cfg.sft_steps,  # set: the API picks the epochs (it counts no steps)
+            epochs=cfg.sft_epochs,
+            seed=cfg.seed + k,
+            base_url=cfg.openai_base_url,
+            api_key_env=cfg.openai_api_key_env,
+            poll_interval_s=cfg.openai_poll_s,
+        )
+        result = self._run_finetune(ctx, request)
+        job = result["openai_job"]
+        return {
+            "model": openai_models.gateway_name(result["fine_tuned_model"]),
+            "fine_tuned_model": result["fine_tuned_model"],
+            "base_model": base,
+            "examples": examples,
+            "openai_job_id": job["job_id"],
+            "trained_tokens": job.get("trained_tokens"),
+            "seconds": round(job["seconds"], 1),
+        }
 
     # -- report -----------------------------------------------------------------------------
     def stages(self) -> list[int | str]:
         return [ZERO_SHOT, *range(self.config.rounds + 1)]
+
+    def base_model(self) -> str:
+        """The model being personalised (a gateway model, or an OpenAI model id)."""
+        cfg = self.config
+        return cfg.openai_model if cfg.finetune_backend == "openai" else cfg.model
 
     def report(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
@@ -385,22 +534,28 @@ class LlmPersonalize(Recipe):
         notes = [
             "success rate (%) = (correctly placed at the end - at the start) / misplaced at "
             "the start x 100, mean over episodes (can be negative); greedy decoding",
-            f"model {cfg.model}; train = training episodes 0..{cfg.eval_episodes - 1} of each "
-            f"scene, held-out = episodes {cfg.train_episodes}.."
+            f"model {self.base_model()}; train = training episodes "
+            f"0..{cfg.eval_episodes - 1} of each scene, held-out = episodes {cfg.train_episodes}.."
             f"{cfg.train_episodes + cfg.eval_episodes - 1}",
         ]
         for k in range(self.config.rounds + 1):
             data = ctx.phase_outputs(f"annotate/{k}")
             train = ctx.phase_outputs(f"train/{k}")
-            loss = (
-                f"loss {train['first_loss']:.3f} -> {train['last_loss']:.3f} in "
-                f"{train['steps']} steps ({train['seconds']} s)"
-                if "steps" in train
-                else train.get("skipped", "")
-            )
+            if "steps" in train:
+                loss = (
+                    f"loss {train['first_loss']:.3f} -> {train['last_loss']:.3f} in "
+                    f"{train['steps']} steps ({train['seconds']} s)"
+                )
+            elif "openai_job_id" in train:
+                loss = (
+                    f"OpenAI job {train['openai_job_id']} -> {train['fine_tuned_model']} "
+                    f"({train['trained_tokens']} tokens, {train['seconds']} s)"
+                )
+            else:
+                loss = train.get("skipped", "")
             notes.append(f"{stage_name(k)}: {data['examples']} SFT examples; {loss}")
         results = Results(
-            title=f"llm-personalize: {self.config.model} on Housekeep",
+            title=f"llm-personalize: {self.base_model()} on Housekeep",
             rows=rows,
             columns=["scene", "episodes", *evaluations],
             notes=notes,
