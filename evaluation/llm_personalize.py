@@ -51,6 +51,13 @@ def main() -> int:
     parser.add_argument("--demo-plan-length", type=int, default=4)
     parser.add_argument("--planner-mode", choices=["generate", "score"], default="generate")
     parser.add_argument("--few-shot", action="store_true", help="worked example in prompts")
+    parser.add_argument(
+        "--guided",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="guided decoding: plan lines only name skills over known names (default: on)",
+    )
+    parser.add_argument("--guided-max-lines", type=int, default=6, help="plan lines per query")
     parser.add_argument("--sft-epochs", type=float, default=2.0)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
     parser.add_argument("--sft-steps", type=int, default=None, help="default: --sft-epochs")
@@ -77,6 +84,8 @@ def main() -> int:
         "demo_plan_length": args.demo_plan_length,
         "few_shot": args.few_shot,
         "planner_mode": args.planner_mode,
+        "guided": args.guided,
+        "guided_max_lines": args.guided_max_lines,
         "sft_epochs": args.sft_epochs,
         "sft_lr": args.sft_lr,
         "sft_steps": args.sft_steps,

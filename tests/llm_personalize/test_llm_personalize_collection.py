@@ -18,6 +18,7 @@ from llmrl.recipes.llm_personalize.recipe import LlmPersonalize
 CONFIG = {
     "model": "tiny", "data_dir": "procedural", "train_episodes": 2, "collect_samples": 2,
     "max_steps": 4, "max_tokens": 8, "collect_temperature": 0.7, "num_envs": 1,
+    "guided": False,  # free sampling: guided, 8 tokens fit only "1. mission complete"
 }  # fmt: skip
 
 

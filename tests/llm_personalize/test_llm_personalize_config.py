@@ -66,3 +66,20 @@ def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch):
     assert (
         validate_config("llm-personalize", {"data_dir": "procedural"}).finetune_backend == "local"
     )
+
+
+def test_guided_decoding_defaults_on_for_local_models_only(monkeypatch):
+    monkeypatch.setenv("MY_OPENAI_KEY", "sk-config-test")
+    local = validate_config("llm-personalize", {"data_dir": "procedural"})
+    assert local.guided_decoding
+    assert not validate_config(
+        "llm-personalize", {"data_dir": "procedural", "guided": False}
+    ).guided_decoding
+    openai = {
+        "data_dir": "procedural",
+        "finetune_backend": "openai",
+        "openai_api_key_env": "MY_OPENAI_KEY",
+    }
+    assert not validate_config("llm-personalize", openai).guided_decoding
+    with pytest.raises(ConfigError, match="guided: remote OpenAI models cannot guide"):
+        validate_config("llm-personalize", {**openai, "guided": True})

@@ -107,6 +107,12 @@ class LlmPersonalizeConfig(RecipeConfig):
         "scores highest (one step per query, greedy even while collecting).",
     )
     few_shot: bool = Field(True, description="Put the worked example into every prompt.")
+    guided: bool | None = Field(
+        None,
+        description="generate mode: guided decoding keeps plan lines within the skills over "
+        "names the agent knows (local models only; null: on unless finetune_backend=openai).",
+    )
+    guided_max_lines: int = Field(6, ge=1, le=64, description="Guided plans: lines per query.")
     max_steps: int = Field(40, ge=1, description="Skill steps per episode (the env's limit).")
     max_tokens: int = Field(96, ge=8, description="Tokens per planner answer.")
     collect_temperature: float = Field(
@@ -196,7 +202,19 @@ class LlmPersonalizeConfig(RecipeConfig):
                 "planner_mode: finetune_backend=openai needs planner_mode=generate "
                 "(remote models do not score candidates)"
             )
+        if self.guided:
+            raise ValueError(
+                "guided: remote OpenAI models cannot guide their decoding; leave guided unset "
+                "or set guided=false with finetune_backend=openai"
+            )
         return self
+
+    @property
+    def guided_decoding(self) -> bool:
+        """`guided`, its default resolved: on for local models."""
+        if self.guided is None:
+            return self.finetune_backend == "local"
+        return self.guided
 
     def scene_list(self) -> list[str]:
         if self.data_dir is None:
@@ -279,6 +297,8 @@ class LlmPersonalize(Recipe):
             "few_shot": cfg.few_shot,
             "max_tokens": cfg.max_tokens,
             "temperature": temperature,
+            "guided": cfg.guided_decoding,
+            "guided_max_lines": cfg.guided_max_lines,
             "tag": "llm-personalize/planner",
         }
         if seed is not None:
