@@ -80,6 +80,31 @@ def test_concurrent_generation_is_batched_and_matches_sequential(gateway):
     assert 'llmrl_gateway_batch_size_count{kind="generate",model="tiny"}' in metrics
 
 
+def test_seeded_samples_are_the_same_alone_and_batched_with_others(gateway):
+    """Each sampling row draws from its own seeded generator: a seeded request's answers do
+    not depend on what shares its batch (greedy, unseeded or other seeds), and sampled
+    requests no longer run alone."""
+    backend = gateway.backend("tiny")
+
+    def request(prompt: str, **params) -> GenerateRequest:
+        messages = [{"role": "user", "content": prompt}]
+        return GenerateRequest(messages=messages, max_tokens=12, cache="bypass", **params)
+
+    seeded = [request(p, temperature=1.0, seed=10 + i, n=2) for i, p in enumerate(PROMPTS)]
+    others = [request(p, temperature=0.8, top_p=0.9) for p in PROMPTS] + [request("x")]
+    alone = [gateway.generate(r).texts for r in seeded]
+    assert all(len(set(texts)) == 2 for texts in alone)  # the n answers differ
+    assert alone == [gateway.generate(r).texts for r in seeded]  # and repeat
+    batches_before = backend.batcher.batches_run
+    mixed = [*seeded, *others]
+    with ThreadPoolExecutor(len(mixed)) as pool:
+        together = [r.texts for r in pool.map(gateway.generate, mixed)]
+    assert backend.batcher.batches_run - batches_before < len(mixed)
+    assert together[: len(seeded)] == alone
+    another_seed = gateway.generate(request(PROMPTS[0], temperature=1.0, seed=99, n=2)).texts
+    assert another_seed != alone[0]
+
+
 def test_stop_strings_and_n(gateway):
     request = GenerateRequest(prompt="a b c", max_tokens=12, n=3, cache="bypass")
     full = gateway.generate(request)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import re
-import uuid
 from collections.abc import Hashable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from llmrl.llm_gateway.batching import DynamicBatcher
 from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError
 from llmrl.llm_gateway.guided import GuidedLinesProcessor, LineAutomaton
 from llmrl.llm_gateway.local_models import resolve_path
+from llmrl.llm_gateway.sampling import RowSampler, RowSampling
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
@@ -58,16 +58,15 @@ class _GenJob:
     max_tokens: int
     stop: list[str] | None
     guided: GuidedLines | None = None
+    temperature: float = 0.0  # sampling is per row (`RowSampler`): any mix shares a batch
+    top_p: float = 1.0
+    seed: int | None = None
 
 
 class _GenGroup(NamedTuple):
     """What generate requests must share to run in one batch."""
 
     adapter: str
-    temperature: float
-    top_p: float
-    seed: int | None
-    alone: str | None  # a unique id keeps a seeded sample out of others' batches
     stops: tuple[str, ...]  # rows of a batch stop early on the same strings
 
 
@@ -109,15 +108,10 @@ class LocalCausalLM:
 
     # -- generation ------------------------------------------------------------------------
     @torch.inference_mode()
-    def generate(
-        self,
-        jobs: list[_GenJob],
-        temperature: float,
-        top_p: float,
-        seed: int | None,
-        stops: tuple[str, ...] = (),
-    ) -> list[Generation]:
-        """One `generate` call for every row of every job (left-padded batch)."""
+    def generate(self, jobs: list[_GenJob], stops: tuple[str, ...] = ()) -> list[Generation]:
+        """One `generate` call for every row of every job (left-padded batch). Decoding is
+        greedy; rows that sample draw their tokens in `RowSampler`, each from its own
+        seeded generator, after guided decoding has masked what their grammar forbids."""
         from transformers import GenerationConfig, LogitsProcessorList
 
         rows = [job.prompt_ids for job in jobs for _ in range(job.n)]
@@ -127,22 +121,20 @@ class LocalCausalLM:
         for i, row in enumerate(rows):
             input_ids[i, width - len(row) :] = torch.tensor(row)
             mask[i, width - len(row) :] = 1
-        sampling = temperature > 0
         config = GenerationConfig(
             max_new_tokens=max(job.max_tokens for job in jobs),
-            do_sample=sampling,
-            temperature=temperature if sampling else None,
-            top_p=top_p if sampling else None,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
             top_k=None,
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),
         )
-        if seed is not None:
-            torch.manual_seed(seed)
         extra: dict[str, Any] = {}
         if stops:  # stop each row as soon as it ends with a stop string (cut again below)
             config.stop_strings = list(stops)
             extra["tokenizer"] = self.tokenizer
+        processors = LogitsProcessorList()
         eos = sorted(self.eos_ids)
         per_job = [
             None if job.guided is None else LineAutomaton(job.guided, self.encode_batch, eos)
@@ -150,7 +142,16 @@ class LocalCausalLM:
         ]  # the n rows of a job share its automaton (and its tries)
         automata = [a for a, job in zip(per_job, jobs, strict=True) for _ in range(job.n)]
         if any(automata):
-            extra["logits_processor"] = LogitsProcessorList([GuidedLinesProcessor(automata, width)])
+            processors.append(GuidedLinesProcessor(automata, width))
+        if any(job.temperature > 0 for job in jobs):  # last: it samples what is allowed
+            samplings = [
+                RowSampling(job.temperature, job.top_p, job.seed, index)
+                for job in jobs
+                for index in range(job.n)
+            ]
+            processors.append(RowSampler(samplings))
+        if processors:
+            extra["logits_processor"] = processors
         output = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),
@@ -431,18 +432,14 @@ class TransformersBackend(Backend):
         if adapter:
             self.adapters.path(adapter)  # unknown adapters fail here, not in the model thread
         stops = tuple(sorted(request.stop or ()))
+        group = _GenGroup(adapter, stops)
         if request.temperature > 0:
-            # a seeded sample must not depend on what else shares its batch: it runs alone
-            alone = uuid.uuid4().hex if request.seed is not None else None
-            group = _GenGroup(
-                adapter, request.temperature, request.top_p, request.seed, alone, stops
-            )
             job = _GenJob(
-                prompt_ids, request.n, request.max_tokens, request.stop, request.guided_lines
-            )
+                prompt_ids, request.n, request.max_tokens, request.stop, request.guided_lines,
+                request.temperature, request.top_p, request.seed,
+            )  # fmt: skip
             return self._wait(self.batcher.submit("generate", group, job), timeout_s)
         # greedy: the n answers are identical, so compute one and repeat it
-        group = _GenGroup(adapter, 0.0, 1.0, None, None, stops)
         job = _GenJob(prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines)
         one = self._wait(self.batcher.submit("generate", group, job), timeout_s)
         n = request.n
@@ -483,8 +480,7 @@ class TransformersBackend(Backend):
         with self.adapters.active(adapter):
             if kind == "score":
                 return self.lm.score(jobs, cache_key=adapter)
-            g: _GenGroup = group  # type: ignore[assignment]
-            return self.lm.generate(jobs, g.temperature, g.top_p, g.seed, g.stops)
+            return self.lm.generate(jobs, group.stops)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         self.batcher.close()

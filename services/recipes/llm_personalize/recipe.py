@@ -288,8 +288,8 @@ class LlmPersonalize(Recipe):
     def _llm_policy(
         self, model: str, temperature: float = 0.0, seed: int | None = None
     ) -> dict[str, Any]:
-        # a seeded sample is reproducible (and cached), but the local backend runs it alone
-        # rather than in a batch: collection trades batching for reproducibility
+        # a seeded sample is reproducible (and cached); the local backend samples each batch
+        # row from its own seeded generator, so seeded episodes still share forward passes
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": model,
