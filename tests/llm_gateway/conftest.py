@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from gateway_fake_provider import ProviderState, create_provider
+from net_support import free_port
 from tiny_llm import tiny_gateway_settings
 
 from llmrl.llm_gateway.gateway import Gateway
@@ -84,12 +84,6 @@ def make_gateway(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def gateway(make_gateway: Any) -> Gateway:
     return make_gateway()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

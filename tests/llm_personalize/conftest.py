@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +11,6 @@ from personalize_support import Script, create_scripted_llm
 
 from llmrl.llm_gateway.client import connect
 from llmrl.llm_gateway.service import RestServer
-
-# these tests import the tiny model's gateway settings from the learner's `learner_support`
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 
 
 @pytest.fixture

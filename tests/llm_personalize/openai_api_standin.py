@@ -1,5 +1,5 @@
 """A stand-in for the parts of the OpenAI API that llm-personalize uses with
-finetune_backend=openai: files + fine-tuning (tests/learner/openai_standin.py) and chat
+finetune_backend=openai: files + fine-tuning (tests/openai_standin.py) and chat
 completions, which answer "mission complete" and record the model, temperature and seed of
 every request (so a test sees which model each phase planned with)."""
 

@@ -5,14 +5,14 @@ annotator), a clear 503 while the learner is down, and bad requests answered wit
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from learner_support import tiny_gateway_settings
+from net_support import free_port
+from tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.demonstrations import demonstration_episode, make_housekeep_env
@@ -41,12 +41,6 @@ def annotator(tmp_path: Path, learner: httpx.Client):
     with httpx.Client(base_url=server.url, timeout=60) as client:
         yield client
     server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_done(client: httpx.Client, path: str) -> dict:

@@ -4,7 +4,7 @@ ending the episode; through a real gateway (a scripted chat server) and real wor
 
 from __future__ import annotations
 
-from learner_support import tiny_gateway_settings
+from tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.datasets import score_queries
 from llmrl.llm_gateway.client import connect

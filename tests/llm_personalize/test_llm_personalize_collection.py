@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from learner_support import tiny_gateway_settings
+from tiny_llm import tiny_gateway_settings
 
 from llmrl.common.store import RunStore
 from llmrl.llm_gateway.client import connect

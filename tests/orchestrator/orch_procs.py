@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 
 import httpx
 import redis
+from net_support import free_port
 
 from llmrl.orchestrator.launcher import redis_command
 
@@ -22,12 +22,6 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CLAIM_IDLE_S = 1.0  # a SIGKILLed worker's job goes to another worker after this long
 RESUBMIT_AFTER_S = 3.0  # a run that got no results this long re-queues the jobs Redis lost
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval=0.05) -> Any:

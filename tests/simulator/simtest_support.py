@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+from net_support import free_port
 
 from llmrl.simulator.service import start_subprocess
 
@@ -40,12 +40,6 @@ class Server:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.http}/metrics", timeout=5) as response:
             return response.read().decode()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server() -> Server:
