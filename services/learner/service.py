@@ -3,8 +3,9 @@
     POST /jobs         a `llmrl.learner.jobs.FineTuneRequest` -> 202 {"job_id", "status", ...}
     GET  /jobs[/{id}]  status, progress (local training steps), result (adapter directory and
                        `<model>:<adapter>@<version>`, or the OpenAI model id) or error
-    POST /policy-jobs  an RL training job (`llmrl.learner.policy_jobs`): When2Ask's asking
-    GET  /policy-jobs[/{id}]  policy and never-ask baseline; status, progress (steps), result
+    POST /policy-jobs  an RL training job of a registered kind (`register_policy_job`; the
+                       body's `kind` picks it, e.g. "when2ask": the asking policy or baseline)
+    GET  /policy-jobs[/{id}]  status, progress (steps), result or error
 
 plus /health, /metrics and /info. The annotator's `POST /finetune/jobs` lands here too; in
 embedded mode recipes call the same training functions in-process. Adapters are written under
