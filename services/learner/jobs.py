@@ -47,6 +47,9 @@ class FineTuneRequest(BaseModel):
     )
     max_length: int = Field(1024, ge=16, le=65536, description="local: longer examples dropped")
     bf16: bool | None = Field(None, description="local: bf16 autocast (None: where native)")
+    gradient_checkpointing: bool = Field(
+        True, description="local: recompute activations in backward (far less memory)"
+    )
     seed: int = Field(0, ge=0)
     base_url: str | None = Field(None, description="openai: API base URL (None: OpenAI)")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: variable with the key")
@@ -188,6 +191,7 @@ def run_finetune(
             **({"target_modules": list(request.lora_targets)} if request.lora_targets else {}),
             max_length=request.max_length,
             bf16=request.bf16,
+            gradient_checkpointing=request.gradient_checkpointing,
             seed=request.seed,
         ),
         on_step=report,

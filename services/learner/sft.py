@@ -58,6 +58,9 @@ class SftConfig:
     # bf16 autocast (the weights stay fp32); None: where bf16 is native (a GPU, AVX512-BF16 or
     # AMX). Measured on an AVX2-only CPU: a tiny-model step is ~3x slower with bf16 (emulated).
     bf16: bool | None = None
+    # recompute each layer's activations in the backward pass instead of keeping them: on long
+    # Housekeep contexts (~1.5k tokens, batch 4) SmolLM2's kept attention maps alone take >10 GB
+    gradient_checkpointing: bool = True
     seed: int = 0
     torch_threads: int | None = None
 
@@ -181,6 +184,10 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
+    if config.gradient_checkpointing:
+        # non-reentrant: gradients reach the LoRA weights although the frozen inputs need none
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
     model.train()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 

@@ -136,6 +136,9 @@ class LlmPersonalizeConfig(RecipeConfig):
     sft_bf16: bool | None = Field(
         None, description="bf16 autocast during SFT (null: where bf16 is native)."
     )
+    sft_gradient_checkpointing: bool = Field(
+        True, description="Recompute activations during SFT backward (much less memory)."
+    )
     finetune_backend: Literal["local", "openai"] = Field(
         "local",
         description="local: LoRA SFT of `model`; openai: the OpenAI fine-tuning API on "
@@ -483,6 +486,7 @@ class LlmPersonalize(Recipe):
             lora_targets=list(cfg.lora_targets),
             max_length=cfg.sft_max_length,
             bf16=cfg.sft_bf16,
+            gradient_checkpointing=cfg.sft_gradient_checkpointing,
             seed=cfg.seed + k,
         )
         result = self._run_finetune(ctx, request)
