@@ -186,7 +186,9 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
         model = get_peft_model(model, lora)
     if config.gradient_checkpointing:
         # non-reentrant: gradients reach the LoRA weights although the frozen inputs need none
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False}
+        )
         model.config.use_cache = False
     model.train()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
