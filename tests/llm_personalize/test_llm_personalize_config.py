@@ -83,3 +83,18 @@ def test_guided_decoding_defaults_on_for_local_models_only(monkeypatch):
     assert not validate_config("llm-personalize", openai).guided_decoding
     with pytest.raises(ConfigError, match="guided: remote OpenAI models cannot guide"):
         validate_config("llm-personalize", {**openai, "guided": True})
+
+
+def test_the_sft_progress_bar_counts_the_steps_training_will_take(tmp_path):
+    from types import SimpleNamespace
+
+    from llmrl.recipes.llm_personalize.recipe import sft_steps
+
+    files = []
+    for name, lines in (("a.jsonl", 5), ("b.jsonl", 4)):
+        path = tmp_path / name
+        path.write_text("{}\n" * lines + "\n")
+        files.append(str(path))
+    request = SimpleNamespace(steps=None, epochs=2.0, batch_size=4)
+    assert sft_steps(files, request) == 6  # 9 examples: 3 batches per epoch, 2 epochs
+    assert sft_steps(files, SimpleNamespace(steps=7, epochs=2.0, batch_size=4)) == 7

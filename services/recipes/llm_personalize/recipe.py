@@ -456,14 +456,16 @@ class LlmPersonalize(Recipe):
 
         return run
 
-    def _run_finetune(self, ctx: RunContext, request: Any) -> dict[str, Any]:
+    def _run_finetune(
+        self, ctx: RunContext, request: Any, on_step: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
         """Embedded mode trains here; service mode on the learner service (same function)."""
         from llmrl.learner.client import run_learner_job
         from llmrl.learner.jobs import run_finetune
 
         if ctx.simulator is None:
-            return run_finetune(request)
-        return run_learner_job("/jobs", request.model_dump())
+            return run_finetune(request, report=on_step)
+        return run_learner_job("/jobs", request.model_dump(), on_progress=on_step)
 
     def _train_local(
         self, ctx: RunContext, k: int, files: list[str], previous: dict[str, Any] | None
@@ -489,7 +491,12 @@ class LlmPersonalize(Recipe):
             gradient_checkpointing=cfg.sft_gradient_checkpointing,
             seed=cfg.seed + k,
         )
-        result = self._run_finetune(ctx, request)
+        # a progress bar in SFT steps (examples dropped as too long can make it end early)
+        ctx.progress.start(f"train/{k}", sft_steps(files, request), unit="steps")
+        try:
+            result = self._run_finetune(ctx, request, on_step=ctx.progress.advance)
+        finally:
+            ctx.progress.finish()
         writer = ctx.tensorboard
         if writer is not None:
             for step, loss in enumerate(result["losses"]):
@@ -590,6 +597,17 @@ class LlmPersonalize(Recipe):
 
 
 # -- figures ----------------------------------------------------------------------------------
+def sft_steps(files: list[str], request: Any) -> int:
+    """The optimiser steps a local fine-tuning request will take (as `train_lora_sft` counts)."""
+    if request.steps:
+        return int(request.steps)
+    examples = 0
+    for path in files:
+        with open(path, encoding="utf-8") as handle:
+            examples += sum(1 for line in handle if line.strip())
+    return max(1, math.ceil(request.epochs * math.ceil(examples / request.batch_size)))
+
+
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     """Mean rearrangement figures of some episodes (success rate in %)."""
 
