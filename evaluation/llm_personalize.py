@@ -1,7 +1,8 @@
 """LLM-Personalize evaluation: the local SmolLM2 planner personalised to the val scenes.
 
-    .venv/bin/python evaluation/llm_personalize.py                     # small scale
-    .venv/bin/python evaluation/llm_personalize.py --train-episodes 20 --eval-episodes 10
+    .venv/bin/python evaluation/llm_personalize.py       # the README's table (~70 min, 2 cores)
+    .venv/bin/python evaluation/llm_personalize.py --train-episodes 20 --eval-episodes 10 \
+        --sft-steps 0 --sft-epochs 2 --sft-batch-size 4      # larger: hours on a CPU
 
 Runs the `llm-personalize` recipe in embedded mode (zero-shot, bootstrap SFT on demonstrations,
 `--rounds` self-training rounds) and checks the issue's target on the mean over the scenes:
@@ -42,14 +43,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2", help="gateway model (hf backend)")
     parser.add_argument("--scenes", nargs="+", default=None, help="default: the val scenes")
-    parser.add_argument("--train-episodes", type=int, default=4)
-    parser.add_argument("--eval-episodes", type=int, default=2)
-    parser.add_argument("--collect-samples", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--max-steps", type=int, default=30)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--demo-plan-length", type=int, default=4)
-    parser.add_argument("--planner-mode", choices=["generate", "score"], default="generate")
+    parser.add_argument(
+        "--train-episodes",
+        type=int,
+        default=8,
+        help="training episodes per scene (demonstrated, collected on)",
+    )
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=4,
+        help="evaluation episodes per scene and split (train, held-out)",
+    )
+    parser.add_argument(
+        "--collect-samples",
+        type=int,
+        default=1,
+        help="sampled episodes per training episode in each round",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="self-training rounds (the target compares round 2)"
+    )
+    parser.add_argument("--max-steps", type=int, default=30, help="skill steps per episode")
+    parser.add_argument("--max-tokens", type=int, default=80, help="tokens per planner answer")
+    parser.add_argument(
+        "--demo-plan-length",
+        type=int,
+        default=5,
+        help="skills per demonstrator plan (SFT target length)",
+    )
+    parser.add_argument(
+        "--planner-mode",
+        choices=["generate", "score"],
+        default="generate",
+        help="generate: the model writes plans; score: it picks the feasible skill it scores best",
+    )
     parser.add_argument("--few-shot", action="store_true", help="worked example in prompts")
     parser.add_argument(
         "--guided",
@@ -57,15 +85,34 @@ def main() -> int:
         default=True,
         help="guided decoding: plan lines only name skills over known names (default: on)",
     )
-    parser.add_argument("--guided-max-lines", type=int, default=6, help="plan lines per query")
-    parser.add_argument("--sft-epochs", type=float, default=2.0)
-    parser.add_argument("--sft-lr", type=float, default=2e-4)
-    parser.add_argument("--sft-steps", type=int, default=None, help="default: --sft-epochs")
-    parser.add_argument("--sft-batch-size", type=int, default=4)
-    parser.add_argument("--num-envs", type=int, default=4)
-    parser.add_argument("--torch-threads", type=int, default=1, help="0: torch's default")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("runs/eval-llm-personalize"))
+    parser.add_argument("--guided-max-lines", type=int, default=5, help="plan lines per query")
+    parser.add_argument(
+        "--sft-epochs",
+        type=float,
+        default=2.0,
+        help="SFT passes over the data when --sft-steps is 0",
+    )
+    parser.add_argument("--sft-lr", type=float, default=5e-4, help="SFT learning rate (LoRA)")
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=30,
+        help="SFT optimiser steps per round (0: --sft-epochs instead)",
+    )
+    parser.add_argument("--sft-batch-size", type=int, default=2, help="SFT batch size")
+    parser.add_argument(
+        "--num-envs",
+        type=int,
+        default=4,
+        help="episodes played at once (their LLM queries are batched)",
+    )
+    parser.add_argument(
+        "--torch-threads", type=int, default=2, help="torch threads (0: torch's default)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling and SFT")
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/eval-llm-personalize"), help="run directory"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
 
@@ -88,7 +135,7 @@ def main() -> int:
         "guided_max_lines": args.guided_max_lines,
         "sft_epochs": args.sft_epochs,
         "sft_lr": args.sft_lr,
-        "sft_steps": args.sft_steps,
+        "sft_steps": args.sft_steps or None,
         "sft_batch_size": args.sft_batch_size,
         "num_envs": args.num_envs,
         "seed": args.seed,
