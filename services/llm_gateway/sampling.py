@@ -28,12 +28,12 @@ class RowSampling:
     index: int = 0  # which of the request's n answers this row is
 
 
-def row_generator(sampling: RowSampling) -> torch.Generator:
+def row_generator(sampling: RowSampling, device: torch.device) -> torch.Generator:
     if sampling.seed is None:
         seed = random.getrandbits(63)
     else:
         seed = (sampling.seed + sampling.index * _GOLDEN) % 2**63
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 class RowSampler(LogitsProcessor):
@@ -41,13 +41,17 @@ class RowSampler(LogitsProcessor):
 
     def __init__(self, rows: list[RowSampling]) -> None:
         self.rows = rows
-        self.generators = [row_generator(r) if r.temperature > 0 else None for r in rows]
+        self.generators: list[torch.Generator | None] | None = None  # made on the logits' device
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.generators is None:
+            self.generators = [
+                row_generator(r, scores.device) if r.temperature > 0 else None for r in self.rows
+            ]
         for row, (sampling, generator) in enumerate(zip(self.rows, self.generators, strict=True)):
             if generator is None:
                 continue
-            probs = torch.softmax(scores[row].float() / sampling.temperature, dim=-1).cpu()
+            probs = torch.softmax(scores[row].float() / sampling.temperature, dim=-1)
             if sampling.top_p < 1.0:
                 probs = _top_p(probs, sampling.top_p)
             token = int(torch.multinomial(probs, 1, generator=generator))
