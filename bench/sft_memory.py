@@ -1,10 +1,12 @@
-"""LoRA SFT memory and speed with and without gradient checkpointing (llm-personalize scale).
+"""LoRA SFT memory and speed at llm-personalize scale: activations kept or recomputed
+(gradient checkpointing), and LoRA on every layer or only the top ones.
 
 Trains SmolLM2-135M (the gateway's default local model) for a few steps on chat examples as
 long as late Housekeep contexts (every room explored: ~1.2k tokens), once per setting, each
-in its own process so that peak resident memory (ru_maxrss) is that setting's alone.
-Prints one JSON object on its last line: peak GB and seconds per step per setting, and the
-ratios checkpointed / kept.
+in its own process so that peak resident memory (ru_maxrss) is that setting's alone:
+`kept` (no checkpointing), `checkpointed` (the default), `top_layers` (checkpointed, LoRA on
+the top --lora-layers layers). Prints one JSON object on its last line: peak GB per setting,
+and the memory and step-time ratios checkpointed / kept and top_layers / checkpointed.
 
     python bench/sft_memory.py [--tokens 1200] [--batch-size 4] [--steps 2] [--threads 1]
 """
@@ -19,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+SETTINGS = ("kept", "checkpointed", "top_layers")
 
 
 def long_examples(count: int, tokens: int) -> list[dict]:
@@ -38,7 +42,7 @@ def long_examples(count: int, tokens: int) -> list[dict]:
     ]
 
 
-def run_one(args: argparse.Namespace, checkpointing: bool) -> dict:
+def run_one(args: argparse.Namespace, setting: str) -> dict:
     """Train in this process and report (the child side)."""
     import torch
 
@@ -59,7 +63,8 @@ def run_one(args: argparse.Namespace, checkpointing: bool) -> dict:
                 batch_size=args.batch_size,
                 max_length=args.tokens * 2,
                 bf16=False,
-                gradient_checkpointing=checkpointing,
+                gradient_checkpointing=setting != "kept",
+                lora_layers=args.lora_layers if setting == "top_layers" else None,
             )
         )
         seconds = time.perf_counter() - started
@@ -76,22 +81,26 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--child", choices=["kept", "checkpointed"], help=argparse.SUPPRESS)
+    parser.add_argument("--lora-layers", type=int, default=8, help="top_layers: LoRA layers")
+    parser.add_argument("--child", choices=SETTINGS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_one(args, args.child == "checkpointed")))
+        print(json.dumps(run_one(args, args.child)))
         return
 
     figures = {}
-    for setting in ("kept", "checkpointed"):
-        command = [sys.executable, __file__, "--child", setting, "--tokens", str(args.tokens),
-                   "--batch-size", str(args.batch_size), "--steps", str(args.steps),
-                   "--threads", str(args.threads)]  # fmt: skip
+    for setting in SETTINGS:
+        options = {"--tokens": args.tokens, "--batch-size": args.batch_size,
+                   "--steps": args.steps, "--threads": args.threads,
+                   "--lora-layers": args.lora_layers}  # fmt: skip
+        command = [sys.executable, __file__, "--child", setting]
+        command += [str(part) for option in options.items() for part in option]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         figures[setting] = json.loads(output.strip().splitlines()[-1])
         print(setting, figures[setting], flush=True)
-    kept, checkpointed = figures["kept"], figures["checkpointed"]
-    settings = {"tokens": args.tokens, "batch_size": args.batch_size, "threads": args.threads}
+    kept, checkpointed, top = figures["kept"], figures["checkpointed"], figures["top_layers"]
+    settings = {"tokens": args.tokens, "batch_size": args.batch_size, "threads": args.threads,
+                "lora_layers": args.lora_layers}  # fmt: skip
     print(
         json.dumps(
             {
@@ -101,6 +110,10 @@ def main() -> None:
                 "step_time_ratio": round(
                     checkpointed["seconds_per_step"] / kept["seconds_per_step"], 3
                 ),
+                "top_layers_step_time_ratio": round(
+                    top["seconds_per_step"] / checkpointed["seconds_per_step"], 3
+                ),
+                "top_layers_peak_memory_ratio": round(top["peak_gb"] / checkpointed["peak_gb"], 3),
             }
         )
     )

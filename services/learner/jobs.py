@@ -45,6 +45,9 @@ class FineTuneRequest(BaseModel):
     lora_targets: list[str] | None = Field(
         None, description="local: module names LoRA adapts (default: every linear layer)"
     )
+    lora_layers: int | None = Field(
+        None, ge=1, description="local: adapt only the top N decoder layers (None: all)"
+    )
     max_length: int = Field(1024, ge=16, le=65536, description="local: longer examples dropped")
     bf16: bool | None = Field(None, description="local: bf16 autocast (None: where native)")
     gradient_checkpointing: bool = Field(
@@ -189,6 +192,7 @@ def run_finetune(
             learning_rate=request.learning_rate,
             lora_r=request.lora_r,
             **({"target_modules": list(request.lora_targets)} if request.lora_targets else {}),
+            lora_layers=request.lora_layers,
             max_length=request.max_length,
             bf16=request.bf16,
             gradient_checkpointing=request.gradient_checkpointing,

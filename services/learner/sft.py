@@ -54,6 +54,9 @@ class SftConfig:
     lora_alpha: int | None = None  # default 2 x r
     lora_dropout: float = 0.05
     target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEAR_LAYERS))
+    # adapt only the top N decoder layers (None: all): backward stops at the lowest adapted
+    # layer and nothing below it is kept (SmolLM2, top 8 of 30: 0.71x step time, 0.40x memory)
+    lora_layers: int | None = None
     max_length: int = 1024  # longer examples are dropped (counted in the result)
     # bf16 autocast (the weights stay fp32); None: where bf16 is native (a GPU, AVX512-BF16 or
     # AMX). Measured on an AVX2-only CPU: a tiny-model step is ~3x slower with bf16 (emulated).
@@ -157,6 +160,16 @@ def tokenize_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[
 
 
 # -- training ------------------------------------------------------------------------------------
+def top_layers(model: Any, count: int | None) -> list[int] | None:
+    """Indices of the top `count` decoder layers of `model` (None: every layer)."""
+    if count is None:
+        return None
+    total = int(model.config.num_hidden_layers)
+    if not 1 <= count <= total:
+        raise ValueError(f"lora_layers must be in [1, {total}] for this model, got {count}")
+    return list(range(total - count, total))
+
+
 def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = None) -> SftResult:
     """Fine-tune a LoRA adapter on chat data and save it to `config.out_dir` (atomically).
     `on_step(1)` is called after every optimiser step (a job's progress)."""
@@ -181,6 +194,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
             lora_alpha=config.lora_alpha or 2 * config.lora_r,
             lora_dropout=config.lora_dropout,
             target_modules=list(config.target_modules),
+            layers_to_transform=top_layers(model, config.lora_layers),
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)

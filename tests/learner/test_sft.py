@@ -114,3 +114,18 @@ def test_gradient_checkpointing_trains_the_same_adapter(tiny_model_dir: Path, tm
     )
     assert recomputed.losses == pytest.approx(kept.losses, rel=1e-4, abs=1e-5)
     assert recomputed.losses[-1] < recomputed.losses[0]  # and it trains
+
+
+def test_lora_on_the_top_layers_only(tiny_model_dir: Path, tmp_path: Path):
+    from safetensors.torch import load_file
+
+    data = tmp_path / "train.jsonl"
+    write_chat_jsonl(data, examples())
+    common = dict(data=str(data), base_model=str(tiny_model_dir), batch_size=3, steps=8,
+                  learning_rate=1e-2, lora_r=8, bf16=False)  # fmt: skip
+    result = train_lora_sft(SftConfig(out_dir=str(tmp_path / "top"), lora_layers=1, **common))
+    weights = load_file(str(tmp_path / "top" / "adapter_model.safetensors"))
+    assert weights and all(".layers.1." in name for name in weights)  # the tiny model has 2
+    assert result.losses[-1] < result.losses[0]
+    with pytest.raises(ValueError, match=r"lora_layers must be in \[1, 2\]"):
+        train_lora_sft(SftConfig(out_dir=str(tmp_path / "bad"), lora_layers=3, **common))

@@ -132,6 +132,11 @@ class LlmPersonalizeConfig(RecipeConfig):
     lora_targets: list[str] = Field(
         list(LLAMA_LINEAR_LAYERS), min_length=1, description="Modules that get LoRA weights."
     )
+    lora_layers: int | None = Field(
+        None,
+        ge=1,
+        description="LoRA on the top N decoder layers only (null: all; fewer: faster SFT).",
+    )
     sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
     sft_bf16: bool | None = Field(
         None, description="bf16 autocast during SFT (null: where bf16 is native)."
@@ -486,6 +491,7 @@ class LlmPersonalize(Recipe):
             learning_rate=cfg.sft_lr,
             lora_r=cfg.lora_r,
             lora_targets=list(cfg.lora_targets),
+            lora_layers=cfg.lora_layers,
             max_length=cfg.sft_max_length,
             bf16=cfg.sft_bf16,
             gradient_checkpointing=cfg.sft_gradient_checkpointing,
