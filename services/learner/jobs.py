@@ -116,16 +116,6 @@ class BackgroundJobs:
         with self._lock:
             return [dict(job) for job in self._jobs.values()]
 
-    def wait(self, job_id: str, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = self.get(job_id)
-            if job is None or job["status"] in ("succeeded", "failed"):
-                return job or {}
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout_s} s")
-            time.sleep(0.05)
-
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -214,7 +204,7 @@ def jobs_router(
 ) -> Any:
     """REST routes over `jobs`: POST / (a `request_model` body; 202, the job), GET / (all),
     GET /{job_id}. Bodies are validated by `request_model` (422 naming the field)."""
-    from fastapi import APIRouter, HTTPException
+    from fastapi import APIRouter
 
     router = APIRouter(tags=[tag])
 
@@ -223,6 +213,13 @@ def jobs_router(
 
     start_job.__annotations__ = {"request": request_model, "return": dict[str, Any]}
     router.post("", status_code=202, summary=f"Start a {noun}")(start_job)
+    add_status_routes(router, jobs, noun)
+    return router
+
+
+def add_status_routes(router: Any, jobs: BackgroundJobs, noun: str) -> None:
+    """GET / (every job) and GET /{job_id} (one job; 404 naming `job_id`) on `router`."""
+    from fastapi import HTTPException
 
     @router.get("", summary=f"Every {noun}")
     def list_jobs() -> list[dict[str, Any]]:
@@ -234,5 +231,3 @@ def jobs_router(
         if job is None:
             raise HTTPException(404, f"job_id: no {noun} {job_id!r}")
         return job
-
-    return router

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from llmrl.common.registry import registry
 from llmrl.learner.client import run_learner_job
-from llmrl.learner.jobs import BackgroundJobs
+from llmrl.learner.jobs import BackgroundJobs, add_status_routes
 
 NOUN = "policy training job"
 
@@ -63,7 +63,7 @@ def parse_policy_job(body: Any) -> BaseModel:
 def policy_jobs_router(jobs: BackgroundJobs) -> Any:
     """POST / (202, the job), GET / (all), GET /{job_id} (status, progress, result or error).
     A refused body gets 422 with FastAPI's error shape, each error's `loc` naming the field."""
-    from fastapi import APIRouter, Body, HTTPException
+    from fastapi import APIRouter, Body
     from fastapi.exceptions import RequestValidationError
 
     router = APIRouter(tags=["policy training"])
@@ -82,17 +82,7 @@ def policy_jobs_router(jobs: BackgroundJobs) -> Any:
             ) from exc
         return jobs.submit(request)
 
-    @router.get("", summary=f"Every {NOUN}")
-    def list_jobs() -> list[dict[str, Any]]:
-        return jobs.list()
-
-    @router.get("/{job_id}", summary=f"One {NOUN}: status, progress, result or error")
-    def get_job(job_id: str) -> dict[str, Any]:
-        job = jobs.get(job_id)
-        if job is None:
-            raise HTTPException(404, f"job_id: no {NOUN} {job_id!r}")
-        return job
-
+    add_status_routes(router, jobs, NOUN)
     return router
 
 

@@ -42,15 +42,15 @@ SETTINGS = ("jobs_dir",)
 
 def create_app(jobs_dir: str | Path | None = None) -> Any:
     from llmrl.learner.jobs import BackgroundJobs, jobs_router
+    from llmrl.learner.policy_jobs import policy_jobs, policy_jobs_router
 
+    jobs_dir = Path(jobs_dir or home_dir() / "learner" / "jobs")
     app = basic_app("learner", DESCRIPTION, INFO)
-    jobs = BackgroundJobs(jobs_dir or home_dir() / "learner" / "jobs")
+    jobs = BackgroundJobs(jobs_dir)
     app.state.jobs = jobs
     app.router.add_event_handler("shutdown", jobs.close)
     app.include_router(jobs_router(jobs), prefix="/jobs")
-    from llmrl.learner.policy_jobs import policy_jobs, policy_jobs_router
-
-    rl_jobs = policy_jobs(Path(jobs_dir or home_dir() / "learner" / "jobs") / "policy")
+    rl_jobs = policy_jobs(jobs_dir / "policy")
     app.state.policy_jobs = rl_jobs
     app.router.add_event_handler("shutdown", rl_jobs.close)
     app.include_router(policy_jobs_router(rl_jobs), prefix="/policy-jobs")

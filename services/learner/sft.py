@@ -119,7 +119,10 @@ def read_chat_examples(paths: str | list[str]) -> list[list[dict[str, Any]]]:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
-                example = json.loads(line)
+                try:
+                    example = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path} line {number}: not JSON ({exc.msg})") from None
                 errors = chat_example_errors(example)
                 if errors:
                     raise ValueError(f"{path} line {number}: {'; '.join(errors)}")

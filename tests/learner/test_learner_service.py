@@ -51,6 +51,8 @@ def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeyp
             assert failed["status"] == "failed" and "UNSET_KEY_VAR" in failed["error"]
             assert "sk-secret-value" not in json.dumps(client.get("/jobs").json())
             assert client.post("/jobs", json={"data": [str(data)], "epochs": -1}).status_code == 422
+            missing = client.get("/jobs/ft-nope")
+            assert missing.status_code == 404 and "job_id" in missing.json()["detail"]
     finally:
         server.stop()
     # a new service process sees the jobs of the earlier one

@@ -14,6 +14,7 @@ from llmrl.learner.sft import (
     ADAPTER_METADATA,
     SftConfig,
     adapter_dir,
+    read_chat_examples,
     tokenize_chat,
     train_lora_sft,
 )
@@ -129,3 +130,12 @@ def test_lora_on_the_top_layers_only(tiny_model_dir: Path, tmp_path: Path):
     assert result.losses[-1] < result.losses[0]
     with pytest.raises(ValueError, match=r"lora_layers must be in \[1, 2\]"):
         train_lora_sft(SftConfig(out_dir=str(tmp_path / "bad"), lora_layers=3, **common))
+
+
+def test_a_line_that_is_not_json_is_named_by_file_and_line(tmp_path: Path):
+    data = tmp_path / "train.jsonl"
+    write_chat_jsonl(data, examples()[:1])
+    with data.open("a") as handle:
+        handle.write('{"messages": [\n')
+    with pytest.raises(ValueError, match=r"train\.jsonl line 2: not JSON"):
+        read_chat_examples(str(data))
