@@ -62,11 +62,16 @@ Mode = Literal["embedded", "service"]
 log = logging.getLogger("llmrl.llm_gateway")
 
 
+def _storage(backend: str, mode: Mode) -> str:
+    """ "auto" storage: Redis shared by a service's replicas, SQLite in one embedded process."""
+    if backend != "auto":
+        return backend
+    return "redis" if mode == "service" else "sqlite"
+
+
 def make_cache(settings: CacheSettings, mode: Mode) -> ResponseCache:
     """SQLite when embedded, Redis in service mode (unless the settings name one)."""
-    backend = settings.backend
-    if backend == "auto":
-        backend = "redis" if mode == "service" else "sqlite"
+    backend = _storage(settings.backend, mode)
     if backend == "none":
         return NullCache(settings.ttl_s)
     store: ResponseCache
@@ -80,9 +85,7 @@ def make_cache(settings: CacheSettings, mode: Mode) -> ResponseCache:
 
 def make_ledger(settings: LedgerSettings, mode: Mode) -> Ledger:
     """A ledger saved to SQLite when embedded, to Redis in service mode (or kept in memory)."""
-    backend = settings.backend
-    if backend == "auto":
-        backend = "redis" if mode == "service" else "sqlite"
+    backend = _storage(settings.backend, mode)
     store: LedgerStore | None = None
     if backend == "redis":
         store = RedisLedgerStore(settings.redis_url or redis_url(), settings.key)

@@ -114,13 +114,8 @@ class LocalCausalLM:
         seeded generator, after guided decoding has masked what their grammar forbids."""
         from transformers import GenerationConfig, LogitsProcessorList
 
-        rows = [job.prompt_ids for job in jobs for _ in range(job.n)]
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, width - len(row) :] = torch.tensor(row)
-            mask[i, width - len(row) :] = 1
+        input_ids, mask = pad([job.prompt_ids for job in jobs for _ in range(job.n)], self.pad_id)
+        width = input_ids.shape[1]
         config = GenerationConfig(
             max_new_tokens=max(job.max_tokens for job in jobs),
             do_sample=False,
@@ -210,12 +205,8 @@ class LocalCausalLM:
         candidates = [c for job in jobs for c in job.candidate_ids]
         owner_index = torch.tensor(owner)
         cache.reorder_cache(owner_index.to(self.device))  # one copy of the prompt per candidate
-        cand_width = max(len(c) for c in candidates)
-        cand_ids = torch.full((len(candidates), cand_width), self.pad_id, dtype=torch.long)
-        cand_mask = torch.zeros((len(candidates), cand_width), dtype=torch.long)
-        for i, tokens in enumerate(candidates):
-            cand_ids[i, : len(tokens)] = torch.tensor(tokens)
-            cand_mask[i, : len(tokens)] = 1
+        cand_ids, cand_mask = pad(candidates, self.pad_id, left=False)
+        cand_width = cand_ids.shape[1]
         cand_positions = prompt_len[owner_index].unsqueeze(1) + torch.arange(cand_width)
         second = self.model(
             input_ids=cand_ids.to(self.device),
@@ -235,12 +226,7 @@ class LocalCausalLM:
 
     def _prompt_pass(self, jobs: list[_ScoreJob]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Every prompt of the batch, left-padded: (last logits, KV cache, attention mask)."""
-        width = max(len(job.prompt_ids) for job in jobs)
-        prompt_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros((len(jobs), width), dtype=torch.long)
-        for i, job in enumerate(jobs):
-            prompt_ids[i, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
-            prompt_mask[i, width - len(job.prompt_ids) :] = 1
+        prompt_ids, prompt_mask = pad([job.prompt_ids for job in jobs], self.pad_id)
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
             input_ids=prompt_ids.to(self.device),
@@ -253,9 +239,7 @@ class LocalCausalLM:
 
     def _prompt_pass_reusing_prefix(self, ids: list[int], cache_key: str) -> tuple[Any, Any]:
         """One prompt: run only what follows the longest cached prefix; remember the result."""
-        start, cache = self.prefix_cache.lookup(cache_key, ids)
-        if cache is None:
-            start = 0
+        start, cache = self.prefix_cache.lookup(cache_key, ids)  # (0, None) when none
         out = self.model(
             input_ids=torch.tensor([ids[start:]], device=self.device),
             position_ids=torch.arange(start, len(ids), device=self.device)[None],
@@ -265,6 +249,19 @@ class LocalCausalLM:
         )
         self.prefix_cache.store(cache_key, ids, out.past_key_values)
         return out.logits[:, -1, :], out.past_key_values
+
+
+def pad(rows: list[list[int]], pad_id: int, left: bool = True) -> tuple[Any, Any]:
+    """Token rows as one (ids, attention mask) batch, padded on the left (prompts, so that
+    generation continues every row at the same column) or on the right (continuations)."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        cols = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, cols] = torch.tensor(row)
+        mask[i, cols] = 1
+    return ids, mask
 
 
 class PrefixCache:
