@@ -112,7 +112,7 @@ class LearnerJobs:
             if job is None:
                 jobs.append({**record["job"], "learner": self.learner_url, "lost": True})
                 continue
-            self._remember(job)
+            self._remember(job, submitted=record["submitted"])  # already read: no re-read
             jobs.append(self._view(job))
         return jobs
 

@@ -87,7 +87,13 @@ class BackgroundJobs:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finetune")
         for path in sorted(self.jobs_dir.glob("*.json")):  # jobs of an earlier process
-            job = json.loads(path.read_text())
+            try:
+                job = json.loads(path.read_text())
+                if not isinstance(job, dict) or not {"job_id", "status"} <= job.keys():
+                    raise ValueError("no job_id and status")
+            except ValueError as exc:  # kept on disk, never fatal
+                log.warning("skipping %s: not a job record (%s)", path, exc)
+                continue
             if job["status"] in ("queued", "running"):
                 job.update(status="failed", error="interrupted: the service stopped")
             self._jobs[job["job_id"]] = job

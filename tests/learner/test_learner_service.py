@@ -56,8 +56,11 @@ def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeyp
     finally:
         server.stop()
     # a new service process sees the jobs of the earlier one
+    junk = tmp_path / "jobs" / "junk.json"
+    junk.write_text('{"hello": 1}\n')  # not a job record: skipped, kept, never fatal
     restarted = create_app(tmp_path / "jobs")
     assert {j["status"] for j in restarted.state.jobs.list()} == {"succeeded", "failed"}
+    assert junk.is_file()
 
 
 def test_local_fine_tuning_job_through_the_learner_client(tiny_model_dir, tmp_path, monkeypatch):
