@@ -37,7 +37,13 @@ def run_learner_job(
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         reported = 0
         while True:
-            state = client.get(f"{endpoint}/{job_id}").json()
+            response = client.get(f"{endpoint}/{job_id}")
+            if response.status_code != 200:  # e.g. a learner restarted on another jobs_dir
+                raise RuntimeError(
+                    f"the learner at {base} lost job {job_id} ({response.status_code}): "
+                    f"{response.text[:500]}"
+                )
+            state = response.json()
             done = int(state.get("progress", 0))
             if on_progress is not None and done > reported:
                 on_progress(done - reported)

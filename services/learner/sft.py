@@ -180,6 +180,8 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from llmrl.llm_gateway.backends.transformers_local import native_bf16
+
     started = time.perf_counter()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
@@ -263,12 +265,6 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     )
     _save_adapter(model, config, result)
     return result
-
-
-def native_bf16() -> bool:
-    from llmrl.llm_gateway.backends.transformers_local import native_bf16 as native
-
-    return native()
 
 
 def assistant_loss(model: Any, input_ids: Any, labels: Any, mask: Any) -> Any:
