@@ -22,6 +22,8 @@ from pathlib import Path
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import read_results
 
+RUNNER_OPTIONS = ("torch_threads", "out", "strict")  # not part of the recipe's config
+
 
 def verdicts(rows: list[dict], rounds: int) -> dict[str, dict[str, bool | None]]:
     """Per split (the "all" row, else the only scene's): the two comparisons of the target."""
@@ -120,28 +122,9 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    config = {
-        "model": args.model,
-        "train_episodes": args.train_episodes,
-        "eval_episodes": args.eval_episodes,
-        "collect_samples": args.collect_samples,
-        "rounds": args.rounds,
-        "max_steps": args.max_steps,
-        "max_tokens": args.max_tokens,
-        "demo_plan_length": args.demo_plan_length,
-        "few_shot": args.few_shot,
-        "planner_mode": args.planner_mode,
-        "guided": args.guided,
-        "guided_max_lines": args.guided_max_lines,
-        "sft_epochs": args.sft_epochs,
-        "sft_lr": args.sft_lr,
-        "sft_steps": args.sft_steps or None,
-        "sft_batch_size": args.sft_batch_size,
-        "num_envs": args.num_envs,
-        "seed": args.seed,
-    }
-    if args.scenes:
-        config["scenes"] = args.scenes
+    # every option names a config field, except those saying how to run the evaluation
+    config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
+    config["sft_steps"] = args.sft_steps or None  # 0: the recipe's default, --sft-epochs
     run_embedded("llm-personalize", config, out_dir=args.out, progress=True)
     results = read_results(args.out)
     if results is None:

@@ -43,6 +43,16 @@ def test_bad_config_names_the_field():
         validate_config("llm-personalize", {"colour": "red"})
 
 
+def test_a_data_dir_without_val_scenes_needs_scenes_named(tmp_path):
+    (tmp_path / "data.npy").write_bytes(b"")
+    (tmp_path / "episodes" / "train").mkdir(parents=True)
+    (tmp_path / "episodes" / "train" / "Beechwood_0_int.json.gz").write_bytes(b"")
+    with pytest.raises(ConfigError, match="scenes: unset, and no episode files for split 'val'"):
+        validate_config("llm-personalize", {"data_dir": str(tmp_path)})
+    named = {"data_dir": str(tmp_path), "scenes": ["Beechwood_0_int"]}
+    assert validate_config("llm-personalize", named).scene_list() == ["Beechwood_0_int"]
+
+
 def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch):
     monkeypatch.delenv("NO_SUCH_OPENAI_KEY", raising=False)
     openai = {"data_dir": "procedural", "finetune_backend": "openai"}

@@ -113,14 +113,15 @@ def _housekeep_driver(
 ) -> HousekeepPlanDriver:
     planner_cls = registry.get_planner(policy["name"])
     kwargs = dict(policy.get("kwargs", {}))
-    if getattr(planner_cls, "uses_llm", False):
+    uses_llm = bool(getattr(planner_cls, "uses_llm", False))
+    if uses_llm:
         kwargs.setdefault("llm", resources.llm)
         kwargs.setdefault("run_id", job.run_id)
         kwargs.setdefault("charge_unparsable", True)
     return HousekeepPlanDriver(
         planner_cls(**kwargs),
         unknown_action=_layout(job.env_kwargs).unknown_name_action,
-        record_prompts=not getattr(planner_cls, "uses_llm", False),
+        record_prompts=not uses_llm,  # scripted planners: their plans as the LLM's calls
         few_shot=bool(policy.get("few_shot", True)),
         planner_name=policy["name"],
     )

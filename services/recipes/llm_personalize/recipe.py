@@ -185,11 +185,15 @@ class LlmPersonalizeConfig(RecipeConfig):
             if self.scenes not in (None, [PROCEDURAL]):
                 raise ValueError("scenes: procedural houses have no scenes (set data_dir)")
             return self
-        from llmrl.simulator.envs.housekeep.data import available_scenes
+        from llmrl.simulator.envs.housekeep.data import available_scenes, split_scenes
 
-        scenes = available_scenes(self.data_dir)
-        if self.scenes is None:
+        if self.scenes is None:  # the val scenes (scene_list): a config error if there are none
+            try:
+                split_scenes(self.data_dir, "val")
+            except ValueError as exc:
+                raise ValueError(f"scenes: unset, and {exc}; name the scenes to use") from None
             return self
+        scenes = available_scenes(self.data_dir)
         unknown = [s for s in self.scenes if s not in scenes]
         if unknown:
             raise ValueError(f"scenes: unknown {unknown}; scenes in data_dir: {', '.join(scenes)}")
@@ -525,8 +529,9 @@ class LlmPersonalize(Recipe):
         cfg = self.config
         data = ctx.out_dir / "datasets" / f"openai-train-{k}.jsonl"
         texts = [Path(path).read_text() for path in files]
-        data.write_text("".join(t if t.endswith("\n") else t + "\n" for t in texts if t))
-        examples = sum(1 for line in data.read_text().splitlines() if line.strip())
+        joined = "".join(t if t.endswith("\n") else t + "\n" for t in texts if t)
+        data.write_text(joined)
+        examples = sum(1 for line in joined.splitlines() if line.strip())
         base = (previous or {}).get("fine_tuned_model") or cfg.openai_model
         request = FineTuneRequest(
             backend="openai",
