@@ -163,6 +163,11 @@ def tokenize_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[
 
 
 # -- training ------------------------------------------------------------------------------------
+def optimizer_steps(examples: int, batch_size: int, epochs: float, steps: int | None) -> int:
+    """Steps a run takes: `steps` when given, else `epochs` passes of batches (at least 1)."""
+    return steps or max(1, math.ceil(epochs * math.ceil(examples / batch_size)))
+
+
 def top_layers(model: Any, count: int | None) -> list[int] | None:
     """Indices of the top `count` decoder layers of `model` (None: every layer)."""
     if count is None:
@@ -225,8 +230,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
             f"no training examples in {config.data} (dropped {dropped} longer than "
             f"max_length={config.max_length} tokens)"
         )
-    batches_per_epoch = math.ceil(len(rows) / config.batch_size)
-    total_steps = config.steps or max(1, math.ceil(config.epochs * batches_per_epoch))
+    total_steps = optimizer_steps(len(rows), config.batch_size, config.epochs, config.steps)
 
     # 3. the loop
     params = [p for p in model.parameters() if p.requires_grad]

@@ -20,11 +20,14 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord
+
+if TYPE_CHECKING:
+    from llmrl.planners.base import Planner
 
 FIRST, MID, LAST = 0, 1, 2
 SKILL_RUNNING, SKILL_INFEASIBLE = 1, 3
@@ -221,18 +224,28 @@ class PlannerDriver(EpisodeDriver):
         return Decision(skill=self._current, llm_calls=calls)
 
 
-@register_driver("planner")
-def _planner_driver(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
-) -> PlannerDriver:
+def build_planner(
+    policy: dict[str, Any], resources: Any, job: EpisodeJob, **llm_defaults: Any
+) -> Planner:
+    """The registered planner a policy spec names, with its kwargs; LLM planners also get the
+    gateway client (`llm`), the run to bill (`run_id`) and `llm_defaults` unless given."""
     from llmrl.common.registry import registry
 
     planner_cls = registry.get_planner(policy["name"])
     kwargs = dict(policy.get("kwargs", {}))
     if getattr(planner_cls, "uses_llm", False):
-        kwargs.setdefault("llm", resources.llm)  # LLM planners take the gateway client as `llm`
-        kwargs.setdefault("run_id", job.run_id)  # ... and the run to bill their calls to
-    return PlannerDriver(planner_cls(**kwargs))
+        kwargs.setdefault("llm", resources.llm)
+        kwargs.setdefault("run_id", job.run_id)
+        for key, value in llm_defaults.items():
+            kwargs.setdefault(key, value)
+    return planner_cls(**kwargs)
+
+
+@register_driver("planner")
+def _planner_driver(
+    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+) -> PlannerDriver:
+    return PlannerDriver(build_planner(policy, resources, job))
 
 
 # -- the episode loop ---------------------------------------------------------------------

@@ -22,8 +22,13 @@ import inspect
 from typing import Any
 
 from llmrl.common.episodes import LlmCall
-from llmrl.common.registry import registry
-from llmrl.orchestrator.rollout import Decision, EpisodeDriver, EpisodeJob, register_driver
+from llmrl.orchestrator.rollout import (
+    Decision,
+    EpisodeDriver,
+    EpisodeJob,
+    build_planner,
+    register_driver,
+)
 from llmrl.planners import housekeep_demonstrator, housekeep_llm  # noqa: F401 - registered
 from llmrl.planners.base import Planner
 from llmrl.simulator.envs.base import InvalidSkillError
@@ -111,15 +116,10 @@ def _layout(env_kwargs: dict[str, Any]) -> ActionLayout:
 def _housekeep_driver(
     policy: dict[str, Any], resources: Any, job: EpisodeJob
 ) -> HousekeepPlanDriver:
-    planner_cls = registry.get_planner(policy["name"])
-    kwargs = dict(policy.get("kwargs", {}))
-    uses_llm = bool(getattr(planner_cls, "uses_llm", False))
-    if uses_llm:
-        kwargs.setdefault("llm", resources.llm)
-        kwargs.setdefault("run_id", job.run_id)
-        kwargs.setdefault("charge_unparsable", True)
+    planner = build_planner(policy, resources, job, charge_unparsable=True)
+    uses_llm = bool(getattr(planner, "uses_llm", False))
     return HousekeepPlanDriver(
-        planner_cls(**kwargs),
+        planner,
         unknown_action=_layout(job.env_kwargs).unknown_name_action,
         record_prompts=not uses_llm,  # scripted planners: their plans as the LLM's calls
         few_shot=bool(policy.get("few_shot", True)),

@@ -609,14 +609,16 @@ class LlmPersonalize(Recipe):
 
 # -- figures ----------------------------------------------------------------------------------
 def sft_steps(files: list[str], request: Any) -> int:
-    """The optimiser steps a local fine-tuning request will take (as `train_lora_sft` counts)."""
-    if request.steps:
-        return int(request.steps)
+    """The optimiser steps a local fine-tuning request will take (as `train_lora_sft` counts;
+    examples it drops as too long can end it earlier)."""
+    from llmrl.learner.sft import optimizer_steps
+
     examples = 0
-    for path in files:
-        with open(path, encoding="utf-8") as handle:
-            examples += sum(1 for line in handle if line.strip())
-    return max(1, math.ceil(request.epochs * math.ceil(examples / request.batch_size)))
+    if not request.steps:
+        for path in files:
+            with open(path, encoding="utf-8") as handle:
+                examples += sum(1 for line in handle if line.strip())
+    return optimizer_steps(examples, request.batch_size, request.epochs, request.steps)
 
 
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
