@@ -149,3 +149,14 @@ def test_cli_help_explains_every_command():
         "models",
     ]:
         assert command in result.output
+
+
+def test_unknown_service_settings_are_named_with_the_allowed_ones():
+    import pytest
+
+    from llmrl.common.config import check_settings
+
+    check_settings("learner", {"jobs_dir": "x"}, ("jobs_dir",))
+    expected = r"unknown learner settings \['bogus'\]; allowed: jobs_dir"
+    with pytest.raises(ValueError, match=expected):
+        check_settings("learner", {"bogus": 1, "jobs_dir": "x"}, ("jobs_dir",))

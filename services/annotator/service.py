@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmrl.common.config import home_dir, http_url
+from llmrl.common.config import check_settings, home_dir, http_url
 from llmrl.common.metrics import basic_app, serve_app
 from llmrl.learner.jobs import FineTuneRequest  # the POST body (FastAPI resolves it by name)
 
@@ -136,8 +136,6 @@ def finetune_router(jobs: Any) -> Any:
 
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
-    unknown = sorted(set(settings) - set(SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown annotator settings {unknown}; allowed: {', '.join(SETTINGS)}")
+    check_settings("annotator", settings, SETTINGS)
     app = create_app(settings.get("jobs_dir"), settings.get("learner_url"))
     serve_app(app, "annotator", host, port)

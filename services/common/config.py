@@ -11,6 +11,7 @@ e.g. LLMRL_SIMULATOR_GRPC_PORT=6000. Services bind 127.0.0.1 unless told otherwi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,11 @@ def parse_overrides(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
             target = node
         target[leaf] = value
     return result
+
+
+def check_settings(service: str, settings: dict[str, Any], allowed: Iterable[str]) -> None:
+    """A service's `--set key=value` settings: ValueError naming unknown keys and the allowed."""
+    allowed = sorted(allowed)
+    unknown = sorted(set(settings) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown {service} settings {unknown}; allowed: {', '.join(allowed)}")

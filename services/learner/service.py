@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmrl.common.config import home_dir
+from llmrl.common.config import check_settings, home_dir
 from llmrl.common.metrics import basic_app, serve_app
 
 DESCRIPTION = "Trains and versions policies. REST API: LLM fine-tuning and RL policy jobs."
@@ -58,7 +58,5 @@ def create_app(jobs_dir: str | Path | None = None) -> Any:
 
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
-    unknown = sorted(set(settings) - set(SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown learner settings {unknown}; allowed: {', '.join(SETTINGS)}")
+    check_settings("learner", settings, SETTINGS)
     serve_app(create_app(settings.get("jobs_dir")), "learner", host, port)

@@ -273,11 +273,7 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
 
 
 def _settings(settings: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(settings) - set(SETTINGS))
-    if unknown:
-        raise ValueError(
-            f"unknown orchestrator settings {unknown}; settings: {', '.join(sorted(SETTINGS))}"
-        )
+    cfg.check_settings("orchestrator", settings, SETTINGS)
     return settings
 
 
