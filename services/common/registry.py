@@ -5,8 +5,10 @@ In the style of habitat-lab's registry: a component is one file plus one decorat
     @registry.register_env("SimpleDoorKey", max_episode_steps=100)
     class SimpleDoorKeyEnv(LlmrlEnv): ...
 
-Kinds: environments, LLM backends, planners, recipes, algorithms and the learner's policy-training
-jobs (`register_policy_job`: a job kind a recipe offers the learner service). Built-in components
+Kinds: environments, LLM backends, planners, recipes, algorithms, the learner's policy-training
+jobs (`register_policy_job`: a job kind a recipe offers the learner service), episode drivers
+(`register_driver`: how a policy spec of one kind plays an episode) and dataset builders
+(`register_dataset`: how the annotator turns episode records into a dataset). Built-in components
 are imported lazily, per kind, the first time that kind is looked up, so that `llmrl envs`
 does not import torch and a missing optional extra only matters for the kind that needs it.
 """
@@ -23,8 +25,19 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-Kind = Literal["env", "backend", "planner", "recipe", "algorithm", "policy_job"]
-KINDS: tuple[Kind, ...] = ("env", "backend", "planner", "recipe", "algorithm", "policy_job")
+Kind = Literal[
+    "env", "backend", "planner", "recipe", "algorithm", "policy_job", "driver", "dataset"
+]
+KINDS: tuple[Kind, ...] = (
+    "env",
+    "backend",
+    "planner",
+    "recipe",
+    "algorithm",
+    "policy_job",
+    "driver",
+    "dataset",
+)
 
 # Where each kind's built-in components live; every module below is imported on first use.
 BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
@@ -34,6 +47,8 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "recipe": ("llmrl.recipes",),
     "algorithm": ("llmrl.learner.algorithms",),
     "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
+    "driver": ("llmrl.agents", "llmrl.recipes"),  # shared drivers, then recipes' own kinds
+    "dataset": ("llmrl.annotator", "llmrl.recipes"),
 }
 
 # Which pip extra a kind's built-ins need, for the error shown when an import fails.
@@ -44,6 +59,8 @@ KIND_EXTRA: dict[Kind, str] = {
     "recipe": "all",
     "algorithm": "learn",
     "policy_job": "all",
+    "driver": "all",
+    "dataset": "all",
 }
 
 T = TypeVar("T")
@@ -138,6 +155,21 @@ class Registry:
             raise TypeError(f"policy job {name!r}: {request.__name__} needs a `kind` field")
         return self._register("policy_job", name, description, request=request, **metadata)
 
+    def register_driver(
+        self, name: str, description: str = "", **metadata: Any
+    ) -> Callable[[T], T]:
+        """Register how policy specs of kind `name` (`{"kind": name, ...}`) become episode
+        drivers: decorates `build(policy, resources, job) -> EpisodeDriver`."""
+        return self._register("driver", name, description, **metadata)
+
+    def register_dataset(
+        self, name: str, description: str = "", **metadata: Any
+    ) -> Callable[[T], T]:
+        """Register a dataset builder the annotator runs by name: decorates
+        `build(request) -> result`, with `request` a pydantic model given as metadata
+        `request=` so that the annotator validates bodies without importing the recipe."""
+        return self._register("dataset", name, description, **metadata)
+
     # -- lookup -------------------------------------------------------------------------
     def load_builtins(self, kind: Kind) -> None:
         """Import every built-in module of `kind` so that its decorators run."""
@@ -198,6 +230,12 @@ class Registry:
 
     def get_algorithm(self, name: str) -> Any:
         return self.get("algorithm", name)
+
+    def get_driver(self, name: str) -> Any:
+        return self.get("driver", name)
+
+    def get_dataset(self, name: str) -> Any:
+        return self.get("dataset", name)
 
     def get_policy_job(self, name: str) -> tuple[type[BaseModel], Callable[..., dict[str, Any]]]:
         """(request model, run function) of a registered policy-training job kind."""

@@ -6,5 +6,5 @@ executors.py       where jobs are played: in-process (embedded) or via Redis (se
 runner.py          drives a run through its recipe's phases, resumably
 embedded.py        `llmrl run`                  manager.py / service.py  the REST service
 worker.py          `llmrl worker`               launcher.py   `llmrl up`
-rest_client.py     `llmrl submit|status|cancel` plugins.py    LLMRL_PLUGINS
+rest_client.py     `llmrl submit|status|cancel`
 """

@@ -35,11 +35,11 @@ from llmrl.common import config as cfg
 from llmrl.common import store as states
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import add_health_and_metrics
+from llmrl.common.plugins import load_plugins
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, make_broker
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
 from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
-from llmrl.orchestrator.plugins import load_plugins
 from llmrl.recipes.base import ConfigError, recipe_schemas
 
 log = logging.getLogger("llmrl.orchestrator")

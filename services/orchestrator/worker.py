@@ -21,9 +21,9 @@ from typing import Any
 from llmrl.common import config as cfg
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
+from llmrl.common.plugins import load_plugins
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, RedisBroker
 from llmrl.orchestrator.episode_worker import EpisodeWorker
-from llmrl.orchestrator.plugins import load_plugins
 from llmrl.orchestrator.rollout import RolloutResources
 
 CLAIM_IDLE_VAR = "LLMRL_CLAIM_IDLE_S"

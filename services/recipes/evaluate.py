@@ -58,7 +58,7 @@ class EvaluateConfig(RecipeConfig):
     @field_validator("env")
     @classmethod
     def _env_is_registered(cls, value: str) -> str:
-        from llmrl.orchestrator.plugins import load_plugins
+        from llmrl.common.plugins import load_plugins
 
         load_plugins()
         return _registered("env", value)
