@@ -230,6 +230,8 @@ def cancel(run_id: str, url: str | None) -> None:
 
 
 def _print_entries(kind: str) -> None:
+    """A table of the registered entries of `kind`, each with whether it can be used here
+    (else what to install), then the modules left out for a missing package."""
     from rich.console import Console
     from rich.table import Table
 
@@ -237,19 +239,31 @@ def _print_entries(kind: str) -> None:
 
     try:
         entries = registry.entries(kind)  # type: ignore[arg-type]
-    except ImportError as exc:
+        unloaded = registry.unloaded_modules(kind)  # type: ignore[arg-type]
+    except ImportError as exc:  # e.g. LLMRL_PLUGINS names a module that does not exist
         raise click.ClickException(str(exc)) from exc
     table = Table(title=f"registered {kind}s")
     table.add_column("name")
+    table.add_column("available")
     table.add_column("description")
     for entry in entries.values():
-        table.add_row(entry.name, entry.description)
-    Console().print(table)
+        available = "yes" if entry.available else f"no: {entry.install_hint}"
+        table.add_row(entry.name, available, entry.description)
+    console = Console()
+    console.print(table)
+    if unloaded:
+        left_out = Table(title=f"modules not loaded: the {kind}s they register are not listed above")
+        for column in ("module", "missing package", "install"):
+            left_out.add_column(column)
+        for module in unloaded:
+            left_out.add_row(module.module, module.missing, module.install_hint)
+        console.print(left_out)
 
 
 @main.command()
 def envs() -> None:
-    """List the registered environments (ids for CreateWorld and gymnasium.make)."""
+    """List the registered environments (ids for CreateWorld and gymnasium.make), whether
+    each can be made here, and what to install for those that cannot."""
     _print_entries("env")
 
 
@@ -263,7 +277,9 @@ def recipes() -> None:
     config_fields = _load("llmrl.recipes.base", "config_fields")
     from llmrl.common.registry import registry
 
-    for name in registry.names("recipe"):
+    for name, entry in registry.entries("recipe").items():
+        if not entry.available:  # listed above with its install hint
+            continue
         table = Table(title=f"{name}: configuration (key=value)")
         for column in ("key", "type", "default", "description"):
             table.add_column(column)

@@ -1,25 +1,30 @@
-"""Extra modules to import at start-up, so that out-of-tree components are registered.
+"""Out-of-tree components: the modules named in LLMRL_PLUGINS.
 
-`LLMRL_PLUGINS` (comma-separated module names) is imported by the orchestrator, rollout
-workers and embedded runs before anything is looked up by name; a plugin module registers its
-environments, planners, recipes or policy kinds with the usual decorators. The simulator's own
-`LLMRL_EXTRA_ENV_MODULES` is honoured as well (a simulator process only reads that one).
+`LLMRL_PLUGINS` holds comma-separated module names. The process-wide registry imports them
+before a kind's first lookup (`Registry.load_plugins`), so every process that looks a name up
+(simulator and its shard workers, gateway, learner, annotator, orchestrator, rollout workers,
+embedded runs) knows the environments, planners, recipes or policy kinds that the plugins
+register with the usual decorators. A plugin whose import fails on a missing package is left
+out and listed with what to install, like a built-in module.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 
 PLUGINS_VAR = "LLMRL_PLUGINS"
-EXTRA_ENV_MODULES_VAR = "LLMRL_EXTRA_ENV_MODULES"
+
+
+def plugin_modules() -> list[str]:
+    """The module names in LLMRL_PLUGINS, in order, without repeats."""
+    names = (name.strip() for name in os.environ.get(PLUGINS_VAR, "").split(","))
+    return list(dict.fromkeys(name for name in names if name))
 
 
 def load_plugins() -> list[str]:
-    """Import every module named in LLMRL_PLUGINS and LLMRL_EXTRA_ENV_MODULES; returns them."""
-    names: list[str] = []
-    for var in (EXTRA_ENV_MODULES_VAR, PLUGINS_VAR):
-        names += [m.strip() for m in os.environ.get(var, "").split(",") if m.strip()]
-    for name in dict.fromkeys(names):
-        importlib.import_module(name)
-    return names
+    """Import the plugin modules not imported yet (the registry's first lookup does this
+    too); returns the names in LLMRL_PLUGINS."""
+    from llmrl.common.registry import registry
+
+    registry.load_plugins()
+    return plugin_modules()

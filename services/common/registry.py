@@ -10,15 +10,27 @@ jobs (`register_policy_job`: a job kind a recipe offers the learner service), ep
 (`register_driver`: how a policy spec of one kind plays an episode) and dataset builders
 (`register_dataset`: how the annotator turns episode records into a dataset). Built-in components
 are imported lazily, per kind, the first time that kind is looked up, so that `llmrl envs`
-does not import torch and a missing optional extra only matters for the kind that needs it.
+does not import torch. The modules named in LLMRL_PLUGINS (`common/plugins.py`) are imported
+before a kind's first lookup, so every process that looks anything up knows the plugins.
+
+Optional packages never break a whole kind:
+
+* a registration may say what it needs, `register_env("CrafterText", requires=("crafter",),
+  extra="crafter")`, and import that package lazily; while the package is missing the entry is
+  listed as unavailable, and getting it raises `UnavailableError` with the install hint;
+* a built-in or plugin module whose import fails on a missing (non-llmrl) package is recorded
+  as an `UnloadedModule`; the kind's other modules load, and listings and unknown-name errors
+  say which modules were left out and what to install.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -51,7 +63,7 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "dataset": ("llmrl.annotator", "llmrl.recipes"),
 }
 
-# Which pip extra a kind's built-ins need, for the error shown when an import fails.
+# Which pip extra a kind's built-ins need, for the hint shown when a module's import fails.
 KIND_EXTRA: dict[Kind, str] = {
     "env": "sim",
     "backend": "llm",
@@ -68,13 +80,87 @@ T = TypeVar("T")
 
 @dataclass
 class Entry:
-    """A registered component: the object itself plus what was said about it."""
+    """A registered component: the object itself plus what was said about it.
+
+    `requires` are the import names of the optional packages it needs, `extra` the pip extra
+    of llmrl that installs them (the install hint names it when given).
+    """
 
     name: str
     kind: Kind
     obj: Any
     description: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
+
+    @property
+    def missing(self) -> list[str]:
+        """The required packages that are not installed (found without importing them)."""
+        return [package for package in self.requires if not is_installed(package)]
+
+    @property
+    def available(self) -> bool:
+        return not self.missing
+
+    @property
+    def install_hint(self) -> str:
+        """What to run so that this entry becomes available ("" when it is)."""
+        missing = self.missing
+        return install_hint(missing, self.extra) if missing else ""
+
+    def require(self) -> Any:
+        """The registered object; `UnavailableError` when a required package is missing."""
+        missing = self.missing
+        if missing:
+            raise UnavailableError(
+                f"{self.kind} {self.name!r} needs {_packages(missing)}, not installed; "
+                f"install with: {install_hint(missing, self.extra)}"
+            )
+        return self.obj
+
+
+@dataclass(frozen=True)
+class UnloadedModule:
+    """A built-in or plugin module whose import failed because a package is missing."""
+
+    module: str
+    missing: str  # the package the import did not find
+    extra: str | None  # the llmrl extra that installs it, when known
+
+    @property
+    def install_hint(self) -> str:
+        return install_hint([self.missing], self.extra)
+
+    def __str__(self) -> str:
+        return f"{self.module} (needs {self.missing!r}: {self.install_hint})"
+
+
+def is_installed(package: str) -> bool:
+    """Whether `package` can be imported, without importing it (or, for a dotted name, more
+    than its parent packages)."""
+    if package in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a parent package is missing or has no spec
+        return False
+
+
+def _is_within(module: str, package: str | None) -> bool:
+    """Whether `module` is `package` or one of its submodules."""
+    return bool(package) and (module == package or module.startswith(f"{package}."))
+
+
+def install_hint(packages: list[str], extra: str | None) -> str:
+    if extra:
+        return f"pip install 'llmrl[{extra}]'"
+    return "pip install " + " ".join(packages)
+
+
+def _packages(names: list[str]) -> str:
+    quoted = ", ".join(repr(name) for name in names)
+    return f"the Python package{'s' if len(names) > 1 else ''} {quoted}"
 
 
 class UnknownNameError(KeyError):
@@ -84,26 +170,58 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
+class UnavailableError(ImportError):
+    """Raised for a registered name whose optional packages are not installed; the message
+    names them and the pip command that installs them."""
+
+
 class Registry:
-    def __init__(self) -> None:
+    """Components by kind and name.
+
+    `packages` maps each kind to the packages whose modules are its built-ins (default
+    `BUILTIN_PACKAGES`); `plugins` says whether the modules named in LLMRL_PLUGINS are imported
+    before a kind's first lookup (the process-wide `registry` does; plugin modules register
+    with it).
+    """
+
+    def __init__(
+        self, packages: Mapping[Kind, tuple[str, ...]] | None = None, plugins: bool = False
+    ) -> None:
         self._entries: dict[Kind, dict[str, Entry]] = {kind: {} for kind in KINDS}
+        self._packages = dict(BUILTIN_PACKAGES if packages is None else packages)
         self._loaded: set[Kind] = set()
-        # Held while built-ins are imported, so that no thread sees a kind half-loaded.
+        self._unloaded: dict[Kind, list[UnloadedModule]] = {kind: [] for kind in KINDS}
+        self._plugins = plugins
+        self._plugins_tried: set[str] = set()
+        self._unloaded_plugins: list[UnloadedModule] = []
+        # Held while modules are imported, so that no thread sees a kind half-loaded.
         # Re-entrant: importing one kind's modules may look up another kind.
         self._loading = threading.RLock()
 
     # -- registration -------------------------------------------------------------------
     def _register(
-        self, kind: Kind, name: str, description: str = "", **metadata: Any
+        self,
+        kind: Kind,
+        name: str,
+        description: str = "",
+        requires: tuple[str, ...] = (),
+        extra: str | None = None,
+        **metadata: Any,
     ) -> Callable[[T], T]:
+        if isinstance(requires, str) or not all(isinstance(r, str) for r in requires):
+            raise TypeError(
+                f"{kind} {name!r}: requires must be a tuple of import names, got {requires!r}"
+            )
+
         def decorator(obj: T) -> T:
             existing = self._entries[kind].get(name)
             if existing is not None and existing.obj is not obj:
                 raise ValueError(f"{kind} {name!r} is already registered by {existing.obj!r}")
             doc = description or (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
-            self._entries[kind][name] = Entry(name, kind, obj, doc, dict(metadata))
+            entry = Entry(name, kind, obj, doc, dict(metadata), tuple(requires), extra)
+            self._entries[kind][name] = entry
             if kind == "env":
-                _register_with_gymnasium(name, obj, metadata)
+                _register_with_gymnasium(entry)
             return obj
 
         return decorator
@@ -112,7 +230,9 @@ class Registry:
         """Register an environment class or factory returning a `gymnasium.Env`.
 
         Metadata: `max_episode_steps` (gymnasium TimeLimit), `kwargs` (defaults passed to the
-        constructor), `tags` (e.g. ("minigrid", "when2ask")). The environment is also registered
+        constructor), `tags` (e.g. ("minigrid", "when2ask")), and, as for every kind,
+        `requires` (import names of optional packages, imported lazily by the env) and
+        `extra` (the llmrl extra that installs them). The environment is also registered
         with gymnasium as `llmrl/<name>-v0` so that `gymnasium.make` works in-process.
         """
         return self._register("env", name, description, **metadata)
@@ -172,32 +292,74 @@ class Registry:
 
     # -- lookup -------------------------------------------------------------------------
     def load_builtins(self, kind: Kind) -> None:
-        """Import every built-in module of `kind` so that its decorators run."""
+        """Import the plugins and every built-in module of `kind` so that their decorators
+        run; modules left out for a missing package are recorded (`unloaded_modules`)."""
         if kind in self._loaded:
             return
         with self._loading:
             if kind in self._loaded:
                 return
-            for package_name in BUILTIN_PACKAGES[kind]:
+            if self._plugins:
+                self.load_plugins()
+            for package_name in self._packages.get(kind, ()):
                 self._import_package(kind, package_name)
             self._loaded.add(kind)
 
+    def load_plugins(self) -> None:
+        """Import each module named in LLMRL_PLUGINS that no earlier call tried."""
+        from llmrl.common.plugins import PLUGINS_VAR, plugin_modules
+
+        with self._loading:
+            for module in plugin_modules():
+                if module in self._plugins_tried:
+                    continue
+                self._plugins_tried.add(module)  # before importing: plugins look things up
+                try:
+                    unloaded = self._import_module(module, extra=None)
+                except ModuleNotFoundError as exc:  # the plugin itself, not one of its packages
+                    self._plugins_tried.discard(module)
+                    message = f"{PLUGINS_VAR} names {module!r}, which cannot be imported: {exc}"
+                    raise ImportError(message) from exc
+                if unloaded is not None:
+                    self._unloaded_plugins.append(unloaded)
+
     def _import_package(self, kind: Kind, package_name: str) -> None:
+        extra = KIND_EXTRA[kind]
         try:
-            package = importlib.import_module(package_name)
+            unloaded = self._import_module(package_name, extra)
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("llmrl"):
-                return  # the package of this kind does not exist yet
-            raise _missing_extra(kind, exc) from exc
-        for module in pkgutil.walk_packages(package.__path__, package_name + "."):
-            if module.name.rsplit(".", 1)[-1].startswith("_"):
-                continue
-            try:
-                importlib.import_module(module.name)
-            except ModuleNotFoundError as exc:
-                if exc.name and exc.name.startswith("llmrl"):
-                    raise
-                raise _missing_extra(kind, exc) from exc
+            if _is_within(package_name, exc.name):
+                return  # the package of this kind does not exist (yet)
+            raise
+        if unloaded is None:
+            package = sys.modules[package_name]
+            modules = pkgutil.walk_packages(getattr(package, "__path__", []), package_name + ".")
+            for module in modules:
+                if not module.name.rsplit(".", 1)[-1].startswith("_"):
+                    unloaded = self._import_module(module.name, extra)
+                    if unloaded is not None:
+                        self._unloaded[kind].append(unloaded)
+        else:
+            self._unloaded[kind].append(unloaded)
+
+    @staticmethod
+    def _import_module(module: str, extra: str | None) -> UnloadedModule | None:
+        """Import `module`. A missing third-party package comes back as an UnloadedModule;
+        a missing llmrl module (a bug) or `module` itself not existing is raised."""
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if not missing or _is_within(missing, "llmrl") or _is_within(module, missing):
+                raise
+            return UnloadedModule(module, missing.split(".")[0], extra)
+        return None
+
+    def unloaded_modules(self, kind: Kind) -> list[UnloadedModule]:
+        """The built-in modules of `kind` and the plugins left out for a missing package."""
+        self.load_builtins(kind)
+        unique = dict.fromkeys([*self._unloaded[kind], *self._unloaded_plugins])
+        return list(unique)
 
     def entries(self, kind: Kind) -> dict[str, Entry]:
         self.load_builtins(kind)
@@ -207,14 +369,22 @@ class Registry:
         return list(self.entries(kind))
 
     def entry(self, kind: Kind, name: str) -> Entry:
+        """The entry of `name`, available or not (`Entry.require` checks)."""
         entries = self.entries(kind)
         if name not in entries:
             known = ", ".join(entries) or "(none)"
-            raise UnknownNameError(f"unknown {kind} {name!r}; registered {kind}s: {known}")
+            message = f"unknown {kind} {name!r}; registered {kind}s: {known}"
+            unloaded = self.unloaded_modules(kind)
+            if unloaded:
+                left_out = "; ".join(str(module) for module in unloaded)
+                message += f"; modules not loaded for a missing package: {left_out}"
+            raise UnknownNameError(message)
         return entries[name]
 
     def get(self, kind: Kind, name: str) -> Any:
-        return self.entry(kind, name).obj
+        """The registered object; `UnknownNameError` for an unknown name, `UnavailableError`
+        when its optional packages are missing (both messages say what to do)."""
+        return self.entry(kind, name).require()
 
     def get_env(self, name: str) -> Any:
         return self.get("env", name)
@@ -240,14 +410,7 @@ class Registry:
     def get_policy_job(self, name: str) -> tuple[type[BaseModel], Callable[..., dict[str, Any]]]:
         """(request model, run function) of a registered policy-training job kind."""
         entry = self.entry("policy_job", name)
-        return entry.metadata["request"], entry.obj
-
-
-def _missing_extra(kind: Kind, exc: ModuleNotFoundError) -> ImportError:
-    return ImportError(
-        f"the built-in {kind}s need the Python package {exc.name!r}, which is not installed; "
-        f"install it with: pip install 'llmrl[{KIND_EXTRA[kind]}]'"
-    )
+        return entry.metadata["request"], entry.require()
 
 
 def gym_id(name: str) -> str:
@@ -255,20 +418,32 @@ def gym_id(name: str) -> str:
     return f"llmrl/{name}-v0"
 
 
-def _register_with_gymnasium(name: str, obj: Any, metadata: dict[str, Any]) -> None:
+class _RequiredPackagesCheck:
+    """gymnasium entry point of an env with required packages: checks them, then builds the
+    env, so that `gymnasium.make` of an unavailable env says what to install."""
+
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+        self.metadata = getattr(entry.obj, "metadata", {})  # gymnasium reads render modes
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.entry.require()(**kwargs)
+
+
+def _register_with_gymnasium(entry: Entry) -> None:
     try:
         import gymnasium
     except ModuleNotFoundError:  # gymnasium comes with the [sim] extra
         return
-    env_id = gym_id(name)
+    env_id = gym_id(entry.name)
     if env_id in gymnasium.registry:
         return
     gymnasium.register(
         id=env_id,
-        entry_point=obj,
-        max_episode_steps=metadata.get("max_episode_steps"),
-        kwargs=dict(metadata.get("kwargs", {})),
+        entry_point=_RequiredPackagesCheck(entry) if entry.requires else entry.obj,
+        max_episode_steps=entry.metadata.get("max_episode_steps"),
+        kwargs=dict(entry.metadata.get("kwargs", {})),
     )
 
 
-registry = Registry()
+registry = Registry(plugins=True)

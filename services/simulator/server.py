@@ -44,6 +44,7 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2, dm_env_rpc_pb2_grpc, tensor_utils
 from google.rpc import status_pb2
 
 from llmrl.common.logs import log_event
+from llmrl.common.registry import UnavailableError
 from llmrl.simulator.specs import ACTION_UIDS, unpack_tensor, world_specs
 from llmrl.simulator.world import World, WorldError
 
@@ -200,6 +201,8 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             raise
         except (ValueError, TypeError) as exc:  # the env's constructor refused a setting
             raise WorldError("settings", f"env {env!r} refused its settings: {exc}") from None
+        except UnavailableError as exc:  # registered, but its optional package is missing here
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, f"env: {exc}") from None
         specs = world_specs(
             world.observation_space,
             world.action_space,

@@ -35,9 +35,6 @@ def _shard_main(
 ) -> None:
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  keep the worker's stdout clean
     try:
-        from llmrl.simulator.world import load_extra_env_modules
-
-        load_extra_env_modules()
         importlib.import_module(env_module)  # registers the env, wherever it is defined
         batch = _EnvBatch(env, num_envs, seed, env_kwargs, first_index)
     except BaseException as exc:  # report why the shard could not start, then stop
@@ -79,7 +76,7 @@ class ShardedBatch:
         env_kwargs: dict[str, Any],
     ) -> None:
         context = multiprocessing.get_context("spawn")
-        env_module = registry.entry("env", env).obj.__module__
+        env_module = registry.get_env(env).__module__  # UnavailableError before any spawn
         sizes = [len(part) for part in np.array_split(np.arange(num_envs), num_workers)]
         self.bounds = np.cumsum([0, *sizes])
         self.conns: list[Connection] = []

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import importlib
 import inspect
-import os
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -46,9 +44,6 @@ PRIVILEGED_OBSERVATIONS: tuple[str, ...] = ("oracle_plan", "feasible_skills")
 WORLD_SETTINGS: tuple[str, ...] = ("env", "num_envs", "seed", "num_workers")
 # gymnasium.make's own keyword arguments that a world accepts as settings too.
 MAKE_SETTINGS: tuple[str, ...] = ("max_episode_steps",)
-# Comma-separated modules imported before environments are looked up (e.g. test envs that a
-# separately started server process must know about).
-EXTRA_ENV_MODULES_VAR = "LLMRL_EXTRA_ENV_MODULES"
 _STDOUT_LOCK = threading.Lock()
 
 
@@ -69,22 +64,12 @@ class WorldError(ValueError):
         return (type(self), (self.field, str(self).split(": ", 1)[1]))
 
 
-def load_extra_env_modules() -> None:
-    """Import the modules named in LLMRL_EXTRA_ENV_MODULES so their envs are registered."""
-    for name in filter(
-        None, (m.strip() for m in os.environ.get(EXTRA_ENV_MODULES_VAR, "").split(","))
-    ):
-        importlib.import_module(name)
-
-
 def env_ids() -> list[str]:
-    load_extra_env_modules()
     return registry.names("env")
 
 
 def check_env_kwargs(env: str, env_kwargs: dict[str, Any]) -> None:
     """Raise WorldError naming any setting that neither the world nor the env accepts."""
-    load_extra_env_modules()
     try:
         entry = registry.entry("env", env)
     except KeyError as exc:

@@ -40,7 +40,6 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     env["LLMRL_PLUGINS"] = "orch_tiny_env"
-    env["LLMRL_EXTRA_ENV_MODULES"] = "orch_tiny_env"
     env["LLMRL_CLAIM_IDLE_S"] = str(CLAIM_IDLE_S)
     env["LLMRL_RESUBMIT_AFTER_S"] = str(RESUBMIT_AFTER_S)
     env["LLMRL_LOG_LEVEL"] = "WARNING"

@@ -5,7 +5,7 @@ moves it one cell (and is DONE at once); reaching the end gives reward 1 and ter
 It offers `oracle_plan` like the When2Ask envs, so the real `oracle` planner plays it.
 `step_delay_s` makes each step sleep, so that tests can kill a worker mid-episode;
 `fail_at_position` makes a step raise, so that tests see how a broken episode is reported.
-Imported by test processes through LLMRL_PLUGINS / LLMRL_EXTRA_ENV_MODULES.
+Imported by test processes through LLMRL_PLUGINS.
 """
 
 from __future__ import annotations

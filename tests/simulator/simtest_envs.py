@@ -1,6 +1,6 @@
 """Small registered environments for the simulator's tests.
 
-A server started in another process imports this module through LLMRL_EXTRA_ENV_MODULES
+A server started in another process imports this module through LLMRL_PLUGINS
 (with this folder on PYTHONPATH), so the same ids exist on both sides of the wire.
 """
 

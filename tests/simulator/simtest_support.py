@@ -46,7 +46,7 @@ def start_server() -> Server:
     http_port, grpc_port = free_port(), free_port()
     env = dict(
         os.environ,
-        LLMRL_EXTRA_ENV_MODULES="simtest_envs",
+        LLMRL_PLUGINS="simtest_envs",
         PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
     )
     # Files, not pipes: nobody reads a pipe while the server runs, and a full one blocks it.
