@@ -234,6 +234,7 @@ def _print_entries(kind: str) -> None:
     (else what to install), then the modules left out for a missing package."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from llmrl.common.registry import registry
 
@@ -248,15 +249,15 @@ def _print_entries(kind: str) -> None:
     table.add_column("description")
     for entry in entries.values():
         available = "yes" if entry.available else f"no: {entry.install_hint}"
-        table.add_row(entry.name, available, entry.description)
+        table.add_row(entry.name, Text(available), entry.description)  # Text: no markup
     console = Console()
     console.print(table)
     if unloaded:
-        left_out = Table(title=f"modules not loaded: the {kind}s they register are not listed above")
+        left_out = Table(title=f"modules not loaded: their {kind}s are not listed above")
         for column in ("module", "missing package", "install"):
             left_out.add_column(column)
         for module in unloaded:
-            left_out.add_row(module.module, module.missing, module.install_hint)
+            left_out.add_row(module.module, module.missing, Text(module.install_hint))
         console.print(left_out)
 
 
