@@ -84,11 +84,11 @@ class ConfigError(ValueError):
 
 
 def recipe_class(name: str) -> type[Recipe]:
-    from llmrl.common.registry import UnknownNameError
+    from llmrl.common.registry import UnavailableError, UnknownNameError
 
     try:
         return registry.get_recipe(name)
-    except UnknownNameError as exc:
+    except (UnknownNameError, UnavailableError) as exc:
         raise ConfigError(str(exc), [{"loc": ["recipe"], "msg": str(exc)}]) from None
 
 
