@@ -31,9 +31,7 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
                 chat=wire.chat_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
             ),
             "completion": lambda m: pb.GatewayResponse(
-                completion=wire.completion_result_to_pb(
-                    gateway.generate(wire.generate_from_pb(m))
-                )
+                completion=wire.completion_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
             ),
             "score": lambda m: pb.GatewayResponse(
                 score=wire.score_result_to_pb(gateway.score(wire.score_from_pb(m)))
