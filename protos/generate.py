@@ -1,9 +1,11 @@
 """Regenerate the Python gRPC code from the .proto files (`make protos`), or check it is current.
 
-Protos live under protos/llmrl/...; a file protos/llmrl/common/rpc/x.proto becomes the modules
-llmrl.common.rpc.x_pb2 / x_pb2_grpc (services/common/rpc/ in this repository, since the
-`llmrl` package is the services/ folder). `--check` regenerates into a temporary folder and
-fails when the committed files differ (CI runs it through tests/test_protos.py).
+Protos live under protos/ at the path of their protobuf package: the file
+protos/llmrl/llm_gateway/v1/llm_gateway.proto (package `llmrl.llm_gateway.v1`) becomes the
+modules llmrl.llm_gateway.v1.llm_gateway_pb2 / _pb2_grpc, written to services/llm_gateway/v1/
+in this repository since the `llmrl` package is the services/ folder (the folder keeps a
+hand-written __init__.py so that it is a package). `--check` regenerates into a temporary
+folder and fails when the committed files differ (CI runs it through tests/test_common.py).
 """
 
 from __future__ import annotations
@@ -47,6 +49,17 @@ def generate(out_dir: Path) -> list[Path]:
     return sorted(p.relative_to(out_dir / "llmrl") for p in (out_dir / "llmrl").rglob("*.py*"))
 
 
+def orphans(generated: list[Path]) -> list[Path]:
+    """Generated-looking files under services/ that no proto generates any more (a moved or
+    deleted proto leaves them behind), relative to the package root."""
+    found = [
+        p.relative_to(PACKAGE_ROOT)
+        for p in PACKAGE_ROOT.rglob("*_pb2*.py*")
+        if p.suffix in {".py", ".pyi"}  # not the byte code under __pycache__
+    ]
+    return sorted(rel for rel in found if rel not in set(generated))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="fail if the committed code is stale")
@@ -64,6 +77,12 @@ def main() -> int:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
                 print(f"wrote {dst.relative_to(ROOT)}")
+        for rel in orphans(generated):
+            if args.check:
+                stale.append(f"{(PACKAGE_ROOT / rel).relative_to(ROOT)} (no proto generates it)")
+            else:
+                (PACKAGE_ROOT / rel).unlink()
+                print(f"removed {(PACKAGE_ROOT / rel).relative_to(ROOT)} (no proto generates it)")
     if stale:
         print("generated gRPC code is stale; run `make protos` and commit:", *stale, sep="\n  ")
         return 1

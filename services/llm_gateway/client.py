@@ -204,9 +204,9 @@ class GrpcClient(LLMClient):
     def __init__(self, address: str, timeout_s: float | None = None) -> None:
         import grpc
 
-        from llmrl.common.rpc import llm_gateway_pb2 as pb
-        from llmrl.common.rpc import llm_gateway_pb2_grpc as pb_grpc
         from llmrl.llm_gateway import wire
+        from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
+        from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 
         self.address = address
         self.timeout_s = timeout_s  # a client-side deadline for every call (None: none)

@@ -1,4 +1,4 @@
-"""The gateway's gRPC service (protos/llmrl/common/rpc/llm_gateway.proto): one unary
+"""The gateway's gRPC service (protos/llmrl/llm_gateway/v1/llm_gateway.proto): one unary
 `Process` RPC whose envelope carries one request; errors become gRPC statuses with the
 error kind and field in trailing metadata."""
 
@@ -12,11 +12,11 @@ from typing import Any
 import grpc
 
 from llmrl.common.logs import log_event
-from llmrl.common.rpc import llm_gateway_pb2 as pb
-from llmrl.common.rpc import llm_gateway_pb2_grpc as pb_grpc
 from llmrl.llm_gateway import wire
 from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError
 from llmrl.llm_gateway.gateway import Gateway
+from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
+from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 
 log = logging.getLogger("llmrl.llm_gateway.grpc")
 ERROR_KIND_KEY = "llmrl-error-kind"
@@ -31,7 +31,7 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
                 chat=wire.chat_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
             ),
             "completion": lambda m: pb.GatewayResponse(
-                completion=wire.chat_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
+                completion=wire.completion_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
             ),
             "score": lambda m: pb.GatewayResponse(
                 score=wire.score_result_to_pb(gateway.score(wire.score_from_pb(m)))

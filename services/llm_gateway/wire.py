@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from llmrl.common.rpc import llm_gateway_pb2 as pb
 from llmrl.llm_gateway.api_types import (
     ChatResult,
     EmbedRequest,
@@ -17,6 +16,7 @@ from llmrl.llm_gateway.api_types import (
     ScoreRequest,
     ScoreResult,
 )
+from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
 
 _POLICY_TO_PB = {"auto": pb.CACHE_AUTO, "bypass": pb.CACHE_BYPASS, "always": pb.CACHE_ALWAYS}
 _POLICY_FROM_PB = {v: k for k, v in _POLICY_TO_PB.items()}
@@ -144,20 +144,29 @@ def embed_from_pb(message: pb.EmbedRequest) -> EmbedRequest:
 
 
 # -- results -------------------------------------------------------------------------------------
-def chat_result_to_pb(result: ChatResult) -> pb.GenerationResponse:
-    return pb.GenerationResponse(
-        texts=result.texts,
-        model=result.model,
-        prompt_tokens=result.prompt_tokens,
-        completion_tokens=result.completion_tokens,
-        cost_usd=result.cost_usd,
-        cached=result.cached,
-        latency_s=result.latency_s,
-        finish_reasons=result.finish_reasons,
-    )
+def _generation_fields(result: ChatResult) -> dict[str, Any]:
+    return {
+        "texts": result.texts,
+        "model": result.model,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "cost_usd": result.cost_usd,
+        "cached": result.cached,
+        "latency_s": result.latency_s,
+        "finish_reasons": result.finish_reasons,
+    }
 
 
-def chat_result_from_pb(message: pb.GenerationResponse) -> ChatResult:
+def chat_result_to_pb(result: ChatResult) -> pb.ChatResponse:
+    return pb.ChatResponse(**_generation_fields(result))
+
+
+def completion_result_to_pb(result: ChatResult) -> pb.CompletionResponse:
+    return pb.CompletionResponse(**_generation_fields(result))
+
+
+def chat_result_from_pb(message: pb.ChatResponse | pb.CompletionResponse) -> ChatResult:
+    """Either answer to a generation: the two messages carry the same fields."""
     return ChatResult(
         texts=list(message.texts),
         model=message.model,

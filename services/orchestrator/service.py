@@ -13,34 +13,35 @@ When a token is configured (LLMRL_ORCHESTRATOR_TOKEN or setting `token`) every e
 /health, /metrics and the docs needs `Authorization: Bearer <token>`. Bad input gets a 4xx
 whose `detail` names the problem (unknown recipe, config field and why, unknown run id,
 malformed JSON, body over `max_body_bytes`); the service keeps serving.
+
+The routes live in one router per resource (routes_runs, routes_artifacts, routes_recipes;
+their shared manager and token dependencies in rest_access); `create_app` puts the manager and
+the token in the app's state, adds the body limit, health and metrics, and includes them.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import FileResponse, JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from llmrl.common import config as cfg
-from llmrl.common import store as states
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import add_health_and_metrics
 from llmrl.common.plugins import load_plugins
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, make_broker
-from llmrl.common.store import RunRow, RunStore
+from llmrl.common.store import RunStore
+from llmrl.orchestrator import routes_artifacts, routes_recipes, routes_runs
 from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
 from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
-from llmrl.recipes.base import ConfigError, recipe_schemas
+from llmrl.recipes.base import ConfigError
 
 log = logging.getLogger("llmrl.orchestrator")
 TOKEN_VAR = "LLMRL_ORCHESTRATOR_TOKEN"
@@ -55,14 +56,6 @@ SETTINGS = {
     "claim_idle_s": "seconds before a silent worker's job is handed to another (default 30)",
     "resubmit_after_s": "seconds without results before a run re-queues lost jobs (default 60)",
 }
-
-
-class RunRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    recipe: str = Field(description="A registered recipe (GET /recipes).")
-    config: dict[str, Any] = Field(
-        default_factory=dict, description="The recipe's config (its schema: GET /recipes)."
-    )
 
 
 class BodyLimit:
@@ -116,159 +109,46 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def run_view(run: RunRow, manager: RunManager, full: bool = True) -> dict[str, Any]:
-    view = {
-        "run_id": run.run_id,
-        "recipe": run.recipe,
-        "status": run.status,
-        "current_phase": run.current_phase,
-        "created": run.created,
-        "updated": run.updated,
-        "error": run.error,
-    }
-    if not full:
-        return view
-    view.update(
-        config=run.config,
-        cancel_requested=run.cancel_requested,
-        phases=[{k: v for k, v in p.items() if k != "outputs"} for p in run.phases],
-        progress=manager.progress(run.run_id),
-        episodes_stored=manager.store.count_episodes(run.run_id),
-        summary=run.summary,
-        llm=manager.store.llm_totals(run.run_id),
-        llm_ledger=_ledger(manager, run.run_id),
-    )
-    return view
+async def _config_error(_request: Request, exc: ConfigError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc), "errors": exc.errors}, status_code=422)
 
 
-def _ledger(manager: RunManager, run_id: str) -> dict[str, Any] | None:
-    """The gateway ledger's totals for the run, when a gateway is configured and reachable."""
-    if manager.llm_gateway is None:
-        return None
-    try:
-        return manager.ledger_client().usage(run_id)
-    except Exception as exc:  # no gateway yet, or unreachable: say so, do not fail the call
-        return {"error": f"gateway ledger unavailable: {type(exc).__name__}"}
+async def _run_not_found(_request: Request, exc: RunNotFound) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+async def _run_not_active(_request: Request, exc: RunNotActive) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    manager: RunManager = app.state.manager
+    resumed = manager.start()
+    log_event(log, "orchestrator ready", resumed_runs=resumed)
+    yield
+    manager.stop()
 
 
 def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
-        resumed = manager.start()
-        log_event(log, "orchestrator ready", resumed_runs=resumed)
-        yield
-        manager.stop()
-
     app = FastAPI(
         title="llmrl orchestrator",
         version="1",
         description="Start, watch and cancel runs of llmrl recipes.",
-        lifespan=lifespan,
+        lifespan=_lifespan,
+        exception_handlers={
+            ConfigError: _config_error,
+            RunNotFound: _run_not_found,
+            RunNotActive: _run_not_active,
+        },
     )
+    app.state.manager, app.state.token = manager, token  # what the routers' dependencies read
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    bearer = HTTPBearer(auto_error=False)
-
-    def authorize(
-        credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-    ) -> None:
-        if token is None:
-            return
-        if credentials is None or not hmac.compare_digest(
-            credentials.credentials.encode(), token.encode()
-        ):
-            raise HTTPException(
-                401,
-                "missing or wrong bearer token (send 'Authorization: Bearer <token>')",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
     add_health_and_metrics(
         app, "orchestrator", check=lambda: {"redis": manager.broker.ping(), "runs": "ok"}
     )
-    guarded = [Depends(authorize)]
-
-    @app.exception_handler(ConfigError)
-    async def config_error(_request: Request, exc: ConfigError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "errors": exc.errors}, status_code=422)
-
-    @app.exception_handler(RunNotFound)
-    async def run_not_found(_request: Request, exc: RunNotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(RunNotActive)
-    async def run_not_active(_request: Request, exc: RunNotActive) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
-
-    @app.post("/runs", status_code=201, dependencies=guarded, tags=["runs"])
-    def start_run(request: RunRequest) -> dict[str, Any]:
-        """Start a run of `recipe` with `config`; returns its id (201)."""
-        run = manager.submit(request.recipe, request.config)
-        return run_view(run, manager, full=False)
-
-    @app.get("/runs", dependencies=guarded, tags=["runs"])
-    def list_runs(
-        status: str | None = Query(None, description=f"one of {', '.join(states.RUN_STATES)}"),
-    ) -> list[dict[str, Any]]:
-        if status is not None and status not in states.RUN_STATES:
-            allowed = ", ".join(states.RUN_STATES)
-            raise HTTPException(422, f"unknown status {status!r}; statuses: {allowed}")
-        return [run_view(run, manager, full=False) for run in manager.store.list_runs(status)]
-
-    @app.get("/runs/{run_id}", dependencies=guarded, tags=["runs"])
-    def get_run(run_id: str) -> dict[str, Any]:
-        return run_view(manager.get(run_id), manager)
-
-    @app.post("/runs/{run_id}/cancel", status_code=202, dependencies=guarded, tags=["runs"])
-    def cancel_run(run_id: str) -> dict[str, Any]:
-        return run_view(manager.cancel(run_id), manager, full=False)
-
-    @app.get("/runs/{run_id}/episodes", dependencies=guarded, tags=["runs"])
-    def list_episodes(
-        run_id: str,
-        offset: int = Query(0, ge=0),
-        limit: int = Query(100, ge=1, le=1000),
-        phase: str | None = Query(None, description="only this phase's episodes"),
-    ) -> dict[str, Any]:
-        manager.get(run_id)
-        records = manager.store.episodes(run_id, phase=phase, offset=offset, limit=limit)
-        return {
-            "run_id": run_id,
-            "total": manager.store.count_episodes(run_id, phase),
-            "offset": offset,
-            "limit": limit,
-            "episodes": [record.to_dict() for record in records],
-        }
-
-    @app.get("/runs/{run_id}/artifacts", dependencies=guarded, tags=["artifacts"])
-    def list_artifacts(run_id: str) -> list[dict[str, Any]]:
-        manager.get(run_id)
-        return [
-            {
-                "name": a["name"],
-                "kind": a["kind"],
-                "size": a["size"],
-                "url": f"/runs/{run_id}/artifacts/{a['name']}",
-            }
-            for a in manager.store.artifacts(run_id)
-        ]
-
-    @app.get("/runs/{run_id}/artifacts/{name:path}", dependencies=guarded, tags=["artifacts"])
-    def download_artifact(run_id: str, name: str) -> FileResponse:
-        manager.get(run_id)
-        # Only registered artifacts are served: a name is looked up, never joined to a path.
-        found = {a["name"]: a for a in manager.store.artifacts(run_id)}
-        if name not in found:
-            known = ", ".join(found) or "(none yet)"
-            raise HTTPException(404, f"run {run_id} has no artifact {name!r}; artifacts: {known}")
-        path = Path(found[name]["path"])
-        if not path.is_file():
-            raise HTTPException(404, f"artifact {name!r} of run {run_id} is no longer on disk")
-        return FileResponse(path, filename=path.name)
-
-    @app.get("/recipes", dependencies=guarded, tags=["recipes"])
-    def list_recipes() -> list[dict[str, Any]]:
-        return list(recipe_schemas().values())
-
+    for routes in (routes_runs, routes_artifacts, routes_recipes):
+        app.include_router(routes.router)
     return app
 
 

@@ -7,11 +7,11 @@ import grpc
 import numpy as np
 import pytest
 
-from llmrl.common.rpc import llm_gateway_pb2 as pb
-from llmrl.common.rpc import llm_gateway_pb2_grpc as pb_grpc
 from llmrl.llm_gateway.client import InProcessClient, connect
 from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError, UnknownModelError
 from llmrl.llm_gateway.grpc_server import start_grpc_server
+from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
+from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 
 
 @pytest.fixture
@@ -88,6 +88,29 @@ def raw_call(address: str, request: pb.GatewayRequest) -> grpc.RpcError:
     with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as caught:
         pb_grpc.LlmGatewayStub(channel).Process(request)
     return caught.value
+
+
+def test_each_request_is_answered_by_its_own_response_message(served):
+    _gateway, address, _remote = served
+    params = pb.GenerationParams(max_tokens=2)
+    requests = {
+        "chat": pb.GatewayRequest(
+            chat=pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="x")], params=params)
+        ),
+        "completion": pb.GatewayRequest(
+            completion=pb.CompletionRequest(prompt="abc", params=params)
+        ),
+        "count_tokens": pb.GatewayRequest(count_tokens=pb.CountTokensRequest(text="hello world")),
+        "list_models": pb.GatewayRequest(list_models=pb.ListModelsRequest()),
+    }
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.LlmGatewayStub(channel)
+        for slot, request in requests.items():
+            response = stub.Process(request)
+            assert response.WhichOneof("payload") == slot
+            answer = getattr(response, slot)
+            request_type = type(getattr(request, slot)).DESCRIPTOR.name
+            assert answer.DESCRIPTOR.name == request_type.replace("Request", "Response")
 
 
 def test_status_codes_on_the_wire(served):

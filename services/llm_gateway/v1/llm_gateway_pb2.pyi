@@ -46,15 +46,15 @@ class GatewayResponse(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     SET_BUDGET_FIELD_NUMBER: _ClassVar[int]
     LIST_MODELS_FIELD_NUMBER: _ClassVar[int]
-    chat: GenerationResponse
-    completion: GenerationResponse
+    chat: ChatResponse
+    completion: CompletionResponse
     score: ScoreResponse
     embed: EmbedResponse
     count_tokens: CountTokensResponse
     usage: UsageResponse
     set_budget: SetBudgetResponse
     list_models: ListModelsResponse
-    def __init__(self, chat: _Optional[_Union[GenerationResponse, _Mapping]] = ..., completion: _Optional[_Union[GenerationResponse, _Mapping]] = ..., score: _Optional[_Union[ScoreResponse, _Mapping]] = ..., embed: _Optional[_Union[EmbedResponse, _Mapping]] = ..., count_tokens: _Optional[_Union[CountTokensResponse, _Mapping]] = ..., usage: _Optional[_Union[UsageResponse, _Mapping]] = ..., set_budget: _Optional[_Union[SetBudgetResponse, _Mapping]] = ..., list_models: _Optional[_Union[ListModelsResponse, _Mapping]] = ...) -> None: ...
+    def __init__(self, chat: _Optional[_Union[ChatResponse, _Mapping]] = ..., completion: _Optional[_Union[CompletionResponse, _Mapping]] = ..., score: _Optional[_Union[ScoreResponse, _Mapping]] = ..., embed: _Optional[_Union[EmbedResponse, _Mapping]] = ..., count_tokens: _Optional[_Union[CountTokensResponse, _Mapping]] = ..., usage: _Optional[_Union[UsageResponse, _Mapping]] = ..., set_budget: _Optional[_Union[SetBudgetResponse, _Mapping]] = ..., list_models: _Optional[_Union[ListModelsResponse, _Mapping]] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -134,7 +134,27 @@ class CompletionRequest(_message.Message):
     context: RequestContext
     def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., context: _Optional[_Union[RequestContext, _Mapping]] = ...) -> None: ...
 
-class GenerationResponse(_message.Message):
+class ChatResponse(_message.Message):
+    __slots__ = ("texts", "model", "prompt_tokens", "completion_tokens", "cost_usd", "cached", "latency_s", "finish_reasons")
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASONS_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    cached: bool
+    latency_s: float
+    finish_reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., cached: _Optional[bool] = ..., latency_s: _Optional[float] = ..., finish_reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CompletionResponse(_message.Message):
     __slots__ = ("texts", "model", "prompt_tokens", "completion_tokens", "cost_usd", "cached", "latency_s", "finish_reasons")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from llmrl.common.rpc import llm_gateway_pb2 as llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2
+from llmrl.llm_gateway.v1 import llm_gateway_pb2 as llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in llmrl/common/rpc/llm_gateway_pb2_grpc.py depends on'
+        + ' but the generated code in llmrl/llm_gateway/v1/llm_gateway_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class LlmGatewayStub:
         """
         self.Process = channel.unary_unary(
                 '/llmrl.llm_gateway.v1.LlmGateway/Process',
-                request_serializer=llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2.GatewayRequest.SerializeToString,
-                response_deserializer=llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2.GatewayResponse.FromString,
+                request_serializer=llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2.GatewayRequest.SerializeToString,
+                response_deserializer=llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2.GatewayResponse.FromString,
                 _registered_method=True)
 
 
@@ -56,8 +56,8 @@ def add_LlmGatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Process': grpc.unary_unary_rpc_method_handler(
                     servicer.Process,
-                    request_deserializer=llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2.GatewayRequest.FromString,
-                    response_serializer=llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2.GatewayResponse.SerializeToString,
+                    request_deserializer=llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2.GatewayRequest.FromString,
+                    response_serializer=llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2.GatewayResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -85,8 +85,8 @@ class LlmGateway:
             request,
             target,
             '/llmrl.llm_gateway.v1.LlmGateway/Process',
-            llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2.GatewayRequest.SerializeToString,
-            llmrl_dot_common_dot_rpc_dot_llm__gateway__pb2.GatewayResponse.FromString,
+            llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2.GatewayRequest.SerializeToString,
+            llmrl_dot_llm__gateway_dot_v1_dot_llm__gateway__pb2.GatewayResponse.FromString,
             options,
             channel_credentials,
             insecure,

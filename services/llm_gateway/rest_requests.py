@@ -1,0 +1,96 @@
+"""What every REST router of the gateway shares: the gateway of the app serving the request,
+the JSON body, the run/tag/cache context (headers or `metadata`), OpenAI's content parts, and
+the `llmrl` extras every model answer carries."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from llmrl.llm_gateway.api_types import cache_policy
+from llmrl.llm_gateway.errors import InvalidRequestError
+from llmrl.llm_gateway.gateway import Gateway
+
+
+def gateway_of(request: Request) -> Gateway:
+    """The gateway `create_app` put in the app's state."""
+    return request.app.state.gateway
+
+
+# A route parameter annotated with this receives the app's gateway (not a request field).
+GatewayDep = Annotated[Gateway, Depends(gateway_of)]
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"the request body is not valid JSON: {exc}", "body") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("the request body must be a JSON object", "body")
+    return body
+
+
+def request_context(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body."""
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequestError("metadata must be an object", "metadata")
+    run_id = request.headers.get("x-llmrl-run") or metadata.get("run_id") or "default"
+    tag = request.headers.get("x-llmrl-tag") or metadata.get("tag") or ""
+    cache: Any = request.headers.get("x-llmrl-cache") or body.get("cache", True)
+    timeout: Any = request.headers.get("x-llmrl-timeout")
+    if timeout is not None:
+        try:
+            timeout = float(timeout)
+        except ValueError:
+            raise InvalidRequestError(
+                f"X-LLMRL-Timeout must be a number of seconds; got {timeout!r}", "X-LLMRL-Timeout"
+            ) from None
+    return {"run_id": run_id, "tag": tag, "cache": cache_policy(cache), "timeout_s": timeout}
+
+
+def text_content(messages: Any) -> Any:
+    """OpenAI content may be a list of parts; text parts are joined, others refused."""
+    if not isinstance(messages, list):
+        return messages
+    result = []
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            parts = message["content"]
+            texts = []
+            for j, part in enumerate(parts):
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    raise InvalidRequestError(
+                        f"messages[{i}].content[{j}]: only text parts are supported",
+                        f"messages[{i}].content[{j}]",
+                    )
+                texts.append(str(part.get("text", "")))
+            message = {**message, "content": "".join(texts)}
+        if isinstance(message, dict):
+            message = {k: message[k] for k in ("role", "content") if k in message}
+        result.append(message)
+    return result
+
+
+def llmrl_extra(result: Any, run_id: str) -> dict[str, Any]:
+    """The `llmrl` object of an answer: what the OpenAI shape has no field for."""
+    return {
+        "cached": result.cached,
+        "cost_usd": result.cost_usd,
+        "latency_s": result.latency_s,
+        "run_id": run_id,
+    }
+
+
+def cache_header(result: Any) -> dict[str, str]:
+    return {"x-llmrl-cache": "hit" if result.cached else "miss"}
+
+
+async def in_thread(fn: Any, *args: Any) -> Any:
+    """Run a blocking gateway call off the event loop (the model thread does the work)."""
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(fn, *args)
