@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from llmrl.agents.episode import EpisodeJob
 from llmrl.common.episodes import EpisodeRecord, write_jsonl
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
@@ -288,9 +289,7 @@ class RunContext:
         policy: dict[str, Any],
         env_kwargs: dict[str, Any] | None = None,
         max_steps: int | None = None,
-    ) -> Any:
-        from llmrl.orchestrator.rollout import EpisodeJob
-
+    ) -> EpisodeJob:
         return EpisodeJob(
             run_id=self.run_id,
             episode_id=f"{phase}/{index}",
