@@ -9,9 +9,10 @@
 
 A policy spec is a small JSON dict naming how to act, `{"kind": "planner", "name": "oracle",
 "kwargs": {...}}`; a driver is what plays one episode from it. Recipes register their own kinds
-(`@registry.register_driver(kind)`). Rollout workers, the embedded runner, recipes and the
-annotator's datasets all play episodes through `run_episode`; this layer imports only `common`
-(and, lazily, the simulator and gateway clients), never a recipe or the orchestrator.
+(`@registry.register_driver(kind)`). Rollout workers, the embedded runner and recipes (their
+demonstrations included) all play episodes through `run_episode`. This layer imports `common`
+and the shared planners (and, lazily, the simulator and gateway clients), never a recipe or
+the orchestrator.
 """
 
 from llmrl.agents.episode import Decision, EpisodeDriver, EpisodeJob, make_driver

@@ -231,11 +231,12 @@ class NullProgress:
 
 # -- the run context ----------------------------------------------------------------------------
 class EpisodeExecutor(Protocol):
-    """Plays episode jobs somewhere and stores their records (see llmrl.orchestrator.executors)."""
+    """Plays episode jobs somewhere and stores their records; the orchestrator, which runs
+    recipes, passes one that plays them in-process or one that queues them for rollout workers."""
 
     def run_jobs(
         self,
-        jobs: Sequence[Any],
+        jobs: Sequence[EpisodeJob],
         on_record: Callable[[EpisodeRecord], None],
         should_stop: Callable[[], bool],
         parallel: int = 1,
@@ -301,7 +302,7 @@ class RunContext:
         )
 
     def run_episodes(
-        self, phase: str, jobs: Sequence[Any], parallel: int = 1
+        self, phase: str, jobs: Sequence[EpisodeJob], parallel: int = 1
     ) -> list[EpisodeRecord]:
         """Play the jobs not stored yet, wait for all, and return every record in index order.
 
