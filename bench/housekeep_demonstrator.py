@@ -19,10 +19,12 @@ import time
 from pathlib import Path
 from statistics import mean
 
+from llmrl.agents import RolloutResources
 from llmrl.annotator.chat_format import chat_jsonl_errors
-from llmrl.annotator.datasets import bootstrap_dataset, self_training_dataset, write_dataset
-from llmrl.annotator.demonstrations import demonstration_episode
-from llmrl.simulator.envs.housekeep import HousekeepEnv, default_data_dir
+from llmrl.annotator.datasets import write_dataset
+from llmrl.recipes.llm_personalize.datasets import bootstrap_dataset, self_training_dataset
+from llmrl.recipes.llm_personalize.demonstrations import demonstration_episode
+from llmrl.simulator.envs.housekeep import default_data_dir
 from llmrl.simulator.envs.housekeep.data import split_scenes
 
 
@@ -49,9 +51,10 @@ def main() -> None:
     steps = 0
     started = time.perf_counter()
     for scene in split_scenes(data_dir, "val"):
-        env = HousekeepEnv(data_dir=data_dir, scene=scene)
         records = [
-            demonstration_episode(env, seed=i, reset_options={"episode": i})
+            demonstration_episode(
+                seed=i, env_kwargs={"data_dir": str(data_dir), "scene": scene, "episode": i}
+            )
             for i in range(args.episodes_per_scene)
         ]
         steps += sum(r.length for r in records)
@@ -66,8 +69,15 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     figures["demonstrator_steps_per_s"] = round(steps / elapsed, 1)
 
-    env = HousekeepEnv(data_dir=data_dir, split="train")
-    demos = [demonstration_episode(env, seed=seed) for seed in range(args.train_episodes)]
+    train = {"data_dir": str(data_dir), "split": "train"}
+    resources = RolloutResources()  # one world for every training episode
+    try:
+        demos = [
+            demonstration_episode(seed=seed, env_kwargs=train, resources=resources)
+            for seed in range(args.train_episodes)
+        ]
+    finally:
+        resources.close()
     with tempfile.TemporaryDirectory() as out:
         for name, dataset in (
             ("bootstrap", bootstrap_dataset(demos)),

@@ -37,6 +37,7 @@ os.environ["LLMRL_PLUGINS"] = "orch_tiny_env"
 import orch_tiny_env  # noqa: E402, F401  (registers TinyCorridor)
 import redis  # noqa: E402
 
+from llmrl.agents import EpisodeJob, RolloutResources  # noqa: E402
 from llmrl.common.queues import RedisBroker  # noqa: E402
 from llmrl.common.store import RunStore  # noqa: E402
 from llmrl.orchestrator.executors import (  # noqa: E402
@@ -45,7 +46,6 @@ from llmrl.orchestrator.executors import (  # noqa: E402
     embedded_executor,
 )
 from llmrl.orchestrator.launcher import redis_command  # noqa: E402
-from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources  # noqa: E402
 
 ENV_KWARGS = {"length": 1}
 POLICY = {"kind": "planner", "name": "oracle", "kwargs": {}}

@@ -1,56 +1,53 @@
-"""From episode logs to fine-tuning data for a planner LLM (LLM-Personalize, Han et al. 2024).
+"""What a dataset builder is, and the pieces builders share: chat examples, files, requests.
 
-Two datasets, both OpenAI chat fine-tuning JSONL plus a statistics JSON:
+A dataset builder turns episode logs (or anything a request names) into a dataset. Recipes
+register theirs by name, with the pydantic model of their request:
 
-* bootstrapping (`bootstrap_dataset`): every planner query of demonstration episodes
-  becomes one example, the prompt the query sent followed by the demonstrator's answer.
-* self-training (`self_training_dataset`): every planner query of the planner's own episodes
-  is scored by the paper's reward over the steps it drove,
-      objects found + receptacles found + 10 x change in correctly placed objects,
-  queries that did not improve placement are dropped, queries with the same prompt are
-  de-duplicated (the best reward wins, the earliest on ties), and the target is the plan
-  made of the query's steps that succeeded.
+    @registry.register_dataset("self-training", request=SelfTrainingRequest)
+    def self_training(request: SelfTrainingRequest) -> dict[str, Any]: ...
 
-A query "drives" the steps from its own step `t` up to the next query's step (several queries
-at one step, i.e. re-asks, leave their steps to the last of them). Step records carry the
-cumulative counters of `llmrl.simulator.envs.housekeep.records.step_info` in their `info`.
+and the annotator service runs them (`POST /datasets/{name}`), so a new kind of data needs no
+new endpoint. A builder returns a JSON-ready dict and reports bad input as a `DatasetError`
+naming the request field (the service answers 400 with it). Builders of chat fine-tuning data
+from episode logs take a `DatasetRequest` and use `build_from_episode_logs`: the dataset is
+written as OpenAI chat fine-tuning JSONL plus a statistics JSON.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord, read_jsonl
+from pydantic import BaseModel, ConfigDict, Field
 
-from .chat_format import write_chat_jsonl
-
-PLACEMENT_WEIGHT = 10.0
-SKILL_DONE = 2  # SkillStatus.DONE, for step records that only carry `skill_status`
+from llmrl.annotator.chat_format import write_chat_jsonl
+from llmrl.common.episodes import EpisodeRecord, LlmCall, read_jsonl
 
 
-@dataclass
-class QueryScore:
-    """One planner query and what its steps achieved."""
+class DatasetRequest(BaseModel):
+    """Episode logs in, one dataset out (the request of builders that read episode logs)."""
 
-    episode_id: str
-    call_index: int  # position in the episode's llm_calls
-    call: LlmCall
-    steps: list[StepRecord]
-    objects_found: int
-    receptacles_found: int
-    placement_delta: int
-    reward: float
-    successful_skills: list[str]
+    model_config = ConfigDict(extra="forbid")
+
+    episodes: list[str] = Field(..., min_length=1, description="episode logs (JSONL files)")
+    out_dir: str = Field(..., min_length=1, description="where to write the dataset")
+    name: str = Field("dataset", pattern=r"^[A-Za-z0-9_.-]+$", description="file name stem")
+
+
+class DatasetError(ValueError):
+    """Bad input to a dataset builder: the message starts with the request field it concerns."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 @dataclass
 class ChatExample:
-    messages: list[dict[str, str]]  # the prompt followed by the assistant's target
+    messages: list[dict[str, Any]]  # the prompt followed by the assistant's target
     source: str  # "<run_id>/<episode_id>#<call index>"
     reward: float = 0.0
 
@@ -61,81 +58,10 @@ class Dataset:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-# -- scoring queries ----------------------------------------------------------------------
-def skill_succeeded(step: StepRecord) -> bool:
-    if "skill_success" in step.info:
-        return bool(step.info["skill_success"])
-    return step.info.get("skill_status") == SKILL_DONE
-
-
-def _counters(step: StepRecord | None, first: StepRecord | None) -> tuple[int, int, int]:
-    """(objects found, receptacles found, correctly placed) after `step`; before any step
-    nothing is found and the correctly placed objects are those right at the start."""
-    if step is None:
-        start = int(first.info.get("correct_at_start", 0)) if first is not None else 0
-        return 0, 0, start
-    info = step.info
-    missing = [
-        k for k in ("objects_found", "receptacles_found", "correctly_placed") if k not in info
-    ]
-    if missing:
-        raise ValueError(
-            f"step {step.t} lacks the counters {', '.join(missing)} in its info; record steps "
-            "with llmrl.simulator.envs.housekeep.records.step_info"
-        )
-    return int(info["objects_found"]), int(info["receptacles_found"]), int(info["correctly_placed"])
-
-
-def query_steps(episode: EpisodeRecord) -> list[list[StepRecord]]:
-    """The steps each of the episode's LLM calls drove (same order as `llm_calls`)."""
-    calls = episode.llm_calls
-    driven: list[list[StepRecord]] = [[] for _ in calls]
-    for i, call in enumerate(calls):
-        later = [c.t for c in calls[i + 1 :]]
-        if later and later[0] == call.t:
-            continue  # a re-ask at the same step: the later call drives the steps
-        end = min((t for t in later if t > call.t), default=None)
-        driven[i] = [s for s in episode.steps if s.t >= call.t and (end is None or s.t < end)]
-    return driven
-
-
-def score_queries(
-    episode: EpisodeRecord, placement_weight: float = PLACEMENT_WEIGHT
-) -> list[QueryScore]:
-    """Score every planner query of `episode` by the LLM-Personalize reward."""
-    steps = sorted(episode.steps, key=lambda s: s.t)
-    previous = {s.t: p for p, s in zip([None, *steps], steps, strict=False)}
-    first = steps[0] if steps else None
-    scores = []
-    for index, (call, driven) in enumerate(
-        zip(episode.llm_calls, query_steps(episode), strict=True)
-    ):
-        if driven:
-            before = _counters(previous[driven[0].t], first)
-            after = _counters(driven[-1], first)
-        else:
-            before = after = (0, 0, 0)
-        objects, receptacles, placed = (a - b for a, b in zip(after, before, strict=True))
-        scores.append(
-            QueryScore(
-                episode_id=episode.episode_id,
-                call_index=index,
-                call=call,
-                steps=driven,
-                objects_found=objects,
-                receptacles_found=receptacles,
-                placement_delta=placed,
-                reward=objects + receptacles + placement_weight * placed,
-                successful_skills=[s.skill for s in driven if s.skill and skill_succeeded(s)],
-            )
-        )
-    return scores
-
-
-# -- building datasets --------------------------------------------------------------------
-def _prompt(call: LlmCall) -> list[dict[str, Any]]:
-    """The query's messages; assistant turns inside the prompt (few-shot examples) get
-    `"weight": 0`, so fine-tuning trains only on the final answer (OpenAI's convention)."""
+def prompt_messages(call: LlmCall) -> list[dict[str, Any]]:
+    """An LLM call's messages as a fine-tuning prompt; assistant turns inside it (few-shot
+    examples) get `"weight": 0`, so fine-tuning trains only on the final answer (OpenAI's
+    convention)."""
     messages: list[dict[str, Any]] = []
     for m in call.messages:
         message: dict[str, Any] = {"role": m["role"], "content": m["content"]}
@@ -145,125 +71,6 @@ def _prompt(call: LlmCall) -> list[dict[str, Any]]:
     return messages
 
 
-def _prompt_key(messages: list[dict[str, str]]) -> str:
-    return json.dumps(messages, sort_keys=True, ensure_ascii=False)
-
-
-def _source(episode: EpisodeRecord, index: int) -> str:
-    return f"{episode.run_id}/{episode.episode_id}#{index}"
-
-
-def _format_plan(skills: list[str]) -> str:
-    from llmrl.simulator.envs.housekeep.prompts import format_plan  # the planner's own format
-
-    return format_plan(skills)
-
-
-def bootstrap_dataset(episodes: Iterable[EpisodeRecord]) -> Dataset:
-    """SFT pairs from demonstrations: each query's prompt and the demonstrator's answer.
-
-    Identical (prompt, answer) pairs are kept once; calls without messages or answer are
-    skipped (counted in the statistics).
-    """
-    episodes = list(episodes)
-    examples: list[ChatExample] = []
-    seen: set[str] = set()
-    dropped: Counter[str] = Counter()
-    queries = 0
-    for episode in episodes:
-        for index, call in enumerate(episode.llm_calls):
-            queries += 1
-            if not call.messages or not call.response.strip():
-                dropped["empty_prompt_or_response"] += 1
-                continue
-            messages = [*_prompt(call), {"role": "assistant", "content": call.response.strip()}]
-            key = _prompt_key(messages)
-            if key in seen:
-                dropped["duplicate"] += 1
-                continue
-            seen.add(key)
-            examples.append(ChatExample(messages, _source(episode, index)))
-    stats = _stats("bootstrap", episodes, queries, examples, dropped)
-    return Dataset(examples, stats)
-
-
-def self_training_dataset(
-    episodes: Iterable[EpisodeRecord],
-    min_placement_gain: int = 1,
-    placement_weight: float = PLACEMENT_WEIGHT,
-) -> Dataset:
-    """Reward-filtered, de-duplicated SFT pairs from the planner's own episodes.
-
-    Keeps a query when its steps raised the number of correctly placed objects by at least
-    `min_placement_gain`; its target is the plan of its successful steps; among queries with
-    the same prompt, the one with the highest reward is kept (the earliest on ties).
-    """
-    episodes = list(episodes)
-    best: dict[str, tuple[QueryScore, ChatExample]] = {}
-    order: list[str] = []
-    dropped: Counter[str] = Counter()
-    queries = 0
-    for episode in episodes:
-        for score in score_queries(episode, placement_weight):
-            queries += 1
-            if score.placement_delta < min_placement_gain:
-                dropped["no_placement_gain"] += 1
-                continue
-            if not score.successful_skills or not score.call.messages:
-                dropped["no_successful_steps"] += 1
-                continue
-            target = _format_plan(score.successful_skills)
-            messages = [*_prompt(score.call), {"role": "assistant", "content": target}]
-            example = ChatExample(messages, _source(episode, score.call_index), score.reward)
-            key = _prompt_key(_prompt(score.call))
-            if key in best:
-                dropped["duplicate_prompt"] += 1
-                if score.reward > best[key][0].reward:
-                    best[key] = (score, example)
-                continue
-            best[key] = (score, example)
-            order.append(key)
-    examples = [best[key][1] for key in order]
-    stats = _stats("self_training", episodes, queries, examples, dropped)
-    stats["min_placement_gain"] = min_placement_gain
-    return Dataset(examples, stats)
-
-
-def _stats(
-    kind: str,
-    episodes: Sequence[EpisodeRecord],
-    queries: int,
-    examples: list[ChatExample],
-    dropped: Counter[str],
-) -> dict[str, Any]:
-    rewards = [e.reward for e in examples]
-    targets = [e.messages[-1]["content"] for e in examples]
-    characters = [sum(len(m["content"]) for m in e.messages) for e in examples]
-    success = [ep.metrics["success_rate"] for ep in episodes if "success_rate" in ep.metrics]
-    return {
-        "kind": kind,
-        "episodes": len(episodes),
-        "queries": queries,
-        "examples": len(examples),
-        "dropped": dict(sorted(dropped.items())),
-        "policies": dict(Counter(ep.policy for ep in episodes)),
-        "mean_episode_success_rate": _mean(success),
-        "reward": {
-            "mean": _mean(rewards),
-            "min": min(rewards, default=0.0),
-            "max": max(rewards, default=0.0),
-        },
-        "mean_target_skills": _mean([len(t.splitlines()) for t in targets]),
-        "mean_example_characters": _mean(characters),
-        "approx_tokens": sum(characters) // 4,  # ~4 characters per token for English text
-    }
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
-
-
-# -- files ------------------------------------------------------------------------------
 def load_episodes(sources: Iterable[str | Path | EpisodeRecord]) -> list[EpisodeRecord]:
     """Episode records from JSONL logs (paths) and/or records given directly."""
     episodes: list[EpisodeRecord] = []
@@ -285,20 +92,22 @@ def write_dataset(dataset: Dataset, out_dir: str | Path, name: str) -> dict[str,
     return {"data": str(data_path), "stats": str(stats_path)}
 
 
-def build_bootstrap_dataset(
-    sources: Iterable[str | Path | EpisodeRecord], out_dir: str | Path, name: str = "bootstrap"
+def build_from_episode_logs(
+    request: DatasetRequest, builder: str, make: Callable[[list[EpisodeRecord]], Dataset]
 ) -> dict[str, Any]:
-    """Episode logs of demonstrations -> `<out_dir>/<name>.jsonl` + stats; returns paths+stats."""
-    dataset = bootstrap_dataset(load_episodes(sources))
-    return {**write_dataset(dataset, out_dir, name), "stats_data": dataset.stats}
+    """`make` a dataset from the episode logs `request` names and write it where it says.
 
-
-def build_self_training_dataset(
-    sources: Iterable[str | Path | EpisodeRecord],
-    out_dir: str | Path,
-    name: str = "self_training",
-    min_placement_gain: int = 1,
-) -> dict[str, Any]:
-    """The planner's episode logs -> selected `<out_dir>/<name>.jsonl` + stats."""
-    dataset = self_training_dataset(load_episodes(sources), min_placement_gain)
-    return {**write_dataset(dataset, out_dir, name), "stats_data": dataset.stats}
+    Returns `{"data": <jsonl path>, "stats_file": <stats path>, "stats": {...}}`; missing or
+    unreadable logs are a `DatasetError` on `episodes`, an unwritable place one on `out_dir`.
+    """
+    missing = [path for path in request.episodes if not Path(path).is_file()]
+    if missing:
+        raise DatasetError("episodes", f"no such file(s): {', '.join(missing)}")
+    try:
+        dataset = make(load_episodes(request.episodes))
+        paths = write_dataset(dataset, request.out_dir, request.name)
+    except OSError as exc:
+        raise DatasetError("out_dir", f"cannot write there: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:  # logs that are not episode records
+        raise DatasetError("episodes", f"cannot build the {builder} dataset: {exc}") from None
+    return {"data": paths["data"], "stats_file": paths["stats"], "stats": dataset.stats}

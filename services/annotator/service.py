@@ -1,6 +1,10 @@
 """`llmrl serve annotator`: episode logs in, fine-tuning datasets out (REST); fine-tuning jobs
 are handed to the learner service, which trains.
 
+    GET  /datasets                the registered dataset builders: name, description and the
+                                  JSON schema of their request
+    POST /datasets/{name}         runs builder `name` on its request (recipes register builders:
+                                  `registry.register_dataset`), e.g. LLM-Personalize's
     POST /datasets/bootstrap      {"episodes": [JSONL paths], "out_dir": DIR, "name": "bootstrap"}
     POST /datasets/self-training  {..., "min_placement_gain": 1}
         -> {"data": DIR/NAME.jsonl (OpenAI chat fine-tuning format), "stats": {...}}
@@ -26,8 +30,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from llmrl.common.config import check_settings, home_dir, http_url
 from llmrl.common.metrics import basic_app, serve_app
 from llmrl.learner.jobs import FineTuneRequest  # the POST body (FastAPI resolves it by name)
@@ -36,30 +38,15 @@ DESCRIPTION = "Turns episode logs into fine-tuning datasets and starts fine-tuni
 INFO = {
     "api": "v1",
     "endpoints": [
-        "/health", "/metrics", "/info", "POST /datasets/bootstrap",
-        "POST /datasets/self-training", "POST /finetune/jobs", "GET /finetune/jobs",
-        "GET /finetune/jobs/{job_id}",
+        "/health", "/metrics", "/info", "GET /datasets", "POST /datasets/{name}",
+        "POST /datasets/bootstrap", "POST /datasets/self-training", "POST /finetune/jobs",
+        "GET /finetune/jobs", "GET /finetune/jobs/{job_id}",
     ],
 }  # fmt: skip
 SETTINGS = ("jobs_dir", "learner_url")
 
 
-class DatasetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    episodes: list[str] = Field(..., min_length=1, description="episode logs (JSONL files)")
-    out_dir: str = Field(..., min_length=1, description="where to write the dataset")
-    name: str = Field("dataset", pattern=r"^[A-Za-z0-9_.-]+$", description="file name stem")
-
-
-class SelfTrainingRequest(DatasetRequest):
-    min_placement_gain: int = Field(1, ge=0, description="objects a kept query must place")
-
-
 def create_app(jobs_dir: str | Path | None = None, learner_url: str | None = None) -> Any:
-    from fastapi import HTTPException
-
-    from llmrl.annotator import datasets
     from llmrl.annotator.learner_jobs import LearnerJobs
 
     app = basic_app("annotator", DESCRIPTION, INFO)
@@ -68,34 +55,59 @@ def create_app(jobs_dir: str | Path | None = None, learner_url: str | None = Non
     )
     app.state.jobs = jobs
     app.router.add_event_handler("shutdown", jobs.close)
-
-    def build(kind: str, request: DatasetRequest, **options: Any) -> dict[str, Any]:
-        missing = [path for path in request.episodes if not Path(path).is_file()]
-        if missing:
-            raise HTTPException(400, f"episodes: no such file(s): {', '.join(missing)}")
-        builder = (
-            datasets.build_bootstrap_dataset
-            if kind == "bootstrap"
-            else datasets.build_self_training_dataset
-        )
-        try:
-            built = builder(request.episodes, request.out_dir, request.name, **options)
-        except (ValueError, KeyError, TypeError) as exc:  # logs that are not episode records
-            raise HTTPException(400, f"episodes: cannot build the {kind} dataset: {exc}") from None
-        except OSError as exc:
-            raise HTTPException(400, f"out_dir: cannot write there: {exc}") from None
-        return {"data": built["data"], "stats_file": built["stats"], "stats": built["stats_data"]}
-
-    @app.post("/datasets/bootstrap", tags=["datasets"], summary="SFT data from demonstrations")
-    def bootstrap(request: DatasetRequest) -> dict[str, Any]:
-        return build("bootstrap", request)
-
-    @app.post("/datasets/self-training", tags=["datasets"], summary="Self-training selection")
-    def self_training(request: SelfTrainingRequest) -> dict[str, Any]:
-        return build("self-training", request, min_placement_gain=request.min_placement_gain)
-
+    app.include_router(datasets_router(), prefix="/datasets")
     app.include_router(finetune_router(jobs), prefix="/finetune/jobs")
     return app
+
+
+def datasets_router() -> Any:
+    """GET / (the registered builders) and POST /{name} (run one on its request): a body that
+    its request model refuses is a 422 naming the field, as FastAPI answers, and a builder's
+    `DatasetError` a 400 naming the field."""
+    from fastapi import APIRouter, Body, HTTPException
+    from fastapi.exceptions import RequestValidationError
+    from pydantic import ValidationError
+
+    from llmrl.annotator.datasets import DatasetError
+    from llmrl.common.registry import registry
+
+    router = APIRouter(tags=["datasets"])
+
+    @router.get("", summary="The registered dataset builders and their requests")
+    def list_builders() -> list[dict[str, Any]]:
+        return [
+            {
+                "name": entry.name,
+                "description": entry.description,
+                "request": model.model_json_schema() if model else None,
+            }
+            for entry in registry.entries("dataset").values()
+            for model in [entry.metadata.get("request")]
+        ]
+
+    @router.post("/{name}", summary="Build a dataset with a registered builder")
+    def build(name: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        builders = registry.entries("dataset")
+        if name not in builders:
+            known = ", ".join(builders) or "(none)"
+            raise HTTPException(404, f"name: no dataset builder {name!r}; builders: {known}")
+        entry = builders[name]
+        model = entry.metadata.get("request")
+        if model is None:  # a programming error of the recipe, said plainly
+            raise HTTPException(500, f"dataset builder {name!r} was registered without request=")
+        try:
+            request = model.model_validate(body)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            raise RequestValidationError(
+                [{**error, "loc": ("body", *error["loc"])} for error in errors]
+            ) from None
+        try:
+            return entry.obj(request)
+        except DatasetError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    return router
 
 
 def finetune_router(jobs: Any) -> Any:

@@ -55,7 +55,7 @@ KINDS: tuple[Kind, ...] = (
 BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "env": ("llmrl.simulator.envs",),
     "backend": ("llmrl.llm_gateway.backends",),
-    "planner": ("llmrl.planners",),
+    "planner": ("llmrl.planners", "llmrl.recipes"),  # shared planners, then recipes' own
     "recipe": ("llmrl.recipes",),
     "algorithm": ("llmrl.learner.algorithms",),
     "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs

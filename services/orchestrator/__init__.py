@@ -1,6 +1,5 @@
-"""Runs, queues and rollout workers.
+"""Runs, queues and rollout workers (episodes themselves are played by `llmrl.agents`).
 
-rollout.py         the one episode loop (`run_episode`) and policy kinds (`register_driver`)
 episode_worker.py  consumer of the jobs queue (rollout workers and embedded mode)
 executors.py       where jobs are played: in-process (embedded) or via Redis (service)
 runner.py          drives a run through its recipe's phases, resumably

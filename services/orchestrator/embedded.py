@@ -22,11 +22,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from llmrl.agents import RolloutResources
 from llmrl.common import store as states
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator.executors import embedded_executor
-from llmrl.orchestrator.rollout import RolloutResources
 from llmrl.orchestrator.runner import execute_run
 from llmrl.recipes.base import NullProgress, Results, format_cell, read_results, validate_config
 

@@ -1,6 +1,6 @@
 """The consumer side of the jobs queue, shared by rollout workers and the embedded runner.
 
-`EpisodeWorker.process` takes a job, plays it with `rollout.run_episode`, puts the record (or
+`EpisodeWorker.process` takes a job, plays it with `llmrl.agents.run_episode`, puts the record (or
 the error) on the results queue, marks the episode done and only then acknowledges the job.
 A worker that dies anywhere before the acknowledgement leaves the job pending; another worker
 reclaims it after the queue's idle timeout and plays it again: storing is idempotent, so the
@@ -15,11 +15,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from llmrl.agents import EpisodeJob, RolloutResources, run_episode
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.logs import log_event
 from llmrl.common.queues import Broker, Delivery, retry_on_disconnect
 from llmrl.orchestrator import metrics
-from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources, run_episode
 
 log = logging.getLogger("llmrl.worker")
 PLAY_ATTEMPTS = 2  # a failing episode is tried on a fresh world once more

@@ -16,13 +16,13 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from llmrl.agents import EpisodeJob, RolloutResources
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.logs import log_event
 from llmrl.common.queues import Broker, InMemoryBroker, retry_on_disconnect
 from llmrl.common.store import RunStore
 from llmrl.orchestrator import metrics
 from llmrl.orchestrator.episode_worker import EpisodeWorker
-from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources
 from llmrl.recipes.base import RunCancelled
 
 log = logging.getLogger("llmrl.orchestrator")

@@ -1,7 +1,7 @@
 """`llmrl worker`: one rollout worker pulling episode jobs from the Redis jobs stream.
 
 Any number of workers can run against one Redis (on any machine that reaches it and the
-simulator). A worker plays each job with the shared rollout loop (`rollout.run_episode`), on a
+simulator). A worker plays each job with the shared rollout loop (`llmrl.agents.run_episode`), on a
 simulator world over gRPC (`--simulator local` plays in-process worlds instead), and connects
 to the LLM gateway only when a job's policy needs it. SIGTERM/SIGINT: the episode in hand is
 finished and delivered, then the worker exits. SIGKILL: its job is reclaimed by another worker
@@ -18,13 +18,13 @@ import threading
 import time
 from typing import Any
 
+from llmrl.agents import RolloutResources
 from llmrl.common import config as cfg
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
 from llmrl.common.plugins import load_plugins
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, RedisBroker
 from llmrl.orchestrator.episode_worker import EpisodeWorker
-from llmrl.orchestrator.rollout import RolloutResources
 
 CLAIM_IDLE_VAR = "LLMRL_CLAIM_IDLE_S"
 

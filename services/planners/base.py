@@ -1,7 +1,8 @@
 """What a planner is: something that turns what the agent knows into a plan of skills.
 
 Planners are registered by name (`@registry.register_planner("oracle")`) and built with
-`make_planner(name, **kwargs)`. A planner sees one environment's observation (a dict of that
+`make_planner(name_or_spec, **kwargs)`, the one way every caller (drivers, recipes, tests) makes
+one. A planner sees one environment's observation (a dict of that
 env's entries, e.g. `text`, plus any privileged entries it lists in `observations`), and may
 call a language model through the gateway client it is given; the call is reported in the
 returned `Plan` so that episodes record every query.
@@ -10,6 +11,7 @@ returned `Plan` so that episodes record every query.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,5 +45,32 @@ def observation_text(value: Any) -> str:
     return str(value.item() if hasattr(value, "item") else value)
 
 
-def make_planner(name: str, **kwargs: Any) -> Planner:
-    return registry.get_planner(name)(**kwargs)
+def make_planner(
+    spec: str | Mapping[str, Any],
+    /,
+    *,
+    connect_llm: Callable[[], Any] | None = None,
+    llm_defaults: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> Planner:
+    """The registered planner that `spec` names: a name, or a planner spec `{"name": ...,
+    "kwargs": {...}}` (as policy specs carry them); `kwargs` are added to the spec's own.
+
+    A planner that calls a language model (`uses_llm`) also gets, where neither sets them, the
+    gateway client `llm` from `connect_llm()` (only called then: scripted planners never
+    connect one) and `llm_defaults` (e.g. the run its calls are billed to, `run_id`).
+    """
+    if isinstance(spec, str):
+        name, spec_kwargs = spec, {}
+    else:
+        if "name" not in spec:
+            raise ValueError(f"a planner spec needs a 'name' (a registered planner), got {spec}")
+        name, spec_kwargs = str(spec["name"]), dict(spec.get("kwargs") or {})
+    planner_cls = registry.get_planner(name)
+    arguments = {**spec_kwargs, **kwargs}
+    if getattr(planner_cls, "uses_llm", False):
+        if "llm" not in arguments and connect_llm is not None:
+            arguments["llm"] = connect_llm()
+        for key, value in (llm_defaults or {}).items():
+            arguments.setdefault(key, value)
+    return planner_cls(**arguments)

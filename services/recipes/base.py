@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from llmrl.agents.episode import EpisodeJob
 from llmrl.common.episodes import EpisodeRecord, write_jsonl
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
@@ -230,11 +231,12 @@ class NullProgress:
 
 # -- the run context ----------------------------------------------------------------------------
 class EpisodeExecutor(Protocol):
-    """Plays episode jobs somewhere and stores their records (see llmrl.orchestrator.executors)."""
+    """Plays episode jobs somewhere and stores their records; the orchestrator, which runs
+    recipes, passes one that plays them in-process or one that queues them for rollout workers."""
 
     def run_jobs(
         self,
-        jobs: Sequence[Any],
+        jobs: Sequence[EpisodeJob],
         on_record: Callable[[EpisodeRecord], None],
         should_stop: Callable[[], bool],
         parallel: int = 1,
@@ -288,9 +290,7 @@ class RunContext:
         policy: dict[str, Any],
         env_kwargs: dict[str, Any] | None = None,
         max_steps: int | None = None,
-    ) -> Any:
-        from llmrl.orchestrator.rollout import EpisodeJob
-
+    ) -> EpisodeJob:
         return EpisodeJob(
             run_id=self.run_id,
             episode_id=f"{phase}/{index}",
@@ -302,7 +302,7 @@ class RunContext:
         )
 
     def run_episodes(
-        self, phase: str, jobs: Sequence[Any], parallel: int = 1
+        self, phase: str, jobs: Sequence[EpisodeJob], parallel: int = 1
     ) -> list[EpisodeRecord]:
         """Play the jobs not stored yet, wait for all, and return every record in index order.
 

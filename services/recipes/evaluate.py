@@ -71,11 +71,9 @@ class EvaluateConfig(RecipeConfig):
     @field_validator("policy")
     @classmethod
     def _policy_kind_is_registered(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        from llmrl.orchestrator.rollout import driver_kinds
-
         if value is None:
             return None
-        kinds = driver_kinds()
+        kinds = registry.names("driver")
         if value.get("kind") not in kinds:
             raise ValueError(
                 f"policy.kind must be one of {', '.join(kinds)}, got {value.get('kind')!r}"

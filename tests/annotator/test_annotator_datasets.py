@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
-from llmrl.annotator.datasets import (
+from llmrl.annotator.datasets import write_dataset
+from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord, write_jsonl
+from llmrl.recipes.llm_personalize.datasets import (
     bootstrap_dataset,
     build_self_training_dataset,
     query_steps,
     score_queries,
     self_training_dataset,
-    write_dataset,
 )
-from llmrl.annotator.demonstrations import demonstration_episode, make_housekeep_env
-from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord, write_jsonl
-from llmrl.simulator.envs.housekeep.prompts import build_messages
+from llmrl.recipes.llm_personalize.demonstrations import demonstration_episode
+from llmrl.recipes.llm_personalize.prompts import build_messages
 
 
 def call(t: int, context: str, response: str = "1. something") -> LlmCall:
@@ -120,8 +120,7 @@ def test_steps_without_counters_are_reported():
 
 
 def test_bootstrap_from_demonstrations_gives_valid_chat_data(tmp_path):
-    env = make_housekeep_env()
-    demos = [demonstration_episode(env, seed=seed) for seed in range(3)]
+    demos = [demonstration_episode(seed=seed) for seed in range(3)]
     assert all(d.metrics["success_rate"] == 100.0 and d.success for d in demos)
     for demo in demos:
         assert demo.llm_calls[-1].response == "1. mission complete"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmrl.simulator.envs.housekeep.prompts import (
+from llmrl.recipes.llm_personalize.prompts import (
     EXAMPLE_PLAN,
     SYSTEM_PROMPT,
     build_messages,

@@ -15,11 +15,11 @@ from net_support import free_port
 from tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
-from llmrl.annotator.demonstrations import demonstration_episode, make_housekeep_env
 from llmrl.annotator.service import create_app
 from llmrl.common.episodes import write_jsonl
 from llmrl.learner.service import create_app as create_learner_app
 from llmrl.llm_gateway.service import RestServer
+from llmrl.recipes.llm_personalize.demonstrations import demonstration_episode
 
 
 @pytest.fixture
@@ -53,8 +53,10 @@ def wait_done(client: httpx.Client, path: str) -> dict:
 
 
 def demonstration_log(path: Path, episodes: int = 2) -> Path:
-    env = make_housekeep_env(max_steps=40)
-    write_jsonl(path, [demonstration_episode(env, seed=seed) for seed in range(episodes)])
+    env_kwargs = {"max_steps": 40}
+    write_jsonl(
+        path, [demonstration_episode(seed=seed, env_kwargs=env_kwargs) for seed in range(episodes)]
+    )
     return path
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from tiny_llm import tiny_gateway_settings
 
-from llmrl.annotator.datasets import score_queries
+from llmrl.agents import EpisodeJob, RolloutResources, run_episode
 from llmrl.llm_gateway.client import connect
-from llmrl.orchestrator.rollout import EpisodeJob, RolloutResources, run_episode
 from llmrl.planners.base import make_planner
+from llmrl.recipes.llm_personalize.datasets import score_queries
 from llmrl.recipes.llm_personalize.driver import POLICY_KIND
 from llmrl.simulator.envs.housekeep import HousekeepEnv
 from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE, parse_skill

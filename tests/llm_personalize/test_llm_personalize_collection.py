@@ -8,10 +8,10 @@ from pathlib import Path
 
 from tiny_llm import tiny_gateway_settings
 
+from llmrl.agents import RolloutResources
 from llmrl.common.store import RunStore
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.executors import embedded_executor
-from llmrl.orchestrator.rollout import RolloutResources
 from llmrl.recipes.base import RunContext, validate_config
 from llmrl.recipes.llm_personalize.recipe import LlmPersonalize
 

@@ -98,7 +98,7 @@ def test_guided_decoding_defaults_on_for_local_models_only(monkeypatch):
 def test_the_sft_progress_bar_counts_the_steps_training_will_take(tmp_path):
     from types import SimpleNamespace
 
-    from llmrl.recipes.llm_personalize.recipe import sft_steps
+    from llmrl.recipes.llm_personalize.train import sft_steps
 
     files = []
     for name, lines in (("a.jsonl", 5), ("b.jsonl", 4)):

@@ -1,19 +1,23 @@
-"""The `housekeep-planner` policy kind: Housekeep played by a planner, one plan line per step.
+"""LLM-Personalize's policy kinds: Housekeep played by a planner, its plans logged as LLM calls.
 
-Unlike the generic `planner` kind (which re-plans after an infeasible skill and can only
-send skills), this executor follows LLM-Personalize: it executes every line of a plan in
-order, an infeasible skill is a failed step (the environment charges it and the plan goes
-on), a line that is no skill is sent as the environment's "unknown name" action (a failed
-step too), an empty answer costs one such step, the planner is asked again when the plan
-runs out, and "mission complete" ends the episode when it is executed.
+`housekeep-planner` follows LLM-Personalize's executor. Unlike the generic `planner` kind
+(which re-plans after an infeasible skill and can only send skills), it executes every line of
+a plan in order: an infeasible skill is a failed step (the environment charges it and the plan
+goes on), a line that is no skill is sent as the environment's "unknown name" action (a failed
+step too), an empty answer costs one such step, the planner is asked again when the plan runs
+out, and "mission complete" ends the episode when it is executed.
 
-Steps record the Housekeep counters (`records.STEP_COUNTERS`) so that the annotator can score
-each query. Scripted planners (the demonstrator) get their plans recorded as the LLM call
-the planner would have made (`record_prompts`): the prompt it would be sent and the plan in
-the planner's answer format, which is what bootstrapping fine-tunes on.
+`housekeep-demonstration` plays the generic `planner` kind's loop (re-plan after a failed skill,
+stop when the planner says the mission is complete) with a scripted planner, by default the
+demonstrator: the demonstrations that bootstrap the planner (`demonstrations.py`).
 
-Policy spec: `{"kind": "housekeep-planner", "name": <planner>, "kwargs": {...},
-"few_shot": bool (prompts recorded for scripted planners)}`.
+Both record the Housekeep counters with every step (`records.RECORDED`), so that each query can
+be scored (`datasets.py`), and log a scripted planner's plans as the LLM call the LLM planner
+would have made (`PromptRecorder`): the prompt it would be sent and the plan in the planner's
+answer format, which is what bootstrapping fine-tunes on.
+
+Policy specs: `{"kind": "housekeep-planner" | "housekeep-demonstration", "name": <planner>,
+"kwargs": {...}, "few_shot": bool (the recorded prompts' worked example)}`.
 """
 
 from __future__ import annotations
@@ -21,24 +25,19 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
+from llmrl.agents.planner_driver import PlannerDriver
 from llmrl.common.episodes import LlmCall
-from llmrl.orchestrator.rollout import (
-    Decision,
-    EpisodeDriver,
-    EpisodeJob,
-    build_planner,
-    register_driver,
-)
-from llmrl.planners import housekeep_demonstrator, housekeep_llm  # noqa: F401 - registered
-from llmrl.planners.base import Planner
+from llmrl.common.registry import registry
+from llmrl.planners.base import Plan, Planner, make_planner, observation_text
+from llmrl.recipes.llm_personalize.prompts import build_messages, format_plan
 from llmrl.simulator.envs.base import InvalidSkillError
 from llmrl.simulator.envs.housekeep import HousekeepEnv
-from llmrl.simulator.envs.housekeep.prompts import build_messages, format_plan
-from llmrl.simulator.envs.housekeep.records import STEP_COUNTERS
+from llmrl.simulator.envs.housekeep.records import RECORDED
 from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE, ActionLayout, parse_skill
 
 POLICY_KIND = "housekeep-planner"
-RECORDED = (*STEP_COUNTERS, "success_rate", "object_success", "soft_score", "distance")
+DEMONSTRATION_KIND = "housekeep-demonstration"
 
 
 def is_skill(line: str) -> bool:
@@ -49,24 +48,41 @@ def is_skill(line: str) -> bool:
     return True
 
 
+class PromptRecorder(Planner):
+    """A scripted planner whose every plan is logged as the LLM planner's call: the Housekeep
+    prompt of the observation (`prompts.build_messages`) and the plan in its answer format."""
+
+    def __init__(self, planner: Planner, name: str, few_shot: bool = True) -> None:
+        self.planner = planner
+        self.name = name
+        self.few_shot = few_shot
+        self.observations = tuple(dict.fromkeys(("text", *planner.observations)))
+
+    def reset(self) -> None:
+        self.planner.reset()
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        plan = self.planner.plan(observation, t)
+        text = observation_text(observation["text"])
+        call = LlmCall(
+            t=t,
+            messages=build_messages(text, few_shot=self.few_shot),
+            response=format_plan(plan.skills, plan.done),
+            parsed=list(plan.skills),
+            model=self.name,
+            info={"done": plan.done, "scripted": True},
+        )
+        return Plan(skills=list(plan.skills), llm_calls=[call], done=plan.done)
+
+
 class HousekeepPlanDriver(EpisodeDriver):
     optional_observations = ("text", "skill_status", "success")
     record_observations = RECORDED
 
-    def __init__(
-        self,
-        planner: Planner,
-        unknown_action: int,
-        record_prompts: bool,
-        few_shot: bool,
-        planner_name: str = "",
-    ) -> None:
+    def __init__(self, planner: Planner, unknown_action: int) -> None:
         self.planner = planner
-        self.planner_name = planner_name or type(planner).__name__
         self.observations = tuple(planner.observations)
         self.unknown_action = unknown_action
-        self.record_prompts = record_prompts
-        self.few_shot = few_shot
         self._queue: list[str] = []
 
     def reset(self) -> None:
@@ -78,8 +94,6 @@ class HousekeepPlanDriver(EpisodeDriver):
         if not self._queue:
             plan = self.planner.plan(observation, t)
             calls = list(plan.llm_calls)
-            if self.record_prompts and not calls:
-                calls = [self._scripted_call(observation, plan.skills, plan.done, t)]
             self._queue = [*plan.skills, MISSION_COMPLETE] if plan.done else list(plan.skills)
             if not self._queue:
                 self._queue = [""]  # an answer without any line costs one failed step
@@ -87,19 +101,6 @@ class HousekeepPlanDriver(EpisodeDriver):
         if is_skill(line):
             return Decision(skill=line, llm_calls=calls)
         return Decision(action=self.unknown_action, llm_calls=calls, info={"not_a_skill": line})
-
-    def _scripted_call(
-        self, observation: dict[str, Any], skills: list[str], done: bool, t: int
-    ) -> LlmCall:
-        text = str(observation["text"])
-        return LlmCall(
-            t=t,
-            messages=build_messages(text, few_shot=self.few_shot),
-            response=format_plan(skills, done),
-            parsed=list(skills),
-            model=self.planner_name,
-            info={"done": done, "scripted": True},
-        )
 
 
 def _layout(env_kwargs: dict[str, Any]) -> ActionLayout:
@@ -112,16 +113,34 @@ def _layout(env_kwargs: dict[str, Any]) -> ActionLayout:
     return ActionLayout(**sizes)
 
 
-@register_driver(POLICY_KIND)
-def _housekeep_driver(
-    policy: dict[str, Any], resources: Any, job: EpisodeJob
-) -> HousekeepPlanDriver:
-    planner = build_planner(policy, resources, job, charge_unparsable=True)
-    uses_llm = bool(getattr(planner, "uses_llm", False))
-    return HousekeepPlanDriver(
-        planner,
-        unknown_action=_layout(job.env_kwargs).unknown_name_action,
-        record_prompts=not uses_llm,  # scripted planners: their plans as the LLM's calls
-        few_shot=bool(policy.get("few_shot", True)),
-        planner_name=policy["name"],
+def _planner(
+    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob, **llm_defaults: Any
+) -> Planner:
+    """The spec's planner; a scripted one wrapped so that its plans are logged as LLM calls."""
+    planner = make_planner(
+        policy,
+        connect_llm=lambda: resources.llm,
+        llm_defaults={"run_id": job.run_id, **llm_defaults},
     )
+    if getattr(planner, "uses_llm", False):
+        return planner
+    return PromptRecorder(planner, str(policy["name"]), bool(policy.get("few_shot", True)))
+
+
+@registry.register_driver(POLICY_KIND, "LLM-Personalize's executor: every plan line is a step")
+def _housekeep_driver(
+    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+) -> HousekeepPlanDriver:
+    return HousekeepPlanDriver(
+        _planner(policy, resources, job, charge_unparsable=True),
+        unknown_action=_layout(job.env_kwargs).unknown_name_action,
+    )
+
+
+@registry.register_driver(
+    DEMONSTRATION_KIND, "Housekeep demonstrations: a scripted planner's plans as LLM calls"
+)
+def _demonstration_driver(
+    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+) -> PlannerDriver:
+    return PlannerDriver(_planner(policy, resources, job), record_observations=RECORDED)

@@ -1,4 +1,5 @@
-"""The llm-personalize table (success per stage, per scene and split) and its plot."""
+"""The report phase: the llm-personalize table (success per stage, per scene and split), its
+notes (data and training per stage) and its plot."""
 
 from __future__ import annotations
 
@@ -7,6 +8,63 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from llmrl.recipes.base import Results, RunContext
+from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig, stage_name
+
+
+class ReportPhase:
+    """The recipe's report phase (mixed into `LlmPersonalize`)."""
+
+    config: LlmPersonalizeConfig
+
+    def stages(self) -> list[int | str]:
+        return [ZERO_SHOT, *range(self.config.rounds + 1)]
+
+    def base_model(self) -> str:
+        """The model being personalised (a gateway model, or an OpenAI model id)."""
+        cfg = self.config
+        return cfg.openai_model if cfg.finetune_backend == "openai" else cfg.model
+
+    def report(self, ctx: RunContext) -> dict[str, Any]:
+        cfg = self.config
+        stages = self.stages()
+        evaluations = {stage_name(s): ctx.phase_outputs(f"evaluate/{s}") for s in stages}
+        rows = stage_rows(evaluations)
+        plot = "llm_personalize.png"
+        plot_rounds(rows, list(evaluations), ctx.plot_path(plot))
+        notes = [
+            "success rate (%) = (correctly placed at the end - at the start) / misplaced at "
+            "the start x 100, mean over episodes (can be negative); greedy decoding",
+            f"model {self.base_model()}; train = training episodes "
+            f"0..{cfg.eval_episodes - 1} of each scene, held-out = episodes {cfg.train_episodes}.."
+            f"{cfg.train_episodes + cfg.eval_episodes - 1}",
+        ]
+        for k in range(self.config.rounds + 1):
+            data = ctx.phase_outputs(f"annotate/{k}")
+            train = ctx.phase_outputs(f"train/{k}")
+            if "steps" in train:
+                loss = (
+                    f"loss {train['first_loss']:.3f} -> {train['last_loss']:.3f} in "
+                    f"{train['steps']} steps ({train['seconds']} s)"
+                )
+            elif "openai_job_id" in train:
+                loss = (
+                    f"OpenAI job {train['openai_job_id']} -> {train['fine_tuned_model']} "
+                    f"({train['trained_tokens']} tokens, {train['seconds']} s)"
+                )
+            else:
+                loss = train.get("skipped", "")
+            notes.append(f"{stage_name(k)}: {data['examples']} SFT examples; {loss}")
+        results = Results(
+            title=f"llm-personalize: {self.base_model()} on Housekeep",
+            rows=rows,
+            columns=["scene", "episodes", *evaluations],
+            notes=notes,
+            plots=[plot],
+        )
+        ctx.write_results(results)
+        return {"results": "results.json", "rows": rows}
 
 
 def stage_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

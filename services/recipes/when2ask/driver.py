@@ -10,14 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
 from llmrl.common.registry import registry
-from llmrl.orchestrator.rollout import (
-    Decision,
-    EpisodeDriver,
-    EpisodeJob,
-    RolloutResources,
-    register_driver,
-)
+from llmrl.planners.base import make_planner
 from llmrl.recipes.when2ask.asking import AskPolicy, make_ask_policy
 from llmrl.recipes.when2ask.mediator import MediatorCore
 
@@ -45,20 +40,13 @@ class MediatorDriver(EpisodeDriver):
         )
 
 
-def build_planner(spec: dict[str, Any], resources: RolloutResources, run_id: str) -> Any:
-    planner_cls = registry.get_planner(spec["name"])
-    kwargs = dict(spec.get("kwargs", {}))
-    if getattr(planner_cls, "uses_llm", False):
-        kwargs.setdefault("llm", resources.llm)
-        kwargs.setdefault("run_id", run_id)
-    return planner_cls(**kwargs)
-
-
-@register_driver("when2ask")
+@registry.register_driver("when2ask", "When2Ask: a mediator decides when to ask the planner")
 def _mediator_driver(
     policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
 ) -> MediatorDriver:
-    planner = build_planner(policy["planner"], resources, job.run_id)
+    planner = make_planner(
+        policy["planner"], connect_llm=lambda: resources.llm, llm_defaults={"run_id": job.run_id}
+    )
     core = MediatorCore(
         planner,
         lam=float(policy.get("lam", 0.01)),
@@ -89,7 +77,7 @@ class SB3ActionDriver(EpisodeDriver):
 _SB3_MODELS: dict[str, Any] = {}
 
 
-@register_driver("sb3")
+@registry.register_driver("sb3")
 def _sb3_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
     """`{"kind": "sb3", "model": <.zip path>, "algorithm": "ppo", "keys": [...]}`."""
     from llmrl.learner.algorithms.sb3 import load_sb3

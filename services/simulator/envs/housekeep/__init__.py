@@ -3,7 +3,8 @@
 Modules: `house` (the static house), `data` (reading the Housekeep data), `procedural`
 (generated houses), `skills` (phrases and action indices), `state` (what the agent knows),
 `context` (that knowledge as text), `metrics`, `solver` (the demonstrator's strategy),
-`prompts` (the LLM planner's prompt and plan format) and `env` (the registered `Housekeep`).
+`records` (what episode logs keep of each step) and `env` (the registered `Housekeep`). The LLM
+planner's prompt and plan format belong to the recipe (`llmrl.recipes.llm_personalize.prompts`).
 """
 
 from .data import DATA_ENV_VAR, default_data_dir, load_house

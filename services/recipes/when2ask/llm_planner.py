@@ -1,4 +1,5 @@
-"""The When2Ask LLM planner: `LlmSkillPlanner` with the MiniGrid prompt and skill grammar."""
+"""The When2Ask LLM planner (`when2ask-llm`): `LlmSkillPlanner` with the MiniGrid prompt and
+skill grammar of `prompts.py`."""
 
 from __future__ import annotations
 

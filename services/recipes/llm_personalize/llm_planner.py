@@ -3,8 +3,8 @@
 Two modes:
 
 * `generate` (chat models, and the small local model once fine-tuned): the context goes into
-  the Housekeep prompt (`llmrl.simulator.envs.housekeep.prompts.build_messages`, the same
-  prompt the fine-tuning data is built from); the answer is read by `parse_plan` into a
+  the Housekeep prompt (`prompts.build_messages`, the same prompt the fine-tuning data is
+  built from); the answer is read by `parse_plan` into a
   multi-step plan. "mission complete" becomes the plan's last skill (the environment ends
   the episode when it is executed); lines that are no skill are kept verbatim when
   `charge_unparsable` is set, so that an executor charges each as a failed step
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
 from llmrl.planners.base import Plan, Planner, observation_text
-from llmrl.simulator.envs.housekeep.prompts import build_messages, format_plan, parse_plan
+from llmrl.recipes.llm_personalize.prompts import build_messages, format_plan, parse_plan
 from llmrl.simulator.envs.housekeep.skills import MISSION_COMPLETE, skills_over
 from llmrl.simulator.envs.housekeep.state import KnownHouse
 

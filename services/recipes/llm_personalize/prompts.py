@@ -1,12 +1,13 @@
 """The LLM planner's prompt and plan format for Housekeep, in one place.
 
-The demonstrations that bootstrap the planner (annotator) and the planner itself (gateway)
-both build their chat messages here, so fine-tuning data and inference prompts are identical:
+The demonstrations that bootstrap the planner (recorded by `driver.py`) and the planner itself
+(`llm_planner.py`) both build their chat messages here, so fine-tuning data and inference
+prompts are identical:
 
     [system]  the task, the skills and the answer format
     [user]    a worked example's context          } few-shot pair (optional)
     [assistant] the example's plan                }
-    [user]    the current context (`context.py`)
+    [user]    the current context (the env's `text`: simulator/envs/housekeep/context.py)
     -> the planner answers with a numbered plan, or "mission complete"
 """
 
@@ -15,8 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..base import InvalidSkillError
-from .skills import MISSION_COMPLETE, SKILL_TEMPLATES, normalize, parse_skill
+from llmrl.simulator.envs.base import InvalidSkillError
+from llmrl.simulator.envs.housekeep.skills import (
+    MISSION_COMPLETE,
+    SKILL_TEMPLATES,
+    normalize,
+    parse_skill,
+)
 
 SYSTEM_PROMPT = (
     "You are a household robot tidying up a house. Some objects are misplaced: find them and "

@@ -14,11 +14,9 @@ import json
 from typing import Any, ClassVar
 
 from llmrl.common.registry import registry
-from llmrl.planners.base import observation_text
+from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.simulator.envs.housekeep.solver import demonstration_plan
 from llmrl.simulator.envs.housekeep.state import KnownHouse
-
-from .base import Plan, Planner
 
 
 @registry.register_planner("housekeep-demonstrator")

@@ -1,0 +1,35 @@
+"""The annotate phases: the episodes a phase stored, turned into SFT data (`datasets.py`).
+
+annotate/0 builds the bootstrap data from the demonstrations; annotate/k the self-training
+selection of round k's collected episodes. Each dataset is a run artifact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llmrl.recipes.base import RunContext
+from llmrl.recipes.llm_personalize.datasets import (
+    build_bootstrap_dataset,
+    build_self_training_dataset,
+)
+
+
+class AnnotatePhases:
+    """The recipe's annotate/<k> phases (mixed into `LlmPersonalize`)."""
+
+    def _annotate(self, k: int):
+        def run(ctx: RunContext) -> dict[str, Any]:
+            out = ctx.out_dir / "datasets"
+            if k == 0:
+                records = ctx.store.episodes(ctx.run_id, phase="demonstrate")
+                built = build_bootstrap_dataset(records, out, "bootstrap")
+            else:
+                records = ctx.store.episodes(ctx.run_id, phase=f"collect/{k}")
+                built = build_self_training_dataset(records, out, f"round-{k}")
+            ctx.add_artifact(f"datasets/{Path(built['data']).name}", built["data"], "dataset")
+            stats = built["stats_data"]
+            return {"data": built["data"], "examples": stats["examples"], "stats": stats}
+
+        return run

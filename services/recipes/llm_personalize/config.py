@@ -1,0 +1,195 @@
+"""The llm-personalize config: its keys (`llmrl recipes`), their checks, and the run's names.
+
+Every key is documented by its field description; a bad value is a config error naming the
+key. Stages are named "zero-shot", "bootstrap" (stage 0) and "round k" (`stage_name`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from llmrl.learner.sft import LLAMA_LINEAR_LAYERS
+from llmrl.recipes.base import RecipeConfig
+
+ENV = "Housekeep"
+PROCEDURAL = "procedural"
+SHARED_DATA = Path("../shared/data/housekeep")
+HELD_OUT_SEED_OFFSET = 100_000  # procedural houses: held-out houses never meet training ones
+ZERO_SHOT = "zero-shot"
+# planner seeds stay below 2**31 after the planner's `seed * 1000 + query number`
+SAMPLING_SEEDS = 2_000_000
+
+
+def default_data_dir() -> str | None:
+    """$LLMRL_HOUSEKEEP_DATA, else ../shared/data/housekeep if present, else None (procedural)."""
+    value = os.environ.get("LLMRL_HOUSEKEEP_DATA")
+    if value:
+        return value
+    return str(SHARED_DATA.resolve()) if (SHARED_DATA / "data.npy").exists() else None
+
+
+def stage_name(stage: int | str) -> str:
+    """ "zero-shot", "bootstrap" (stage 0), "round k"."""
+    if stage == ZERO_SHOT:
+        return ZERO_SHOT
+    return "bootstrap" if int(stage) == 0 else f"round {stage}"
+
+
+class LlmPersonalizeConfig(RecipeConfig):
+    data_dir: str | None = Field(
+        default_factory=default_data_dir,
+        description="Housekeep data directory ('procedural' or null: generated houses).",
+    )
+    scenes: list[str] | None = Field(
+        None, description="Scenes to personalise to (default: the data's val scenes)."
+    )
+    train_episodes: int = Field(10, ge=1, description="Training episodes per scene.")
+    eval_episodes: int = Field(5, ge=1, description="Evaluation episodes per scene and split.")
+    collect_samples: int = Field(
+        2, ge=1, description="Sampled episodes per training episode in each self-training round."
+    )
+    rounds: int = Field(2, ge=0, le=20, description="Self-training rounds (K).")
+    model: str = Field(
+        "smollm2",
+        description="Gateway model to personalise (hf backend; with finetune_backend=openai, "
+        "openai_model is personalised instead).",
+    )
+    planner_mode: Literal["generate", "score"] = Field(
+        "generate",
+        description="generate: the model writes plans; score: it picks the feasible skill it "
+        "scores highest (one step per query, greedy even while collecting).",
+    )
+    few_shot: bool = Field(True, description="Put the worked example into every prompt.")
+    guided: bool | None = Field(
+        None,
+        description="generate mode: guided decoding keeps plan lines within the skills over "
+        "names the agent knows (local models only; null: on unless finetune_backend=openai).",
+    )
+    guided_max_lines: int = Field(6, ge=1, le=64, description="Guided plans: lines per query.")
+    max_steps: int = Field(40, ge=1, description="Skill steps per episode (the env's limit).")
+    max_tokens: int = Field(96, ge=8, description="Tokens per planner answer.")
+    collect_temperature: float = Field(
+        0.7, ge=0, description="Sampling temperature while collecting self-training data."
+    )
+    demo_plan_length: int = Field(
+        6, ge=1, description="Skills per demonstrator plan (the length of the SFT targets)."
+    )
+    replay_bootstrap: bool = Field(
+        True, description="Self-training rounds also train on the bootstrap data."
+    )
+    sft_steps: int | None = Field(None, ge=1, description="SFT steps (default: sft_epochs).")
+    sft_epochs: float = Field(2.0, gt=0, le=100, description="SFT passes over the data.")
+    sft_batch_size: int = Field(4, ge=1, le=512, description="SFT batch size.")
+    sft_lr: float = Field(2e-4, gt=0, le=1, description="SFT learning rate.")
+    lora_r: int = Field(16, ge=1, le=1024, description="LoRA rank.")
+    lora_targets: list[str] = Field(
+        list(LLAMA_LINEAR_LAYERS), min_length=1, description="Modules that get LoRA weights."
+    )
+    lora_layers: int | None = Field(
+        None,
+        ge=1,
+        description="LoRA on the top N decoder layers only (null: all; fewer: faster SFT).",
+    )
+    sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
+    sft_bf16: bool | None = Field(
+        None, description="bf16 autocast during SFT (null: where bf16 is native)."
+    )
+    sft_gradient_checkpointing: bool = Field(
+        True, description="Recompute activations during SFT backward (much less memory)."
+    )
+    finetune_backend: Literal["local", "openai"] = Field(
+        "local",
+        description="local: LoRA SFT of `model`; openai: the OpenAI fine-tuning API on "
+        "openai_model (stages evaluated through the gateway's openai backend).",
+    )
+    openai_model: str = Field(
+        "gpt-4o-mini-2024-07-18", min_length=1, description="openai: the base model to tune."
+    )
+    openai_base_url: str | None = Field(
+        default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None,
+        description="openai: API base URL (default $OPENAI_BASE_URL, else api.openai.com).",
+    )
+    openai_api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="openai: the environment variable holding the API key (never logged).",
+    )
+    openai_poll_s: float = Field(
+        10.0, gt=0, le=3600, description="openai: seconds between fine-tuning job polls."
+    )
+    num_envs: int = Field(4, ge=1, le=64, description="Episodes played at once.")
+    seed: int = Field(0, ge=0, description="Seed of houses, sampling and SFT.")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: str | None) -> str | None:
+        if value in (None, "", PROCEDURAL, "none", "null"):
+            return None
+        from llmrl.simulator.envs.housekeep.data import check_data_dir
+
+        try:
+            return str(check_data_dir(value))
+        except FileNotFoundError as exc:  # a config error, named by pydantic as data_dir
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _scenes(self) -> LlmPersonalizeConfig:
+        if self.data_dir is None:
+            if self.scenes not in (None, [PROCEDURAL]):
+                raise ValueError("scenes: procedural houses have no scenes (set data_dir)")
+            return self
+        from llmrl.simulator.envs.housekeep.data import available_scenes, split_scenes
+
+        if self.scenes is None:  # the val scenes (scene_list): a config error if there are none
+            try:
+                split_scenes(self.data_dir, "val")
+            except ValueError as exc:
+                raise ValueError(f"scenes: unset, and {exc}; name the scenes to use") from None
+            return self
+        scenes = available_scenes(self.data_dir)
+        unknown = [s for s in self.scenes if s not in scenes]
+        if unknown:
+            raise ValueError(f"scenes: unknown {unknown}; scenes in data_dir: {', '.join(scenes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _openai(self) -> LlmPersonalizeConfig:
+        if self.finetune_backend != "openai":
+            return self
+        if not os.environ.get(self.openai_api_key_env):
+            raise ValueError(
+                f"openai_api_key_env: finetune_backend=openai reads the OpenAI API key from "
+                f"the environment variable {self.openai_api_key_env}, which is unset; set it "
+                "(or name another variable in openai_api_key_env)"
+            )
+        if self.planner_mode != "generate":
+            raise ValueError(
+                "planner_mode: finetune_backend=openai needs planner_mode=generate "
+                "(remote models do not score candidates)"
+            )
+        if self.guided:
+            raise ValueError(
+                "guided: remote OpenAI models cannot guide their decoding; leave guided unset "
+                "or set guided=false with finetune_backend=openai"
+            )
+        return self
+
+    @property
+    def guided_decoding(self) -> bool:
+        """`guided`, its default resolved: on for local models."""
+        if self.guided is None:
+            return self.finetune_backend == "local"
+        return self.guided
+
+    def scene_list(self) -> list[str]:
+        if self.data_dir is None:
+            return [PROCEDURAL]
+        if self.scenes:
+            return list(self.scenes)
+        from llmrl.simulator.envs.housekeep.data import split_scenes
+
+        return split_scenes(self.data_dir, "val")

@@ -1,0 +1,179 @@
+"""The train phases: LoRA SFT of the planner on each round's data, or an OpenAI fine-tune.
+
+train/0 fine-tunes the base model on the bootstrap data; train/k continues from stage k-1 on
+round k's selection (plus the bootstrap data, `replay_bootstrap`). A round without any example
+keeps the previous model. Embedded runs train in-process; service runs on the learner service
+(the same function). `stage_model` is the gateway model a stage plays with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llmrl.recipes.base import RunContext
+from llmrl.recipes.llm_personalize import openai_models
+from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig
+
+
+def stage_model(config: LlmPersonalizeConfig, ctx: RunContext, stage: int | str) -> str:
+    """The gateway model of a stage: the base model, or what train/<stage> made (an adapter,
+    or an OpenAI fine-tune the gateway is made to serve)."""
+    if config.finetune_backend == "openai":
+        return openai_models.serve_stage_model(
+            ctx.llm, openai_stage_model(config, ctx, stage), config.openai_base_url,
+            config.openai_api_key_env,
+        )  # fmt: skip
+    if stage == ZERO_SHOT:
+        return config.model
+    return str(ctx.phase_outputs(f"train/{stage}")["model"])
+
+
+def openai_stage_model(config: LlmPersonalizeConfig, ctx: RunContext, stage: int | str) -> str:
+    """finetune_backend=openai: the OpenAI model id of a stage (base, or a fine-tune)."""
+    if stage == ZERO_SHOT:
+        return config.openai_model
+    return str(ctx.phase_outputs(f"train/{stage}")["fine_tuned_model"])
+
+
+class TrainPhases:
+    """The recipe's train/<k> phases (mixed into `LlmPersonalize`)."""
+
+    config: LlmPersonalizeConfig
+
+    def adapter_name(self, ctx: RunContext) -> str:
+        return "personalize-" + re.sub(r"[^A-Za-z0-9_-]", "-", ctx.run_id)
+
+    def _train(self, k: int):
+        def run(ctx: RunContext) -> dict[str, Any]:
+            cfg = self.config
+            data = [ctx.phase_outputs(f"annotate/{k}")]
+            if k > 0 and cfg.replay_bootstrap:
+                data.append(ctx.phase_outputs("annotate/0"))
+            files = [d["data"] for d in data if d["examples"] > 0]
+            previous = None if k == 0 else ctx.phase_outputs(f"train/{k - 1}")
+            if not files:  # nothing selected: this round keeps the previous model
+                skipped = {"skipped": "no training examples", "examples": 0}
+                if cfg.finetune_backend == "openai":
+                    tuned = (previous or {}).get("fine_tuned_model") or cfg.openai_model
+                    model = openai_models.gateway_name(tuned)
+                    return {"model": model, "fine_tuned_model": tuned, **skipped}
+                # the previous adapter, which round k + 1 continues from
+                kept = {
+                    key: value
+                    for key, value in (previous or {}).items()
+                    if key in ("model", "adapter_dir")
+                }
+                return {"model": cfg.model, **kept, **skipped}
+            if cfg.finetune_backend == "openai":
+                return self._train_openai(ctx, k, files, previous)
+            return self._train_local(ctx, k, files, previous)
+
+        return run
+
+    def _run_finetune(
+        self, ctx: RunContext, request: Any, on_step: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
+        """Embedded mode trains here; service mode on the learner service (same function)."""
+        from llmrl.learner.client import run_learner_job
+        from llmrl.learner.jobs import run_finetune
+
+        if ctx.simulator is None:
+            return run_finetune(request, report=on_step)
+        return run_learner_job("/jobs", request.model_dump(), on_progress=on_step)
+
+    def _train_local(
+        self, ctx: RunContext, k: int, files: list[str], previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        from llmrl.learner.jobs import FineTuneRequest
+
+        cfg = self.config
+        request = FineTuneRequest(
+            backend="local",
+            data=files,
+            model=cfg.model,
+            adapter=self.adapter_name(ctx),
+            version=str(k),
+            init_adapter=(previous or {}).get("adapter_dir"),
+            steps=cfg.sft_steps,
+            epochs=cfg.sft_epochs,
+            batch_size=cfg.sft_batch_size,
+            learning_rate=cfg.sft_lr,
+            lora_r=cfg.lora_r,
+            lora_targets=list(cfg.lora_targets),
+            lora_layers=cfg.lora_layers,
+            max_length=cfg.sft_max_length,
+            bf16=cfg.sft_bf16,
+            gradient_checkpointing=cfg.sft_gradient_checkpointing,
+            seed=cfg.seed + k,
+        )
+        # a progress bar in SFT steps (examples dropped as too long can make it end early)
+        ctx.progress.start(f"train/{k}", sft_steps(files, request), unit="steps")
+        try:
+            result = self._run_finetune(ctx, request, on_step=ctx.progress.advance)
+        finally:
+            ctx.progress.finish()
+        writer = ctx.tensorboard
+        if writer is not None:
+            for step, loss in enumerate(result["losses"]):
+                writer.add_scalar(f"losses/sft_round_{k}", loss, step)
+        keys = ("adapter_dir", "examples", "dropped_too_long", "steps", "first_loss")
+        return {
+            "model": result["model"],
+            **{key: result[key] for key in keys},
+            "last_loss": result["last_loss"],
+            "seconds": round(result["seconds"], 1),
+        }
+
+    def _train_openai(
+        self, ctx: RunContext, k: int, files: list[str], previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A job on the OpenAI fine-tuning API (one training file: the round's files joined);
+        round k continues from round k-1's fine-tune."""
+        from llmrl.learner.jobs import FineTuneRequest
+
+        cfg = self.config
+        data = ctx.out_dir / "datasets" / f"openai-train-{k}.jsonl"
+        texts = [Path(path).read_text() for path in files]
+        joined = "".join(t if t.endswith("\n") else t + "\n" for t in texts if t)
+        data.write_text(joined)
+        examples = sum(1 for line in joined.splitlines() if line.strip())
+        base = (previous or {}).get("fine_tuned_model") or cfg.openai_model
+        request = FineTuneRequest(
+            backend="openai",
+            data=[str(data)],
+            model=base,
+            suffix=f"lp-{k}",
+            steps=cfg.sft_steps,  # set: the API picks the epochs (it counts no steps)
+            epochs=cfg.sft_epochs,
+            seed=cfg.seed + k,
+            base_url=cfg.openai_base_url,
+            api_key_env=cfg.openai_api_key_env,
+            poll_interval_s=cfg.openai_poll_s,
+        )
+        result = self._run_finetune(ctx, request)
+        job = result["openai_job"]
+        return {
+            "model": openai_models.gateway_name(result["fine_tuned_model"]),
+            "fine_tuned_model": result["fine_tuned_model"],
+            "base_model": base,
+            "examples": examples,
+            "openai_job_id": job["job_id"],
+            "trained_tokens": job.get("trained_tokens"),
+            "seconds": round(job["seconds"], 1),
+        }
+
+
+def sft_steps(files: list[str], request: Any) -> int:
+    """The optimiser steps a local fine-tuning request will take (as `train_lora_sft` counts;
+    examples it drops as too long can end it earlier)."""
+    from llmrl.learner.sft import optimizer_steps
+
+    examples = 0
+    if not request.steps:
+        for path in files:
+            with open(path, encoding="utf-8") as handle:
+                examples += sum(1 for line in handle if line.strip())
+    return optimizer_steps(examples, request.batch_size, request.epochs, request.steps)
