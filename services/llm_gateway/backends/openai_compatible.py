@@ -51,7 +51,12 @@ def parse_retry_after(headers: Any) -> float | None:
             return None
 
 
-@registry.register_backend("openai", description="Any OpenAI-compatible API (official client)")
+@registry.register_backend(
+    "openai",
+    description="Any OpenAI-compatible API (official client)",
+    requires=("openai",),
+    extra="llm",
+)
 class OpenAIBackend(Backend):
     ops = frozenset({"chat", "completion", "embed"})
     remote = True

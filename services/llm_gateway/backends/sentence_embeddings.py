@@ -15,7 +15,12 @@ from llmrl.llm_gateway.local_models import resolve_path
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
 
-@registry.register_backend("sentence_transformers", description="Local sentence embeddings")
+@registry.register_backend(
+    "sentence_transformers",
+    description="Local sentence embeddings",
+    requires=("sentence_transformers",),
+    extra="llm",
+)
 class SentenceTransformersBackend(Backend):
     ops = frozenset({"embed"})
 

@@ -367,7 +367,12 @@ class Adapters:
             yield
 
 
-@registry.register_backend("hf", description="Local transformers causal LM (LoRA, batching)")
+@registry.register_backend(
+    "hf",
+    description="Local transformers causal LM (LoRA, batching)",
+    requires=("torch", "transformers", "peft"),
+    extra="llm",
+)
 class TransformersBackend(Backend):
     """A local Hugging Face causal LM; concurrent requests are batched by one model thread."""
 
