@@ -232,3 +232,22 @@ def test_sb3_sac_trains_on_a_remote_box_world(sim_server):
         )
         model.learn(total_timesteps=200)
         assert model.num_timesteps >= 200 and model.replay_buffer.size() > 64
+
+
+def test_per_element_float64_bounds_travel_and_are_checked(sim_server):
+    box = spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float64)
+    local = World("SimTestSlider", num_envs=2)
+    with RemoteWorld(sim_server.address, "SimTestSlider", num_envs=2) as remote:
+        for world in (local, remote):
+            assert world.action_space == box
+            world.reset()
+            # float32 actions are cast to the box's float64, in-process and on the wire alike
+            taken = world.step(np.array([[0.5, 1.5], [-1.0, 0.0]], np.float32))["last_action"]
+            assert taken.dtype == np.float64 and taken.tolist() == [[0.5, 1.5], [-1.0, 0.0]]
+            with pytest.raises(
+                WorldError,
+                match=r"^action\[1\]: \[0\.5, -0\.5\] is out of bounds; "
+                r"allowed elements from low \[-1, 0\] to high \[1, 2\]",
+            ):
+                world.step([[0.0, 0.0], [0.5, -0.5]])
+    local.close()

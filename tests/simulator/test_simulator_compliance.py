@@ -134,3 +134,11 @@ class TestStepContinuous(_Continuous, TestStep):
     @property
     def required_actions(self):
         return {1: tensor_utils.pack_tensor(np.zeros((NUM_ENVS, 2), np.float32))}
+
+
+class TestStepPerElementBounds(TestStep):
+    env = "SimTestSlider"  # float64 actions with different bounds per element
+
+    @property
+    def required_actions(self):
+        return {1: tensor_utils.pack_tensor(np.zeros((NUM_ENVS, 2), np.float64))}
