@@ -3,7 +3,8 @@
 SB3 wants same-step autoreset: the step that ends an episode already returns the next
 episode's first observation, with the final one in `infos[i]["terminal_observation"]`.
 Worlds reset on the next step instead, so the adapter steps only the finished envs once more
-(the world's `active` mask): the other envs never take an extra step.
+(the world's `active` mask): the other envs never take an extra step. Box actions are clipped to
+the bounds (as SB3's own policies clip or squash them) before the world checks them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,12 @@ class WorldVecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         # one row per env: (N,) for a Discrete world, (N, *box.shape) for a Box world
-        self._actions = np.asarray(actions).reshape(self.num_envs, *self.action_space.shape)
+        actions = np.asarray(actions).reshape(self.num_envs, *self.action_space.shape)
+        if isinstance(self.action_space, spaces.Box):
+            # SAC and TD3 map tanh's [-1, 1] onto the bounds in float32, which can land one ulp
+            # outside them; NaN stays NaN (and is refused)
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        self._actions = actions
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         result = self.world.step(action=self._actions, observations=self._requested)

@@ -251,3 +251,16 @@ def test_per_element_float64_bounds_travel_and_are_checked(sim_server):
             ):
                 world.step([[0.0, 0.0], [0.5, -0.5]])
     local.close()
+
+
+def test_sb3_vec_env_clips_box_actions_to_the_bounds_but_refuses_nan():
+    vec_env = WorldVecEnv(World("SimTestSlider", num_envs=2))
+    vec_env.reset()
+    # SAC's float32 unscaling of tanh(...) = 1 can land one ulp above a bound
+    above = np.nextafter(np.float32(2.0), np.float32(3.0))
+    vec_env.step_async(np.array([[1.0, above], [-1.0, 0.0]], np.float32))
+    obs, _, _, _ = vec_env.step_wait()
+    assert obs.tolist() == [[1.0, 2.0], [-1.0, 0.0]]
+    vec_env.step_async(np.array([[np.nan, 0.0], [0.0, 0.0]], np.float32))
+    with pytest.raises(WorldError, match=r"^action\[0\]: \[nan, 0\] is not finite"):
+        vec_env.step_wait()
