@@ -3,15 +3,39 @@
 One episode is one JSON object (a line of an episode log, `episodes.jsonl`). Its id is
 deterministic (`<phase>/<index>`), which is what makes storing it idempotent: an episode
 delivered twice by the queue is stored once.
+
+A step's low-level action is an int (a discrete action) or a list of floats (a continuous,
+`Box` action, flattened), so that both survive the JSON round trip as they were sent.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+# A recorded low-level action: discrete (int) or continuous (the Box action's floats, flat).
+Action = int | list[float]
+
+
+def record_action(action: Any) -> Action | None:
+    """`action` as a step record keeps it: an integer stays an int; a float or an array of
+    numbers (a continuous action) becomes a flat list of floats."""
+    if action is None:
+        return None
+    try:
+        values = np.asarray(action)
+    except ValueError:  # ragged nesting
+        values = np.asarray(None)
+    if values.dtype.kind not in "iuf":  # booleans and text are no actions
+        raise TypeError(f"action: expected an integer or numbers, got {action!r}")
+    if values.dtype.kind in "iu" and values.ndim == 0:
+        return int(values)
+    return [float(value) for value in values.ravel()]
 
 
 @dataclass
@@ -20,10 +44,13 @@ class StepRecord:
 
     t: int
     text: str | None = None  # the observation in words before acting, for text environments
-    action: int | None = None  # the low-level action, when one was sent
+    action: Action | None = None  # the low-level action, when one was sent (see record_action)
     skill: str | None = None  # the skill-level action, when one was sent
     reward: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)  # environment/recipe specifics
+
+    def __post_init__(self) -> None:
+        self.action = record_action(self.action)  # numpy values become JSON-ready ones
 
 
 @dataclass
@@ -89,6 +116,26 @@ class EpisodeRecord:
     @classmethod
     def from_json(cls, line: str) -> EpisodeRecord:
         return cls.from_dict(json.loads(line))
+
+
+def actions_array(steps: Sequence[StepRecord]) -> np.ndarray:
+    """The steps' actions as one array: int64 with -1 for "no action" when every action is
+    discrete; float32 of shape (len(steps), action size) with NaN rows for "no action" when
+    they are continuous."""
+    actions = [step.action for step in steps]
+    continuous = [a for a in actions if isinstance(a, list)]
+    if not continuous:
+        return np.array([-1 if a is None else a for a in actions], dtype=np.int64)
+    if len(continuous) != sum(a is not None for a in actions):
+        raise ValueError("action: the steps mix discrete and continuous actions")
+    sizes = {len(a) for a in continuous}
+    if len(sizes) != 1:
+        raise ValueError(f"action: the steps' continuous actions differ in size: {sorted(sizes)}")
+    out = np.full((len(actions), sizes.pop()), np.nan, dtype=np.float32)
+    for i, action in enumerate(actions):
+        if action is not None:
+            out[i] = action
+    return out
 
 
 def write_jsonl(path: str | Path, episodes: Iterable[EpisodeRecord]) -> int:

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llmrl.agents.episode import EpisodeJob
-from llmrl.common.episodes import EpisodeRecord, write_jsonl
+from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
 
@@ -426,7 +426,8 @@ class RunContext:
 
 def save_episode_arrays(path: Path, records: list[EpisodeRecord]) -> None:
     """The episodes as numpy arrays (one .npz): per-episode figures, and per-step rewards,
-    actions (-1: none) and skills concatenated, episode i's steps at offsets[i]:offsets[i+1]."""
+    actions (`actions_array`: int64 with -1 for none, or float rows with NaN for none) and
+    skills concatenated, episode i's steps at offsets[i]:offsets[i+1]."""
     import numpy as np
 
     steps = [step for record in records for step in record.steps]
@@ -441,7 +442,7 @@ def save_episode_arrays(path: Path, records: list[EpisodeRecord]) -> None:
         llm_calls=np.array([len(r.llm_calls) for r in records], dtype=np.int64),
         offsets=offsets.astype(np.int64),
         rewards=np.array([step.reward for step in steps], dtype=np.float32),
-        actions=np.array([-1 if s.action is None else s.action for s in steps], dtype=np.int64),
+        actions=actions_array(steps),
         skills=np.array([s.skill or "" for s in steps], dtype=str),
     )
 

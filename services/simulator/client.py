@@ -3,6 +3,7 @@
     with make_world("SimpleDoorKey", num_envs=8, seed=0, address="127.0.0.1:50051") as world:
         obs = world.reset()
         obs = world.step(action=np.zeros(8, np.int64))
+        # a continuous env takes one array per env: world.step(action=np.zeros((8, 2)))
 
 `RemoteWorld` creates its world on the server, joins it over one dm_env_rpc connection and
 destroys it on `close()` (the server also destroys it if the connection drops). Bad input
@@ -18,7 +19,9 @@ import grpc
 import numpy as np
 from dm_env_rpc.v1 import connection as dm_connection
 from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
+from gymnasium import spaces
 
+from llmrl.simulator.actions import as_box_dtype
 from llmrl.simulator.specs import (
     ACTION_UIDS,
     privileged_names,
@@ -138,6 +141,9 @@ class RemoteWorld:
             value = np.asarray(action)
             if value.dtype.kind in "iu":  # any integer type travels as the spec's INT64
                 value = value.astype(np.int64, copy=False)
+            elif value.dtype.kind == "f" and isinstance(self.action_space, spaces.Box):
+                # any float travels in the spec's dtype, cast as an in-process world casts it
+                value = as_box_dtype(value, self.action_space)
             _pack_into(actions[ACTION_UIDS["action"]], "action", value)
         if skill is not None:
             _pack_into(actions[ACTION_UIDS["skill"]], "skill", np.asarray(skill))

@@ -3,7 +3,8 @@
 SB3 wants same-step autoreset: the step that ends an episode already returns the next
 episode's first observation, with the final one in `infos[i]["terminal_observation"]`.
 Worlds reset on the next step instead, so the adapter steps only the finished envs once more
-(the world's `active` mask): the other envs never take an extra step.
+(the world's `active` mask): the other envs never take an extra step. Box actions are clipped to
+the bounds (as SB3's own policies clip or squash them) before the world checks them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from llmrl.simulator.vector import _STEP_ENTRIES, _check_keys, _episode_ends
+from llmrl.simulator.vector import select_keys
+from llmrl.simulator.world import STEP_ENTRIES, episode_ends
 
 
 class WorldVecEnv(VecEnv):
@@ -23,13 +25,13 @@ class WorldVecEnv(VecEnv):
 
     def __init__(self, world: Any, keys: Sequence[str] | None = None) -> None:
         self.world = world
-        self.keys = _check_keys(world, keys, numeric_only=True)
+        self.keys = select_keys(world, keys, numeric_only=True)
         self._single = len(self.keys) == 1
         spaces_by_key = {key: world.observation_space[key] for key in self.keys}
         observation_space = (
             spaces_by_key[self.keys[0]] if self._single else spaces.Dict(spaces_by_key)
         )
-        self._requested = [*self.keys, *_STEP_ENTRIES]
+        self._requested = [*self.keys, *STEP_ENTRIES]
         self._actions: np.ndarray | None = None
         super().__init__(world.num_envs, observation_space, world.action_space)
 
@@ -46,11 +48,17 @@ class WorldVecEnv(VecEnv):
         return self._observation(result)
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = np.asarray(actions).reshape(self.num_envs)
+        # one row per env: (N,) for a Discrete world, (N, *box.shape) for a Box world
+        actions = np.asarray(actions).reshape(self.num_envs, *self.action_space.shape)
+        if isinstance(self.action_space, spaces.Box):
+            # SAC and TD3 map tanh's [-1, 1] onto the bounds in float32, which can land one ulp
+            # outside them; NaN stays NaN (and is refused)
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        self._actions = actions
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         result = self.world.step(action=self._actions, observations=self._requested)
-        terminated, truncated = _episode_ends(result)
+        terminated, truncated = episode_ends(result)
         dones = terminated | truncated
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         observation = {key: result[key] for key in self.keys}

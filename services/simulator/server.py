@@ -10,7 +10,9 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
   Privileged entries (e.g. `oracle_plan`) have uids above 1000 (`specs.PRIVILEGED_UID_BASE`).
-  Actions: `action` (INT64, bounded, uid 1), `skill` (STRING, uid 2, skill envs only; "" means
+  Actions: `action` (uid 1: INT64 with min/max for a Discrete env, FLOAT or DOUBLE of shape
+  [N, *box.shape] with the box's bounds for a continuous (Box) env; a float action must come in
+  the spec's dtype), `skill` (STRING, uid 2, skill envs only; "" means
   the env takes `action`), `active` (BOOL, uid 3, optional: envs set to False are not stepped
   and repeat their previous observation with reward 0; adapters use it to reset finished envs
   alone). Step returns only the requested observations.
@@ -22,9 +24,10 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
 * Worlds live as long as the connection that created them: when a client disconnects, its
   joined world is left and the worlds it created are destroyed.
 
-Bad input (unknown env id or setting, wrong action dtype/shape, out-of-range action, unknown
-skill, unknown uid, a destroyed world) gets a dm_env_rpc error whose message names the field
-and what is allowed; the server goes on serving every other world and connection.
+Bad input (unknown env id or setting, wrong action dtype/shape, an action out of bounds or not
+finite, unknown skill, unknown uid, a destroyed world) gets a dm_env_rpc error whose message
+names the field and what is allowed; the server goes on serving every other world and
+connection.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from google.rpc import status_pb2
 
 from llmrl.common.logs import log_event
 from llmrl.common.registry import UnavailableError
+from llmrl.simulator.actions import describe_action_space
 from llmrl.simulator.specs import ACTION_UIDS, unpack_tensor, world_specs
 from llmrl.simulator.world import World, WorldError
 
@@ -395,9 +399,18 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 )
             name = _ACTION_NAMES[uid]
             try:
-                unpacked[name] = unpack_tensor(tensor)
+                value = unpack_tensor(tensor)
             except (ValueError, TypeError) as exc:
                 raise WorldError(name, f"cannot read the tensor: {exc}") from None
+            expected = np.dtype(tensor_utils.data_type_to_np_type(specs[uid].dtype))
+            if expected.kind == "f" and value.dtype.kind == "f" and value.dtype != expected:
+                # dm_env_rpc: a float tensor comes in its spec's precision (other dtypes are
+                # the world's to refuse, with the same message as in-process)
+                allowed = describe_action_space(handle.world.action_space)
+                raise WorldError(
+                    name, f"expected dtype {expected.name} ({allowed}), got dtype {value.dtype}"
+                )
+            unpacked[name] = value
         return unpacked
 
     def _disconnect(self, session: _Session) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.simulator.world import WorldError, _EnvBatch
+from llmrl.simulator.world import EnvBatch, WorldError
 
 
 def _shard_main(
@@ -36,7 +36,7 @@ def _shard_main(
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  keep the worker's stdout clean
     try:
         importlib.import_module(env_module)  # registers the env, wherever it is defined
-        batch = _EnvBatch(env, num_envs, seed, env_kwargs, first_index)
+        batch = EnvBatch(env, num_envs, seed, env_kwargs, first_index)
     except BaseException as exc:  # report why the shard could not start, then stop
         conn.send(("error", _portable(exc)))
         return
@@ -65,7 +65,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 class ShardedBatch:
-    """Same interface as `_EnvBatch`, with the envs split over `num_workers` processes."""
+    """Same interface as `EnvBatch`, with the envs split over `num_workers` processes."""
 
     def __init__(
         self,

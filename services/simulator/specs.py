@@ -3,7 +3,10 @@
 The server turns a world's per-env gymnasium spaces into specs with a leading dimension N;
 the client turns them back into per-env spaces, so that `RemoteWorld` offers the same
 `observation_space`/`action_space` as an in-process `World`. Strings carry no bounds (a
-dm_env_rpc STRING spec cannot hold them).
+dm_env_rpc STRING spec cannot hold them). The `action` spec is INT64 with min/max for a
+`Discrete` action space, and FLOAT or DOUBLE of shape (N, *box.shape) with the box's bounds for
+a `Box` (uniform bounds as scalars, others per element; a bound with an infinite element is left
+out).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2, tensor_spec_utils, tensor_utils
 from gymnasium import spaces
+
+from llmrl.simulator.actions import ActionSpace
 
 # Action uids are fixed: clients may rely on them.
 ACTION_UIDS: dict[str, int] = {"action": 1, "skill": 2, "active": 3}
@@ -52,7 +57,7 @@ def tensor_spec(name: str, space: spaces.Space, num_envs: int) -> dm_env_rpc_pb2
             spec, _bound(low, spec.shape, dtype), _bound(high, spec.shape, dtype)
         )
         return spec
-    raise TypeError(f"{name}: unsupported observation space {space!r}")
+    raise TypeError(f"{name}: unsupported space {space!r}")
 
 
 def _bound(value: Any, shape: Any, dtype: np.dtype) -> Any:
@@ -72,7 +77,7 @@ def _bound(value: Any, shape: Any, dtype: np.dtype) -> Any:
 
 def world_specs(
     observation_space: spaces.Dict,
-    action_space: spaces.Discrete,
+    action_space: ActionSpace,
     has_skills: bool,
     num_envs: int,
     privileged: tuple[str, ...] = (),
@@ -133,7 +138,7 @@ def privileged_names(specs: dm_env_rpc_pb2.ActionObservationSpecs) -> tuple[str,
 
 def spaces_from_specs(
     specs: dm_env_rpc_pb2.ActionObservationSpecs,
-) -> tuple[spaces.Dict, spaces.Discrete, bool]:
+) -> tuple[spaces.Dict, ActionSpace, bool]:
     observation_space = spaces.Dict(
         {spec.name: space_from_spec(spec) for spec in specs.observations.values()}
     )

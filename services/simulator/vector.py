@@ -8,9 +8,11 @@
   `infos[i]["terminal_observation"]`. The adapter gets it by stepping only the finished envs
   once more (the world's `active` mask), so the other envs never take an extra step.
 
-Both return the observation entries named by `keys` (default: every numeric, non-privileged
-entry of the world, without reward/discount/step_type). SB3 gets a plain array when `keys`
-names one entry and a dict otherwise (use `MultiInputPolicy` then).
+Both offer the world's own action space: `Discrete`, or `Box` for continuous control (actions
+then have shape (num_envs, *box.shape)). Both return the observation entries named by `keys`
+(default: every numeric, non-privileged entry of the world, without reward/discount/step_type).
+SB3 gets a plain array when `keys` names one entry and a dict otherwise (use
+`MultiInputPolicy` then).
 """
 
 from __future__ import annotations
@@ -24,20 +26,20 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from llmrl.simulator.world import StepType, WorldError
-
-_STEP_ENTRIES = ("reward", "discount", "step_type")
+from llmrl.simulator.world import STEP_ENTRIES, WorldError, episode_ends
 
 
 def default_keys(world: Any) -> list[str]:
+    """Every numeric, non-privileged entry of the world, without reward/discount/step_type."""
     return [
         name
         for name in world.default_observations
-        if name not in _STEP_ENTRIES and not isinstance(world.observation_space[name], spaces.Text)
+        if name not in STEP_ENTRIES and not isinstance(world.observation_space[name], spaces.Text)
     ]
 
 
-def _check_keys(world: Any, keys: Sequence[str] | None, numeric_only: bool) -> list[str]:
+def select_keys(world: Any, keys: Sequence[str] | None, numeric_only: bool) -> list[str]:
+    """The observation entries an adapter returns: `keys`, checked, or `default_keys`."""
     keys = default_keys(world) if keys is None else list(keys)
     if not keys:
         raise WorldError("keys", "no observation entries selected")
@@ -51,13 +53,6 @@ def _check_keys(world: Any, keys: Sequence[str] | None, numeric_only: bool) -> l
     return keys
 
 
-def _episode_ends(result: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(terminated, truncated) per env, from step_type and discount."""
-    last = result["step_type"] == StepType.LAST
-    terminated = last & (result["discount"] == 0)
-    return terminated, last & ~terminated
-
-
 class WorldVectorEnv(gym.vector.VectorEnv):
     """A gymnasium VectorEnv over a world (NEXT_STEP autoreset; see module docstring)."""
 
@@ -65,7 +60,7 @@ class WorldVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, world: Any, keys: Sequence[str] | None = None) -> None:
         self.world = world
-        self.keys = _check_keys(world, keys, numeric_only=False)
+        self.keys = select_keys(world, keys, numeric_only=False)
         self.num_envs = world.num_envs
         self.single_observation_space = spaces.Dict(
             {key: world.observation_space[key] for key in self.keys}
@@ -73,7 +68,7 @@ class WorldVectorEnv(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.single_action_space = world.action_space
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._requested = [*self.keys, *_STEP_ENTRIES]
+        self._requested = [*self.keys, *STEP_ENTRIES]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -87,7 +82,7 @@ class WorldVectorEnv(gym.vector.VectorEnv):
         self, actions: Any
     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         result = self.world.step(action=np.asarray(actions), observations=self._requested)
-        terminated, truncated = _episode_ends(result)
+        terminated, truncated = episode_ends(result)
         observation = {key: result[key] for key in self.keys}
         return observation, result["reward"].astype(np.float64), terminated, truncated, {}
 

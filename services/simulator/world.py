@@ -6,6 +6,10 @@ environment's own observation entries a world always returns
 * `reward` (float32), `discount` (float32: 0 when the episode terminated, 1 otherwise),
 * `step_type` (int64: 0 FIRST, 1 MID, 2 LAST), as dm_env and dm_env_rpc do.
 
+Actions (`actions.py`): an env's action space is `Discrete` (`action` holds one integer per env)
+or a floating-point `Box` (`action` holds one array of the box's shape per env, shape
+(N, *box.shape)); skill envs also take `skill`, one text per env.
+
 Text entries come back as numpy `<U` arrays. Privileged entries (e.g. `oracle_plan`) are only
 returned when asked for by name in `observations`.
 
@@ -16,9 +20,10 @@ state, so its first `step` (or `reset`) starts every episode. Env i is seeded wi
 on its first reset (and on `reset(seed=s)` with `s + i`); later auto-resets continue each
 env's own random stream, so a world is deterministic given its seed.
 
-All actions of a batch are checked (dtype, shape, range, skill text) before any env is
-stepped, so bad input never leaves a batch half-stepped. With `num_workers > 0` the envs are
-split over worker processes (see `sharding.py`), which gives the same results as one process.
+All actions of a batch are checked (dtype, shape, bounds, finite values, skill text) before
+any env is stepped, so bad input never leaves a batch half-stepped. With `num_workers > 0` the
+envs are split over worker processes (see `sharding.py`), which gives the same results as one
+process.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ import numpy as np
 from gymnasium import spaces
 
 from llmrl.common.registry import gym_id, registry
+from llmrl.simulator.actions import ActionSpace, check_action_space, check_actions, env_action
 from llmrl.simulator.envs.base import InvalidSkillError, SkillEnv, SkillStatus, step_skill
+from llmrl.simulator.errors import WorldError
 
 # Observation entries only returned on request (oracle planners use them); an env may name
 # more in a `privileged_observations` class attribute.
@@ -53,15 +60,15 @@ class StepType(enum.IntEnum):
     LAST = 2
 
 
-class WorldError(ValueError):
-    """Bad input to a world: the message names the field and what is allowed."""
+# The entries a world adds to every env's observations.
+STEP_ENTRIES: tuple[str, ...] = ("reward", "discount", "step_type")
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
-    def __reduce__(self) -> tuple[Any, ...]:  # keep `field` across process boundaries
-        return (type(self), (self.field, str(self).split(": ", 1)[1]))
+def episode_ends(result: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(terminated, truncated) per env of a step's result, from step_type and discount."""
+    last = result["step_type"] == StepType.LAST
+    terminated = last & (result["discount"] == 0)
+    return terminated, last & ~terminated
 
 
 def env_ids() -> list[str]:
@@ -125,56 +132,7 @@ def check_observation_names(
     return selected
 
 
-def check_actions(
-    action: Any,
-    skill: Any,
-    num_envs: int,
-    action_space: spaces.Discrete,
-    has_skills: bool,
-    stepping: np.ndarray,
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Validate a batch's `action` and `skill` (dtype, shape, range); return them as arrays.
-
-    `stepping[i]` says whether env i takes a step (is not being reset): only those need an
-    action or a skill.
-    """
-    actions = None
-    if action is not None:
-        actions = np.asarray(action)
-        if actions.dtype.kind not in "iu":
-            raise WorldError("action", f"expected integers, got dtype {actions.dtype}")
-        if actions.shape != (num_envs,):
-            raise WorldError(
-                "action", f"expected shape ({num_envs},) (one per env), got {actions.shape}"
-            )
-        low, high = int(action_space.start), int(action_space.start + action_space.n - 1)
-        outside = stepping & ((actions < low) | (actions > high))  # resetting envs ignore theirs
-        if outside.any():
-            bad = int(np.flatnonzero(outside)[0])
-            raise WorldError(
-                f"action[{bad}]", f"{int(actions[bad])} is out of range; allowed {low}..{high}"
-            )
-    skills = None
-    if skill is not None:
-        if not has_skills:
-            raise WorldError("skill", "this env has no skill-level actions; send `action`")
-        skills = np.asarray(skill)
-        if skills.dtype.kind != "U" and not (skills.size == 0 and skills.dtype.kind == "f"):
-            raise WorldError("skill", f"expected strings, got dtype {skills.dtype}")
-        if skills.shape != (num_envs,):
-            raise WorldError(
-                "skill", f"expected shape ({num_envs},) (one per env), got {skills.shape}"
-            )
-        skills = skills.astype(str)
-    needs_action = stepping if skills is None else stepping & (skills == "")
-    if actions is None and needs_action.any():
-        first = int(np.flatnonzero(needs_action)[0])
-        what = "an action" if skills is None else "an action or a non-empty skill"
-        raise WorldError("action", f"env {first} takes a step and needs {what}")
-    return actions, skills
-
-
-class _EnvBatch:
+class EnvBatch:
     """The envs of one process, stepped in a loop (the unit that a shard holds)."""
 
     def __init__(
@@ -194,7 +152,7 @@ class _EnvBatch:
         self.last_step_type = np.full(num_envs, StepType.LAST, dtype=np.int64)
         self.last_discount = np.ones(num_envs, dtype=np.float32)
         first = self.envs[0]
-        self.action_space = first.action_space
+        self.action_space: ActionSpace = check_action_space(first.action_space)
         self.observation_space = world_observation_space(first.observation_space)
         self.has_skills = isinstance(first.unwrapped, SkillEnv)
         self.privileged = PRIVILEGED_OBSERVATIONS + tuple(
@@ -260,7 +218,7 @@ class _EnvBatch:
             if skills is not None and skills[i]:
                 obs, reward, terminated, truncated, _ = step_skill(env, str(skills[i]))
             else:
-                obs, reward, terminated, truncated, _ = env.step(int(actions[i]))  # type: ignore[index]
+                obs, reward, terminated, truncated, _ = env.step(env_action(actions[i]))  # type: ignore[index]
                 if self.has_skills:
                     obs = dict(obs)
                     obs["skill_status"] = int(SkillStatus.NONE)
@@ -338,9 +296,9 @@ class World:
 
             self._batch: Any = ShardedBatch(env, num_envs, seed, self.num_workers, env_kwargs)
         else:
-            self._batch = _EnvBatch(env, num_envs, seed, env_kwargs)
+            self._batch = EnvBatch(env, num_envs, seed, env_kwargs)
         self.observation_space: spaces.Dict = self._batch.observation_space
-        self.action_space: spaces.Discrete = self._batch.action_space
+        self.action_space: ActionSpace = self._batch.action_space
         self.has_skills: bool = self._batch.has_skills
         self.privileged_observations: tuple[str, ...] = tuple(
             dict.fromkeys(
@@ -379,9 +337,11 @@ class World:
     ) -> dict[str, np.ndarray]:
         """Advance every env one step (envs after a LAST step are reset instead).
 
-        `skill[i] == ""` means env i takes `action[i]`. `active` (bool per env, default all)
-        is for adapters that must reset finished envs without stepping the others: an
-        inactive env is not stepped and repeats its previous entries with reward 0.
+        `action` has one row per env: an integer (Discrete) or an array of the box's shape
+        (Box; any float dtype, cast to the box's). `skill[i] == ""` means env i takes
+        `action[i]`. `active` (bool per env, default all) is for adapters that must reset
+        finished envs without stepping the others: an inactive env is not stepped and
+        repeats its previous entries with reward 0.
         """
         self._check_open()
         names = check_observation_names(

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for spawned worker processes too
 
-import simtest_envs  # noqa: F401  registers SimTestCorridor and SimTestSkills
+import simtest_envs  # noqa: F401  registers the SimTest envs
 from simtest_support import Server, start_server, stop_server
 
 

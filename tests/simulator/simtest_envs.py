@@ -106,3 +106,32 @@ class SkillCorridor(Corridor, SkillEnv):
             "skill_status": int(skill_status),
             "goal_position": self.length - 1,
         }
+
+
+@registry.register_env("SimTestSlider", max_episode_steps=5)
+class Slider(gym.Env):
+    """Continuous actions with per-element float64 bounds; observes the last action taken."""
+
+    def __init__(self) -> None:
+        self.action_space = spaces.Box(
+            np.array([-1.0, 0.0]), np.array([1.0, 2.0]), (2,), np.float64
+        )
+        self.observation_space = spaces.Dict(
+            {"last_action": spaces.Box(-1.0, 2.0, (2,), np.float64)}
+        )
+        self.last_action = np.zeros(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.last_action = np.zeros(2)
+        return {"last_action": self.last_action.copy()}, {}
+
+    def step(self, action: np.ndarray):
+        self.last_action = np.array(action, dtype=np.float64)
+        return (
+            {"last_action": self.last_action.copy()},
+            float(self.last_action.sum()),
+            False,
+            False,
+            {},
+        )

@@ -1,4 +1,6 @@
-"""dm_env_rpc's own compliance suite against the simulator server (real gRPC, own process)."""
+"""dm_env_rpc's own compliance suite against the simulator server (real gRPC, own process):
+every class against a world of a discrete skill env, and again against a world of the
+continuous env PointReach (Box actions)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ NUM_ENVS = 3
 
 class _ServerConnection:
     """Gives each compliance test a fresh connection to the session's server."""
+
+    env = "SimTestSkills"  # the env of the test's world
 
     @pytest.fixture(autouse=True)
     def _connect(self, sim_server):
@@ -29,9 +33,9 @@ class _ServerConnection:
     def connection(self):
         return self._connection
 
-    def _create(self, env: str = "SimTestSkills") -> str:
+    def _create(self) -> str:
         settings = {
-            "env": tensor_utils.pack_tensor(env),
+            "env": tensor_utils.pack_tensor(self.env),
             "num_envs": tensor_utils.pack_tensor(NUM_ENVS),
             "seed": tensor_utils.pack_tensor(7),
         }
@@ -94,3 +98,47 @@ class TestStep(_ServerConnection, compliance.Step):
     @property
     def required_actions(self):
         return {1: tensor_utils.pack_tensor(np.zeros(NUM_ENVS, np.int64))}
+
+
+class _Continuous:
+    env = "PointReach"
+
+
+class TestCreateDestroyWorldContinuous(_Continuous, TestCreateDestroyWorld):
+    @property
+    def required_world_settings(self):
+        return {"env": tensor_utils.pack_tensor(self.env)}
+
+    @property
+    def invalid_world_settings(self):
+        return {
+            "num_envs": tensor_utils.pack_tensor(0),
+            "no_such_setting": tensor_utils.pack_tensor(1),
+            "goal_radius": tensor_utils.pack_tensor(0.0),  # the env's own kwarg, refused
+        }
+
+
+class TestJoinLeaveWorldContinuous(_Continuous, TestJoinLeaveWorld):
+    pass
+
+
+class TestResetContinuous(_Continuous, TestReset):
+    pass
+
+
+class TestResetWorldContinuous(_Continuous, TestResetWorld):
+    pass
+
+
+class TestStepContinuous(_Continuous, TestStep):
+    @property
+    def required_actions(self):
+        return {1: tensor_utils.pack_tensor(np.zeros((NUM_ENVS, 2), np.float32))}
+
+
+class TestStepPerElementBounds(TestStep):
+    env = "SimTestSlider"  # float64 actions with different bounds per element
+
+    @property
+    def required_actions(self):
+        return {1: tensor_utils.pack_tensor(np.zeros((NUM_ENVS, 2), np.float64))}

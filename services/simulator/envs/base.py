@@ -5,7 +5,9 @@ A registered environment is a `gymnasium.Env` whose
 * `observation_space` is a `spaces.Dict` of `Box`, `Discrete`, `MultiBinary` or `Text` spaces.
   Text environments have a `"text"` entry (a `spaces.Text`) holding the observation in words.
   The simulator adds `reward`, `discount` and `step_type` itself (dm_env_rpc convention).
-* `action_space` is `spaces.Discrete(n)`: the low-level action, called `action` on the wire.
+* `action_space` is `spaces.Discrete(n)` or, for continuous control, a floating-point
+  `spaces.Box` (e.g. `PointReach`'s `Box(-1, 1, (2,))`): the low-level action, called `action`
+  on the wire (see `llmrl.simulator.actions`).
 
 Environments that offer skill-level text actions (`skill` on the wire: "go to the red key")
 subclass `SkillEnv` and implement `skill_names`/`check_skill`/`skill_action`: a skill is
