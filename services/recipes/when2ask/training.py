@@ -2,7 +2,8 @@
 the recipe runs it in-process in embedded mode; either way the same function trains.
 
 Registered as the learner's "when2ask" policy job (`POST /policy-jobs` with `"kind": "when2ask"`),
-so the learner service finds it by name. Two policies:
+so the learner service finds it by name; it trains with the learner's registered "ppo" algorithm
+and saves versioned checkpoints (`<model_path without .zip>/<version>/model.zip`). Two policies:
 * `asking`: PPO on mediators (`MediatorEnv`), each over its own one-env world, with a planner
   built from a spec (`{"name": "oracle"}` or an LLM planner that reaches the gateway);
 * `never-ask`: PPO on low-level actions over one batched world (the no-LLM baseline).
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmrl.common.registry import registry
 
 NEVER_ASK_KEYS = ["image", "direction"]
+ALGORITHM = "ppo"  # a registered learner algorithm (llmrl.learner.algorithms)
 
 
 class PolicyTrainingJob(BaseModel):
@@ -42,7 +44,11 @@ class PolicyTrainingJob(BaseModel):
     learning_rate: float = Field(3e-4, gt=0)
     ent_coef: float = Field(0.01, ge=0)
     seed: int = Field(0, ge=0)
-    model_path: str = Field(..., description="where the trained model (.zip) is written")
+    model_path: str = Field(
+        ...,
+        description="where the trained model goes: each training saves a new version, "
+        "`<model_path without .zip>/<version>/model.zip` (the result's `model`)",
+    )
     tensorboard_dir: str | None = None
     run_id: str = Field("default", description="the run LLM calls are billed to")
     simulator: str | None = Field(None, description="simulator address; None: in-process")
@@ -98,22 +104,21 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
 def train_policy(
     job: PolicyTrainingJob, on_progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model path
-    and the learning curve."""
-    from llmrl.learner.algorithms.sb3 import train_sb3
+    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model file
+    (`model`), its checkpoint version directory and the learning curve."""
+    from llmrl.learner.algorithms.sb3 import model_file
 
     vec_env, policy = _vec_env(job)
     curve: list[dict[str, float]] = []
     try:
-        train_sb3(
+        checkpoint = registry.get_algorithm(ALGORITHM).train(
             vec_env,
-            "ppo",
+            checkpoint_line(job.model_path),
+            on_progress=on_progress,
+            on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
             total_timesteps=job.steps,
             seed=job.seed,
             tensorboard_dir=job.tensorboard_dir,
-            save_path=job.model_path,
-            on_progress=on_progress,
-            on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
             policy=policy,
             learning_rate=job.learning_rate,
             n_steps=job.n_steps,
@@ -122,7 +127,18 @@ def train_policy(
         )
     finally:
         vec_env.close()
-    return {"model": str(Path(job.model_path)), "curve": curve}
+    return {
+        "model": str(model_file(checkpoint)),
+        "checkpoint": str(checkpoint.path),
+        "version": checkpoint.version,
+        "curve": curve,
+    }
+
+
+def checkpoint_line(model_path: str | Path) -> Path:
+    """The directory whose versions hold the policy trained for `model_path`."""
+    path = Path(model_path)
+    return path.with_suffix("") if path.suffix == ".zip" else path
 
 
 def _numbers(episode: dict[str, Any]) -> dict[str, float]:
