@@ -169,6 +169,21 @@ def find_checkpoint(path: str | Path | Checkpoint) -> Checkpoint:
     return Checkpoint.read(path)  # a version directory without metadata (or a clear error)
 
 
+def publish(source: str | Path, destination: str | Path) -> Path:
+    """Copy a checkpoint's file to `destination` too, a fixed path its users already know
+    (e.g. a recipe's `models/<name>.zip`); an earlier file there is replaced atomically. A copy,
+    not a link: whoever rewrites the fixed path never alters a saved version."""
+    source, destination = Path(source), Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(source, staging)
+        os.replace(staging, destination)
+    finally:
+        staging.unlink(missing_ok=True)
+    return destination
+
+
 def _order(path: Path) -> tuple[int, int, float]:
     if path.name.isdigit():
         return (1, int(path.name), 0.0)

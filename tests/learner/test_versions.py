@@ -15,6 +15,7 @@ from llmrl.learner.versions import (
     Versions,
     find_checkpoint,
     home_versions,
+    publish,
 )
 
 
@@ -74,6 +75,18 @@ def test_a_bad_version_name_is_refused_naming_the_field(tmp_path: Path, bad: str
 def test_reading_a_missing_checkpoint_names_the_path(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         Checkpoint.read(tmp_path / "nowhere")
+
+
+def test_a_published_file_is_the_latest_version_at_a_fixed_path(tmp_path: Path):
+    line = Versions(tmp_path / "models" / "doorkey")
+    fixed = tmp_path / "models" / "doorkey.zip"
+    for text in ("one", "two"):
+        checkpoint = line.save(write_text("model.zip", text), "ppo")
+        assert publish(checkpoint.path / "model.zip", fixed) == fixed
+        assert fixed.read_text() == text
+    assert line.versions() == ["1", "2"]
+    assert (line.get(1).path / "model.zip").read_text() == "one"  # versions stay as saved
+    assert sorted(p.name for p in fixed.parent.iterdir()) == ["doorkey", "doorkey.zip"]
 
 
 def test_adapters_keep_the_layout_the_gateway_reads(tmp_path: Path, monkeypatch):

@@ -2,8 +2,9 @@
 the recipe runs it in-process in embedded mode; either way the same function trains.
 
 Registered as the learner's "when2ask" policy job (`POST /policy-jobs` with `"kind": "when2ask"`),
-so the learner service finds it by name; it trains with the learner's registered "ppo" algorithm
-and saves versioned checkpoints (`<model_path without .zip>/<version>/model.zip`). Two policies:
+so the learner service finds it by name. It trains with the learner's registered "ppo" algorithm,
+which saves a versioned checkpoint (`checkpoint_line(model_path)/<version>/`); the model file is
+also put at `model_path`, where the recipe and its episode drivers find it. Two policies:
 * `asking`: PPO on mediators (`MediatorEnv`), each over its own one-env world, with a planner
   built from a spec (`{"name": "oracle"}` or an LLM planner that reaches the gateway);
 * `never-ask`: PPO on low-level actions over one batched world (the no-LLM baseline).
@@ -44,11 +45,7 @@ class PolicyTrainingJob(BaseModel):
     learning_rate: float = Field(3e-4, gt=0)
     ent_coef: float = Field(0.01, ge=0)
     seed: int = Field(0, ge=0)
-    model_path: str = Field(
-        ...,
-        description="where the trained model goes: each training saves a new version, "
-        "`<model_path without .zip>/<version>/model.zip` (the result's `model`)",
-    )
+    model_path: str = Field(..., description="where the trained model (.zip) is written")
     tensorboard_dir: str | None = None
     run_id: str = Field("default", description="the run LLM calls are billed to")
     simulator: str | None = Field(None, description="simulator address; None: in-process")
@@ -104,9 +101,10 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
 def train_policy(
     job: PolicyTrainingJob, on_progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model file
-    (`model`), its checkpoint version directory and the learning curve."""
+    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model path,
+    its checkpoint (version directory and version) and the learning curve."""
     from llmrl.learner.algorithms.sb3 import model_file
+    from llmrl.learner.versions import publish
 
     vec_env, policy = _vec_env(job)
     curve: list[dict[str, float]] = []
@@ -128,7 +126,7 @@ def train_policy(
     finally:
         vec_env.close()
     return {
-        "model": str(model_file(checkpoint)),
+        "model": str(publish(model_file(checkpoint), job.model_path)),
         "checkpoint": str(checkpoint.path),
         "version": checkpoint.version,
         "curve": curve,
@@ -136,9 +134,12 @@ def train_policy(
 
 
 def checkpoint_line(model_path: str | Path) -> Path:
-    """The directory whose versions hold the policy trained for `model_path`."""
+    """The directory whose versions hold the policies trained for `model_path`: beside it,
+    named after it (`models/doorkey.zip`: `models/doorkey/<version>/`)."""
     path = Path(model_path)
-    return path.with_suffix("") if path.suffix == ".zip" else path
+    return (
+        path.with_suffix("") if path.suffix == ".zip" else path.with_name(f"{path.name}.versions")
+    )
 
 
 def _numbers(episode: dict[str, Any]) -> dict[str, float]:
