@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from llmrl.common.registry import registry
-from llmrl.learner.adapters import adapter_dir, base_model_dir, save_adapter
+from llmrl.learner.adapters import save_adapter
 from llmrl.learner.algorithms.base import Algorithm, Progress
 from llmrl.learner.versions import METADATA_FILE, Checkpoint, Versions, as_versions, find_checkpoint
 
-__all__ = ["adapter_dir", "base_model_dir"]  # re-exported: they lived here before adapters.py
 log = logging.getLogger("llmrl.learner.sft")
+SFT = "sft"  # the registered name
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 ADAPTER_METADATA = METADATA_FILE  # every checkpoint's metadata file, adapters' too
 # every linear layer of a Llama-family block (SmolLM2 is one): attention and MLP
@@ -252,7 +252,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
         losses=losses,
         seconds=time.perf_counter() - started,
     )
-    _save_adapter(model, config, result)
+    save_adapter(model, config.out_dir, SFT, config=asdict(config), result=result.to_dict())
     return result
 
 
@@ -288,14 +288,7 @@ def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any
     return input_ids, labels, mask
 
 
-def _save_adapter(model: Any, config: SftConfig, result: SftResult) -> None:
-    save_adapter(model, config.out_dir, SFT, config=asdict(config), result=result.to_dict())
-
-
 # -- the registered algorithm ----------------------------------------------------------------
-SFT = "sft"
-
-
 class TunedModel(NamedTuple):
     model: Any  # the base model with the adapter (peft), in eval mode
     tokenizer: Any
