@@ -180,11 +180,6 @@ def model_file(checkpoint: Checkpoint) -> Path:
     return checkpoint.path / MODEL_FILE
 
 
-def load_sb3(path: str | Path, algorithm: str = "ppo") -> Any:
-    """The SB3 model at `path` (a .zip or a checkpoint); uncached, see `load_cached`."""
-    return registry.get_algorithm(algorithm).load(path)
-
-
 for _name, _family, _description in (
     ("ppo", "sb3-on-policy", "Stable-Baselines3 PPO on a VecEnv (discrete or Box actions)"),
     ("a2c", "sb3-on-policy", "Stable-Baselines3 A2C on a VecEnv (discrete or Box actions)"),
