@@ -1,6 +1,6 @@
 """The learner service needs only its own algorithms' packages: with the recipes' and
 simulator's optional packages missing it starts, lists its algorithms, runs its own job API,
-and a policy job that needs a missing package is refused saying which one."""
+and a policy job that needs a missing package says which one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 # Run in a fresh interpreter, so that hiding packages never touches this test process.
 SCRIPT = """
-import importlib.abc, json, sys
+import importlib.abc, json, sys, time
 
 MISSING = {"minigrid", "crafter", "metaworld", "d3rlpy", "sentence_transformers"}
 
@@ -37,8 +37,17 @@ report = {
     "recipes_imported": sorted(m for m in sys.modules if m.startswith("llmrl.recipes")),
     "algorithms": registry.names("algorithm"),
 }
-policy_job = client.post("/policy-jobs", json={"kind": "when2ask"})
-report["policy_job"] = [policy_job.status_code, policy_job.text]
+job = {"kind": "when2ask", "policy": "never-ask", "env": "SimpleDoorKey", "steps": 8,
+       "model_path": sys.argv[1] + "/m.zip"}
+answer = client.post("/policy-jobs", json=job)
+report["policy_job"] = [answer.status_code, answer.text]
+if answer.status_code == 202:  # accepted: the job itself then fails, saying what is missing
+    for _ in range(2400):
+        state = client.get(f"/policy-jobs/{answer.json()['job_id']}").json()
+        if state["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.05)
+    report["policy_job"] = [state["status"], state["error"] or ""]
 report["health_after"] = client.get("/health").status_code
 print(json.dumps(report))
 """
@@ -57,6 +66,9 @@ def test_the_learner_starts_without_the_recipes_packages(tmp_path: Path):
     assert report["health"] == 200 and report["jobs"] == [] and report["bad_job"] == 422
     assert report["recipes_imported"] == []  # no recipe is imported to start
     assert {"ppo", "a2c", "dqn", "sft"} <= set(report["algorithms"])
-    status, body = report["policy_job"]
-    assert status in (422, 503) and "minigrid" in body  # says what is missing, no crash
+    # a job that needs a missing package is refused (503), or accepted and fails, either way
+    # saying what to install; the service goes on
+    status, message = report["policy_job"]
+    assert status in (503, "failed"), report["policy_job"]
+    assert "minigrid" in message or "pip install" in message
     assert report["health_after"] == 200
