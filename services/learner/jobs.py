@@ -173,32 +173,32 @@ def run_finetune(
             poll_interval_s=request.poll_interval_s,
         )
         return {"fine_tuned_model": job.fine_tuned_model, "openai_job": job.to_dict()}
-    from llmrl.learner.sft import SftConfig, adapter_dir, base_model_dir, train_lora_sft
+    from llmrl.common.registry import registry
+    from llmrl.learner.adapters import adapter_versions, base_model_dir, served_name
 
-    target = adapter_dir(request.model, request.adapter, request.version)
-    result = train_lora_sft(
-        SftConfig(
-            data=list(request.data),
-            base_model=str(base_model_dir(request.model)),
-            out_dir=str(target),
-            init_adapter=request.init_adapter,
-            steps=request.steps,
-            epochs=request.epochs,
-            batch_size=request.batch_size,
-            learning_rate=request.learning_rate,
-            lora_r=request.lora_r,
-            **({"target_modules": list(request.lora_targets)} if request.lora_targets else {}),
-            lora_layers=request.lora_layers,
-            max_length=request.max_length,
-            bf16=request.bf16,
-            gradient_checkpointing=request.gradient_checkpointing,
-            seed=request.seed,
-        ),
-        on_step=report,
+    checkpoint = registry.get_algorithm("sft").train(
+        list(request.data),
+        adapter_versions(request.model, request.adapter),
+        version=request.version,
+        on_progress=report,
+        base_model=str(base_model_dir(request.model)),
+        init_adapter=request.init_adapter,
+        steps=request.steps,
+        epochs=request.epochs,
+        batch_size=request.batch_size,
+        learning_rate=request.learning_rate,
+        lora_r=request.lora_r,
+        **({"target_modules": list(request.lora_targets)} if request.lora_targets else {}),
+        lora_layers=request.lora_layers,
+        max_length=request.max_length,
+        bf16=request.bf16,
+        gradient_checkpointing=request.gradient_checkpointing,
+        seed=request.seed,
     )
     return {
-        "model": f"{request.model}:{request.adapter}@{request.version}",
-        **result.to_dict(),
+        "model": served_name(request.model, request.adapter, request.version),
+        "version": checkpoint.version,
+        **checkpoint.result,
     }
 
 

@@ -35,6 +35,10 @@ def run_policy_job(request: Any, report: Callable[[int], None]) -> dict[str, Any
     return run(request, report)
 
 
+class PolicyJobsUnavailable(RuntimeError):
+    """The registered policy job kinds could not be loaded (a recipe's package is missing)."""
+
+
 class PolicyJobError(ValueError):
     """A refused policy job request; `errors` in pydantic's shape (loc, msg, type)."""
 
@@ -45,8 +49,12 @@ class PolicyJobError(ValueError):
 
 def parse_policy_job(body: Any) -> BaseModel:
     """The request model instance for `body`, chosen by its `kind`; a `PolicyJobError` names
-    each bad field (an unknown or missing `kind` lists the known kinds)."""
-    kinds = registry.names("policy_job")
+    each bad field (an unknown or missing `kind` lists the known kinds). `PolicyJobsUnavailable`
+    when the kinds cannot be loaded: the learner needs no recipe's packages, their jobs may."""
+    try:
+        kinds = registry.names("policy_job")
+    except ImportError as exc:
+        raise PolicyJobsUnavailable(f"policy job kinds unavailable: {exc}") from exc
     kind = body.get("kind") if isinstance(body, dict) else None
     if kind not in kinds:
         problem = "missing" if kind is None else f"unknown policy job kind {kind!r}"
@@ -62,8 +70,9 @@ def parse_policy_job(body: Any) -> BaseModel:
 
 def policy_jobs_router(jobs: BackgroundJobs) -> Any:
     """POST / (202, the job), GET / (all), GET /{job_id} (status, progress, result or error).
-    A refused body gets 422 with FastAPI's error shape, each error's `loc` naming the field."""
-    from fastapi import APIRouter, Body
+    A refused body gets 422 with FastAPI's error shape, each error's `loc` naming the field;
+    503 (saying what to install) when the job kinds cannot be loaded."""
+    from fastapi import APIRouter, Body, HTTPException
     from fastapi.exceptions import RequestValidationError
 
     router = APIRouter(tags=["policy training"])
@@ -80,6 +89,8 @@ def policy_jobs_router(jobs: BackgroundJobs) -> Any:
             raise RequestValidationError(
                 [{**error, "loc": ("body", *error["loc"])} for error in exc.errors]
             ) from exc
+        except PolicyJobsUnavailable as exc:
+            raise HTTPException(503, str(exc)) from exc
         return jobs.submit(request)
 
     add_status_routes(router, jobs, NOUN)

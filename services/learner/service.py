@@ -8,8 +8,10 @@
     GET  /policy-jobs[/{id}]  status, progress (steps), result or error
 
 plus /health, /metrics and /info. The annotator's `POST /finetune/jobs` lands here too; in
-embedded mode recipes call the same training functions in-process. Adapters are written under
-`$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`, where the LLM gateway finds them.
+embedded mode recipes call the same training functions in-process. Jobs train with algorithms
+looked up by name (`llmrl.learner.algorithms`), which save versioned checkpoints; adapters are
+written under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`, where the LLM gateway finds
+them. Starting needs none of the recipes' packages: policy job kinds load when a job arrives.
 Settings: `jobs_dir` (default `$LLMRL_HOME/learner/jobs`).
 """
 

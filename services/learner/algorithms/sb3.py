@@ -1,30 +1,46 @@
-"""Stable-Baselines3 PPO and DQN on any VecEnv (simulator worlds, mediators...).
+"""Stable-Baselines3 on any VecEnv (simulator worlds, mediators...): two families.
 
-One entry point, `train_sb3`, so every recipe trains the same way: seeded, TensorBoard
-scalars under CleanRL's names (`charts/episodic_return`, `charts/SPS`, `losses/...`), and a
-saved, versioned checkpoint. SB3's own logger writes `rollout/ep_rew_mean` and `train/...`;
-the callback below adds the CleanRL names beside them.
+* on-policy, `ppo` and `a2c`: learn from the rollouts of the current policy;
+* off-policy, `dqn`: learns from a replay buffer of past transitions.
+
+Both learn from an env (`source`: a VecEnv whose action space the algorithm supports) and
+save a checkpoint version holding `model.zip` (SB3's own file). `train_sb3` is the loop they
+share, so every recipe trains the same way: seeded, TensorBoard scalars under CleanRL's names
+(`charts/episodic_return`, `charts/SPS`, `losses/...`) beside SB3's own (`rollout/ep_rew_mean`,
+`train/...`). Stable-Baselines3 is imported when an algorithm trains or loads, not before.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
+from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
-ALGORITHMS = ("ppo", "dqn")
+ALGORITHMS = ("ppo", "a2c", "dqn")
+MODEL_FILE = "model.zip"
+# what train_sb3 sets itself: never a hyperparameter
+_FIXED = {"self", "policy", "env", "seed", "device", "verbose", "tensorboard_log"}
 
 
 def _algorithm_class(name: str) -> Any:
-    from stable_baselines3 import DQN, PPO
+    from stable_baselines3 import A2C, DQN, PPO
 
-    classes = {"ppo": PPO, "dqn": DQN}
+    classes = {"ppo": PPO, "a2c": A2C, "dqn": DQN}
     if name not in classes:
         raise ValueError(f"unknown SB3 algorithm {name!r}; choose one of {', '.join(classes)}")
     return classes[name]
+
+
+def hyperparameter_names(name: str) -> list[str]:
+    """The keyword arguments SB3's class for `name` takes (learning_rate, n_steps...)."""
+    parameters = inspect.signature(_algorithm_class(name).__init__).parameters
+    return [p for p in parameters if p not in _FIXED and not p.startswith("_")]
 
 
 def _cleanrl_callback(
@@ -65,8 +81,6 @@ def _cleanrl_callback(
     return CleanRLScalars()
 
 
-@registry.register_algorithm("ppo", "Stable-Baselines3 PPO on a VecEnv")
-@registry.register_algorithm("dqn", "Stable-Baselines3 DQN on a VecEnv")
 def train_sb3(
     vec_env: Any,
     algorithm: str = "ppo",
@@ -79,12 +93,19 @@ def train_sb3(
     policy: str = "MlpPolicy",
     **hyperparameters: Any,
 ) -> Any:
-    """Train an SB3 model on `vec_env`; saves it to `save_path` (a .zip) when given.
+    """Train an SB3 model on `vec_env` and return it; saves it to `save_path` (a .zip) when
+    given (the registered algorithms save versioned checkpoints instead).
 
     `on_progress(n)` is called with the timesteps done since its last call (progress bars);
     `on_episode(timestep, info["episode"])` for every finished episode (learning curves).
     """
     cls = _algorithm_class(algorithm)
+    unknown = sorted(set(hyperparameters) - set(hyperparameter_names(algorithm)))
+    if unknown:
+        raise ValueError(
+            f"{algorithm}: unknown hyperparameter(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(hyperparameter_names(algorithm))}"
+        )
     model = cls(
         policy,
         vec_env,
@@ -103,5 +124,67 @@ def train_sb3(
     return model
 
 
-def load_sb3(path: str | Path, algorithm: str = "ppo") -> Any:
-    return _algorithm_class(algorithm).load(str(path), device="cpu")
+class SB3Algorithm(Algorithm):
+    """An SB3 algorithm on a VecEnv. Settings: `total_timesteps`, `seed`, `policy` (SB3's
+    policy class name, default "MlpPolicy"), `tensorboard_dir`, and the SB3 class's own
+    hyperparameters (`learning_rate`, `n_steps`...)."""
+
+    learns_from = "env"
+    SETTINGS = ("total_timesteps", "seed", "policy", "tensorboard_dir")
+
+    def __init__(self, name: str, family: str) -> None:
+        self.name = name
+        self.family = family  # one class, two families
+
+    def train(
+        self,
+        source: Any,
+        checkpoints: Versions | str | Path,
+        *,
+        version: str | int | None = None,
+        on_progress: Progress | None = None,
+        on_episode: Callable[[int, dict[str, Any]], None] | None = None,
+        **settings: Any,
+    ) -> Checkpoint:
+        """Train on VecEnv `source`; `on_episode(timestep, episode)` for each finished one."""
+        self.check_settings(settings, (*self.SETTINGS, *hyperparameter_names(self.name)))
+        started = time.perf_counter()
+        model = train_sb3(
+            source, self.name, on_progress=on_progress, on_episode=on_episode, **settings
+        )
+        result = {"timesteps": int(model.num_timesteps), "seconds": time.perf_counter() - started}
+        return as_versions(checkpoints).save(
+            lambda directory: model.save(str(directory / MODEL_FILE)),
+            self.name,
+            version,
+            config=settings,
+            result=result,
+        )
+
+    def load(self, checkpoint: Checkpoint | str | Path) -> Any:
+        """The SB3 model of a checkpoint; a bare `.zip` (saved by `train_sb3`) loads too."""
+        path = checkpoint.path if isinstance(checkpoint, Checkpoint) else Path(checkpoint)
+        if path.is_dir():
+            found = find_checkpoint(path)
+            self.check_written_by_me(found)
+            path = found.path / MODEL_FILE
+        elif path.name == MODEL_FILE and path.parent.is_dir():  # a checkpoint's own zip
+            self.check_written_by_me(Checkpoint.read(path.parent))
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint: no SB3 model at {path}")
+        return _algorithm_class(self.name).load(str(path), device="cpu")
+
+
+def model_file(checkpoint: Checkpoint) -> Path:
+    """The SB3 model file of a checkpoint (what episode drivers' policy specs name)."""
+    return checkpoint.path / MODEL_FILE
+
+
+for _name, _family, _description in (
+    ("ppo", "sb3-on-policy", "Stable-Baselines3 PPO on a VecEnv (discrete or Box actions)"),
+    ("a2c", "sb3-on-policy", "Stable-Baselines3 A2C on a VecEnv (discrete or Box actions)"),
+    ("dqn", "sb3-off-policy", "Stable-Baselines3 DQN on a VecEnv (discrete actions)"),
+):
+    registry.register_algorithm(_name, _description, family=_family, learns_from="env")(
+        SB3Algorithm(_name, _family)
+    )

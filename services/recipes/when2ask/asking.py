@@ -51,11 +51,9 @@ class LearnedAsk:
         return bool(int(np.asarray(action).reshape(-1)[0]) == 1)
 
 
-_MODEL_CACHE: dict[str, Any] = {}
-
-
 def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
-    """`{"method": "always" | "hard-coded" | "random" (p) | "learned" (model: a .zip path)}`."""
+    """`{"method": "always" | "hard-coded" | "random" (p) | "learned" (model: a PPO checkpoint
+    or .zip path)}`."""
     method = spec.get("method")
     if method == "always":
         return AlwaysAsk()
@@ -64,10 +62,7 @@ def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
     if method == "random":
         return RandomAsk(float(spec.get("p", 0.5)), seed=seed)
     if method == "learned":
-        path = str(spec["model"])
-        if path not in _MODEL_CACHE:  # one load per process, not per episode
-            from llmrl.learner.algorithms.sb3 import load_sb3
+        from llmrl.learner.algorithms import load_cached
 
-            _MODEL_CACHE[path] = load_sb3(path)
-        return LearnedAsk(_MODEL_CACHE[path])
+        return LearnedAsk(load_cached("ppo", spec["model"]))  # one load per process
     raise ValueError(f"unknown asking method {method!r}; methods: {', '.join(METHODS)}")

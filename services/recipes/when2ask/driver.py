@@ -74,15 +74,10 @@ class SB3ActionDriver(EpisodeDriver):
         return Decision(action=int(np.asarray(action).reshape(-1)[0]))
 
 
-_SB3_MODELS: dict[str, Any] = {}
-
-
 @registry.register_driver("sb3")
 def _sb3_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
     """`{"kind": "sb3", "model": <.zip path>, "algorithm": "ppo", "keys": [...]}`."""
-    from llmrl.learner.algorithms.sb3 import load_sb3
+    from llmrl.learner.algorithms import load_cached
 
-    path = str(policy["model"])
-    if path not in _SB3_MODELS:
-        _SB3_MODELS[path] = load_sb3(path, policy.get("algorithm", "ppo"))
-    return SB3ActionDriver(_SB3_MODELS[path], list(policy["keys"]))
+    model = load_cached(policy.get("algorithm", "ppo"), policy["model"])
+    return SB3ActionDriver(model, list(policy["keys"]))

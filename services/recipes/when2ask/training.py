@@ -2,7 +2,9 @@
 the recipe runs it in-process in embedded mode; either way the same function trains.
 
 Registered as the learner's "when2ask" policy job (`POST /policy-jobs` with `"kind": "when2ask"`),
-so the learner service finds it by name. Two policies:
+so the learner service finds it by name. It trains with the learner's registered "ppo" algorithm,
+which saves a versioned checkpoint (`checkpoint_line(model_path)/<version>/`); the model file is
+also put at `model_path`, where the recipe and its episode drivers find it. Two policies:
 * `asking`: PPO on mediators (`MediatorEnv`), each over its own one-env world, with a planner
   built from a spec (`{"name": "oracle"}` or an LLM planner that reaches the gateway);
 * `never-ask`: PPO on low-level actions over one batched world (the no-LLM baseline).
@@ -19,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmrl.common.registry import registry
 
 NEVER_ASK_KEYS = ["image", "direction"]
+ALGORITHM = "ppo"  # a registered learner algorithm (llmrl.learner.algorithms)
 
 
 class PolicyTrainingJob(BaseModel):
@@ -50,15 +53,18 @@ class PolicyTrainingJob(BaseModel):
 
 
 def _planner(job: PolicyTrainingJob) -> Any:
-    from llmrl.common.registry import registry
+    from llmrl.planners.base import make_planner
 
-    planner_cls = registry.get_planner(job.planner["name"])
-    kwargs = dict(job.planner.get("kwargs", {}))
-    if planner_cls.uses_llm:
+    def connect_llm() -> Any:
         from llmrl.llm_gateway.client import connect
 
-        kwargs.update(llm=connect(job.llm_gateway), run_id=job.run_id, tag="when2ask/train")
-    return planner_cls(**kwargs)
+        return connect(job.llm_gateway)
+
+    return make_planner(
+        job.planner,
+        connect_llm=connect_llm,
+        llm_defaults={"run_id": job.run_id, "tag": "when2ask/train"},
+    )
 
 
 def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
@@ -98,22 +104,22 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
 def train_policy(
     job: PolicyTrainingJob, on_progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model path
-    and the learning curve."""
-    from llmrl.learner.algorithms.sb3 import train_sb3
+    """Train When2Ask's asking policy or never-ask baseline with PPO; returns the model path,
+    its checkpoint (version directory and version) and the learning curve."""
+    from llmrl.learner.algorithms.sb3 import model_file
+    from llmrl.learner.versions import publish
 
     vec_env, policy = _vec_env(job)
     curve: list[dict[str, float]] = []
     try:
-        train_sb3(
+        checkpoint = registry.get_algorithm(ALGORITHM).train(
             vec_env,
-            "ppo",
+            checkpoint_line(job.model_path),
+            on_progress=on_progress,
+            on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
             total_timesteps=job.steps,
             seed=job.seed,
             tensorboard_dir=job.tensorboard_dir,
-            save_path=job.model_path,
-            on_progress=on_progress,
-            on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
             policy=policy,
             learning_rate=job.learning_rate,
             n_steps=job.n_steps,
@@ -122,7 +128,21 @@ def train_policy(
         )
     finally:
         vec_env.close()
-    return {"model": str(Path(job.model_path)), "curve": curve}
+    return {
+        "model": str(publish(model_file(checkpoint), job.model_path)),
+        "checkpoint": str(checkpoint.path),
+        "version": checkpoint.version,
+        "curve": curve,
+    }
+
+
+def checkpoint_line(model_path: str | Path) -> Path:
+    """The directory whose versions hold the policies trained for `model_path`: beside it,
+    named after it (`models/doorkey.zip`: `models/doorkey/<version>/`)."""
+    path = Path(model_path)
+    return (
+        path.with_suffix("") if path.suffix == ".zip" else path.with_name(f"{path.name}.versions")
+    )
 
 
 def _numbers(episode: dict[str, Any]) -> dict[str, float]:

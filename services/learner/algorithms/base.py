@@ -1,0 +1,88 @@
+"""The contract every training algorithm keeps (see the package docstring), and the one cache
+of loaded models."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from llmrl.learner.versions import Checkpoint, Versions
+
+Progress = Callable[[int], None]  # `on_progress(n)`: n more steps done (timesteps, updates)
+LearnsFrom = Literal["env", "dataset"]
+
+
+class Algorithm(ABC):
+    """One training algorithm, registered by name (`registry.register_algorithm`).
+
+    `train(source, checkpoints, ...)` learns from `source` (an env for online RL, a dataset
+    for offline RL and SFT: `learns_from` says which, the family's docstring says what
+    exactly) and saves a new version of the line `checkpoints`; `load(checkpoint)` gives back
+    what was trained, ready to use (an SB3 model, a peft model...).
+    """
+
+    name: str  # its registered name
+    family: str  # e.g. "sb3-on-policy", "sft": the module that implements it
+    learns_from: LearnsFrom
+
+    def __repr__(self) -> str:
+        return f"<algorithm {self.name!r} ({self.family})>"
+
+    @abstractmethod
+    def train(
+        self,
+        source: Any,
+        checkpoints: Versions | str | Path,
+        *,
+        version: str | int | None = None,
+        on_progress: Progress | None = None,
+        **settings: Any,
+    ) -> Checkpoint:
+        """Train on `source`; save and return version `version` (None: the line's next number)
+        of `checkpoints`. `settings` are the algorithm's own (hyperparameters...): an unknown
+        one is a `ValueError` naming it and the allowed ones."""
+
+    @abstractmethod
+    def load(self, checkpoint: Checkpoint | str | Path) -> Any:
+        """What `train` saved in `checkpoint` (a Checkpoint, a version directory or a line:
+        its latest version), ready to use."""
+
+    def check_settings(self, settings: dict[str, Any], allowed: Iterable[str]) -> None:
+        allowed = sorted(set(allowed))
+        unknown = sorted(set(settings) - set(allowed))
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown setting(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+
+    def check_written_by_me(self, checkpoint: Checkpoint) -> None:
+        """A checkpoint another algorithm wrote is refused (its metadata names the writer)."""
+        if checkpoint.algorithm and checkpoint.algorithm != self.name:
+            raise ValueError(
+                f"checkpoint {checkpoint.path} was written by {checkpoint.algorithm!r}; "
+                f"load it with that algorithm, not {self.name!r}"
+            )
+
+
+_cache: dict[tuple[str, str, int], Any] = {}
+_cache_lock = threading.Lock()
+
+
+def load_cached(algorithm: str, checkpoint: str | Path) -> Any:
+    """`registry.get_algorithm(algorithm).load(checkpoint)`, loaded once per process.
+
+    Episode drivers build a policy per episode; the model behind it is loaded once. An entry
+    is keyed by the path and its modification time, so a re-written checkpoint loads afresh.
+    """
+    from llmrl.common.registry import registry
+
+    path = Path(checkpoint).resolve()
+    key = (algorithm, str(path), path.stat().st_mtime_ns if path.exists() else 0)
+    with _cache_lock:  # one load per key, even when several workers ask at once
+        if key not in _cache:
+            _cache[key] = registry.get_algorithm(algorithm).load(path)
+        return _cache[key]
