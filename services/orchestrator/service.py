@@ -7,6 +7,7 @@
     GET  /runs/{id}/episodes         episode records, paged (?offset=&limit=&phase=)
     GET  /runs/{id}/artifacts        the run's files; GET /runs/{id}/artifacts/{name} downloads
     GET  /recipes                    every recipe with its config's JSON schema
+    /experiments                     named sets of runs (grid × seeds): routes_experiments.py
     GET  /health, GET /metrics, GET /docs (OpenAPI)
 
 When a token is configured (LLMRL_ORCHESTRATOR_TOKEN or setting `token`) every endpoint but
@@ -40,6 +41,8 @@ from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, make_broker
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
 from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
+from llmrl.orchestrator.routes_experiments import experiments_router
+from llmrl.orchestrator.scheduler import ExperimentScheduler
 from llmrl.recipes.base import ConfigError, recipe_schemas
 
 log = logging.getLogger("llmrl.orchestrator")
@@ -152,11 +155,15 @@ def _ledger(manager: RunManager, run_id: str) -> dict[str, Any] | None:
 
 
 def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> FastAPI:
+    scheduler = ExperimentScheduler(manager)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # type: ignore[no-untyped-def]
         resumed = manager.start()
+        scheduler.start()  # after the manager: resumed runs count against max_parallel
         log_event(log, "orchestrator ready", resumed_runs=resumed)
         yield
+        scheduler.stop()
         manager.stop()
 
     app = FastAPI(
@@ -264,6 +271,8 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
         if not path.is_file():
             raise HTTPException(404, f"artifact {name!r} of run {run_id} is no longer on disk")
         return FileResponse(path, filename=path.name)
+
+    app.include_router(experiments_router(scheduler), dependencies=guarded)
 
     @app.get("/recipes", dependencies=guarded, tags=["recipes"])
     def list_recipes() -> list[dict[str, Any]]:
