@@ -148,10 +148,14 @@ def remote_runs(client: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def whole_console() -> Console:
+    """A terminal's console; elsewhere (a log, a pipe) one wide enough to never cut a cell."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE_CONSOLE)
+
+
 def print_runs(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    console = console or Console()
-    if not console.is_terminal:
-        console = Console(width=WIDE_CONSOLE, file=console.file, force_terminal=False)
+    console = console or whole_console()
     table = Table(title=f"{len(rows)} runs")
     for column in COLUMNS:
         table.add_column(column, overflow="fold")

@@ -14,6 +14,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from llmrl.orchestrator.browse import whole_console
 from llmrl.orchestrator.service import TOKEN_VAR
 
 FINAL_STATES = ("completed", "failed", "cancelled")
@@ -170,7 +171,7 @@ def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
 
 
 def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) -> None:
-    console = Console()
+    console = whole_console()
     client = _connect(url)
     try:
         experiment = client.submit_experiment(spec)
@@ -188,7 +189,7 @@ def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) ->
 
 
 def cli_status(run_id: str | None, url: str) -> None:
-    console = Console()
+    console = whole_console()
     client = _connect(url)
     try:
         if run_id:
