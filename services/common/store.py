@@ -5,6 +5,8 @@ One file in the artifact volume (`LLMRL_HOME/orchestrator.sqlite` in service mod
 a run lives here: the run's recipe and config, which phases completed (with their outputs),
 and every episode record. Episodes are keyed by (run_id, episode_id), so storing an episode
 that the queue delivered twice is a no-op: that is what makes at-least-once delivery safe.
+Experiments (named sets of planned runs) live here too, and a `catalog` table records where
+embedded runs' own stores are (used in `$LLMRL_HOME/embedded.sqlite`).
 """
 
 from __future__ import annotations
@@ -417,6 +419,7 @@ class RunStore:
         return experiment
 
     def list_experiments(self, status: str | None = None) -> list[ExperimentRow]:
+        """Experiments without their runs (get_experiment has them)."""
         query, args = "SELECT * FROM experiments", ()
         if status is not None:
             query, args = query + " WHERE status = ?", (status,)

@@ -47,7 +47,7 @@ def experiments_router(scheduler: ExperimentScheduler) -> APIRouter:
             allowed = ", ".join(states.RUN_STATES)
             raise HTTPException(422, f"unknown status {status!r}; statuses: {allowed}")
         experiments = scheduler.store.list_experiments(status)
-        return [scheduler.view(experiment, full=False) for experiment in experiments]
+        return [scheduler.view(scheduler.get(e.experiment_id), full=False) for e in experiments]
 
     @router.get("/{experiment_id}")
     def get_experiment(experiment_id: str) -> dict[str, Any]:

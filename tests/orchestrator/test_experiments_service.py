@@ -122,6 +122,8 @@ def test_an_experiment_runs_through_rest_survives_a_killed_worker_and_aggregates
     png = client.http.get(f"/experiments/{experiment_id}/report/curves.png")
     assert png.content[:4] == b"\x89PNG"
     assert client.http.get(f"/experiments/{experiment_id}/report/run.sqlite").status_code == 404
+    listed = {e["experiment_id"]: e for e in client.experiments()}[experiment_id]
+    assert listed["runs_total"] == 6 and listed["run_states"] == {"completed": 6}
 
     status = CliRunner().invoke(main, ["status", experiment_id, "--url", stack.url])
     assert status.exit_code == 0, status.output
