@@ -221,57 +221,24 @@ def build_report(
     """Aggregate `runs` over seeds; write results.json, results.md and plots into `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    usable = [run for run in runs if run.results is not None]
-    notes = list(notes)
-    for run in runs:
-        if run.results is None:
-            notes.append(f"run {run.run_id} ({run.status}) has no results yet: left out")
-    groups = group_runs(usable)
+    waiting = [run for run in runs if run.results is None]
+    notes = [
+        *notes,
+        *(f"run {r.run_id} ({r.status}) has no results yet: left out" for r in waiting),
+    ]
+    groups = group_runs([run for run in runs if run.results is not None])
     methods: list[dict[str, Any]] = []
     tables: list[dict[str, Any]] = []
-    curves: dict[str, list[dict[str, Any]]] = {tag: [] for tag in CURVE_TAGS}
+    curves: dict[str, list[dict[str, Any]]] = {}
     for recipe in dict.fromkeys(group.recipe for group in groups):
-        recipe_groups = [group for group in groups if group.recipe == recipe]
-        layout = table_layout([run for group in recipe_groups for run in group.runs])
-        headline = headline_metrics(recipe, layout)
-        table_rows = []
-        for group in recipe_groups:
-            for entry in aggregate_rows(group, layout):
-                methods.append(
-                    {
-                        "config": group.label,
-                        "recipe": recipe,
-                        "point": group.point,
-                        "row": entry["key"] or entry["row"],
-                        "seeds": entry["seeds"],
-                        "run_ids": [run.run_id for run in group.runs],
-                        "metrics": {
-                            m: {**entry["estimates"][m].to_dict(), "values": entry["values"][m]}
-                            for m in headline
-                        },
-                    }
-                )
-                table_rows.append(
-                    {
-                        CONFIG_COLUMN: group.label,
-                        **{c: _cell(c, layout, entry) for c in layout.columns},
-                    }
-                )
-        tables.append(
-            {
-                "recipe": recipe,
-                "title": layout.title,
-                "columns": [CONFIG_COLUMN, *layout.columns],
-                "key_columns": layout.keys,
-                "headline_metrics": headline,
-                "rows": table_rows,
-            }
-        )
-        for group in recipe_groups:
-            for tag in CURVE_TAGS:
-                band = curve_bands(group, tag)
-                if band is not None:
-                    curves[tag].append({"config": group.label, **band})
+        recipe_methods, table = recipe_section([g for g in groups if g.recipe == recipe])
+        methods += recipe_methods
+        tables.append(table)
+    for group in groups:
+        for tag in CURVE_TAGS:
+            band = curve_bands(group, tag)
+            if band is not None:
+                curves.setdefault(tag, []).append({"config": group.label, **band})
     if any(len(group.runs) == 1 for group in groups):
         notes.append(f"{stats.ONE_VALUE_NOTE} (configs with a single run)")
     report: dict[str, Any] = {
@@ -282,59 +249,99 @@ def build_report(
             f"{stats.RANDOM_STATE})",
             "iqm": f"interquartile mean (scipy.stats.trim_mean, {stats.IQM_TRIM})",
         },
-        "runs": [
-            {
-                "run_id": run.run_id,
-                "recipe": run.recipe,
-                "config": group.label,
-                "seed": run.seed,
-                "status": run.status,
-            }
-            for group in groups
-            for run in group.runs
-        ]
-        + [
-            {
-                "run_id": r.run_id,
-                "recipe": r.recipe,
-                "config": None,
-                "seed": r.seed,
-                "status": r.status,
-            }
-            for r in runs
-            if r.results is None
-        ],
+        "runs": [_run_entry(run, group.label) for group in groups for run in group.runs]
+        + [_run_entry(run, None) for run in waiting],
         "configs": [{"config": g.label, "recipe": g.recipe, "seeds": g.seeds} for g in groups],
         "methods": methods,
         "tables": tables,
-        "curves": {tag: bands for tag, bands in curves.items() if bands},
+        "curves": curves,
         "notes": notes,
         "plots": [],
     }
     if plots and methods:
         from llmrl.orchestrator.report_plots import plot_curves, plot_headline
 
-        if report["curves"]:
-            plot_curves(report["curves"], out / "curves.png", title)
+        if curves:
+            plot_curves(curves, out / "curves.png", title)
             report["plots"].append("curves.png")
         plot_headline(methods, out / "headline.png", title)
         report["plots"].append("headline.png")
-    (out / "results.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    report = json_safe(report)
+    (out / "results.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     (out / "results.md").write_text(report_markdown(report))
     return report
 
 
-def _json_default(value: Any) -> Any:
+def recipe_section(groups: list[ConfigGroup]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The methods (config × table row) of one recipe's configs, and its table over seeds."""
+    recipe = groups[0].recipe
+    layout = table_layout([run for group in groups for run in group.runs])
+    headline = headline_metrics(recipe, layout)
+    methods, rows = [], []
+    for group in groups:
+        for entry in aggregate_rows(group, layout):
+            methods.append(
+                {
+                    "config": group.label,
+                    "recipe": recipe,
+                    "point": group.point,
+                    "row": entry["key"] or entry["row"],
+                    "seeds": entry["seeds"],
+                    "run_ids": [run.run_id for run in group.runs],
+                    "metrics": {
+                        m: {**entry["estimates"][m].to_dict(), "values": entry["values"][m]}
+                        for m in headline
+                    },
+                }
+            )
+            rows.append(
+                {CONFIG_COLUMN: group.label, **{c: _cell(c, layout, entry) for c in layout.columns}}
+            )
+    table = {
+        "recipe": recipe,
+        "title": layout.title,
+        "columns": [CONFIG_COLUMN, *layout.columns],
+        "key_columns": layout.keys,
+        "headline_metrics": headline,
+        "rows": rows,
+    }
+    return methods, table
+
+
+def _run_entry(run: RunData, config: str | None) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "recipe": run.recipe,
+        "config": config,
+        "seed": run.seed,
+        "status": run.status,
+    }
+
+
+def json_safe(value: Any) -> Any:
+    """The report as strict JSON: NaN and infinities (a metric with no values) become null."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
     if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
-def _number(value: float) -> str:
+def format_number(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.4g}"
+
+
+def format_estimate(value: dict[str, Any]) -> str:
+    """A report's metric entry as "mean [low, high]"."""
     return (
-        "n/a"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else (f"{value:.4g}")
+        f"{format_number(value['mean'])} "
+        f"[{format_number(value['low'])}, {format_number(value['high'])}]"
     )
 
 
@@ -363,10 +370,11 @@ def report_markdown(report: dict[str, Any]) -> str:
     ]
     for method in report["methods"]:
         for metric, value in method["metrics"].items():
-            interval = f"[{_number(value['low'])}, {_number(value['high'])}]"
+            low, high = format_number(value["low"]), format_number(value["high"])
+            mean, iqm = format_number(value["mean"]), format_number(value["iqm"])
             lines.append(
-                f"| {method_name(method)} | {metric} | {_number(value['mean'])} | {interval} | "
-                f"{_number(value['iqm'])} | {value['n']} |"
+                f"| {method_name(method)} | {metric} | {mean} | [{low}, {high}] | {iqm} | "
+                f"{value['n']} |"
             )
     for table in report["tables"]:
         lines += ["", f"## {table['title'] or table['recipe']}: mean [95% CI] over seeds", ""]

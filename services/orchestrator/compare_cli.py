@@ -13,7 +13,7 @@ from rich.console import Console
 
 from llmrl.common.plugins import load_plugins
 from llmrl.orchestrator.browse import local_runs, print_runs, remote_runs, tensorboard_command
-from llmrl.orchestrator.compare import RunData, build_report, method_name
+from llmrl.orchestrator.compare import RunData, build_report, format_estimate, method_name
 from llmrl.orchestrator.sources import UnknownReference, resolve_local, resolve_remote
 from llmrl.recipes.base import tensorboard_root
 
@@ -46,8 +46,7 @@ def cli_compare(references: list[str], out: Path, url: str | None, title: str | 
     console.print(f"{len(report['runs'])} runs, {len(report['configs'])} configs")
     for method in report["methods"]:
         figures = ", ".join(
-            f"{metric} {value['mean']:.4g} [{value['low']:.4g}, {value['high']:.4g}]"
-            for metric, value in method["metrics"].items()
+            f"{metric} {format_estimate(value)}" for metric, value in method["metrics"].items()
         )
         console.print(f"  {method_name(method)}: {figures}")
     console.print(f"report: {out.resolve() / 'results.md'}")

@@ -153,7 +153,7 @@ def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
     console.print(table)
     aggregate = experiment.get("aggregate")
     if aggregate:
-        from llmrl.orchestrator.compare import method_name
+        from llmrl.orchestrator.compare import format_estimate, format_number, method_name
 
         summary = Table(title="headline metrics: mean [95% CI] over seeds")
         for column in ("method", "metric", "mean [95% CI]", "IQM", "seeds"):
@@ -163,8 +163,8 @@ def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
                 summary.add_row(
                     method_name(method),
                     metric,
-                    f"{value['mean']:.4g} [{value['low']:.4g}, {value['high']:.4g}]",
-                    f"{value['iqm']:.4g}",
+                    format_estimate(value),
+                    format_number(value["iqm"]),
                     str(value["n"]),
                 )
         console.print(summary)

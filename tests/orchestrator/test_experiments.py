@@ -17,10 +17,11 @@ from scipy import stats as scipy_stats
 from llmrl.cli import main
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
+from llmrl.orchestrator.compare import RunData, build_report, method_name
 from llmrl.orchestrator.experiments import parse_spec, plan_experiment, spec_from_arguments
 from llmrl.orchestrator.sweep import run_sweep
 from llmrl.planners.oracle import OraclePlanner
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.base import ConfigError, Results
 
 PLANNER = "test-sweep-oracle"
 
@@ -256,3 +257,46 @@ def test_a_bad_recipe_or_a_different_sweep_of_the_same_name_is_refused(tmp_path:
     other = spec_from_arguments("evaluate", [f"planner={PLANNER}", "episodes=2"], name="same")
     with pytest.raises(ConfigError, match="another --name or --out"):
         run_sweep(other, tmp_path, progress=False)
+
+
+def test_rows_are_matched_across_seeds_by_their_text_columns(tmp_path: Path):
+    """A when2ask-like table: rows keyed by (task, method), a row with no paper figure."""
+
+    def run(seed: int, planner: str, learned: float, always: float) -> RunData:
+        rows = [
+            {"task": "KeyInBox", "method": "always", "success_%": always, "paper_%": 100.0},
+            {"task": "KeyInBox", "method": "learned", "success_%": learned, "paper_%": None},
+        ]
+        if seed == 2:
+            rows.reverse()  # matched by key, not by position
+        config = {"planner": planner, "seed": seed}
+        return RunData(f"{planner}-{seed}", "when2ask", config, "completed", Results("t", rows))
+
+    runs = [run(0, "oracle", 90.0, 100.0), run(1, "oracle", 80.0, 100.0)]
+    runs += [run(2, "oracle", 70.0, 98.0), run(0, "local", 10.0, 50.0)]
+    report = build_report(runs, tmp_path, "keys")
+    names = [method_name(method) for method in report["methods"]]
+    assert names == [
+        "planner=oracle (KeyInBox / always)",
+        "planner=oracle (KeyInBox / learned)",
+        "planner=local (KeyInBox / always)",
+        "planner=local (KeyInBox / learned)",
+    ]
+    learned = report["methods"][1]["metrics"]["success_%"]
+    assert learned["values"] == [90.0, 80.0, 70.0] and learned["mean"] == pytest.approx(80.0)
+    assert (
+        report["methods"][3]["metrics"]["success_%"]["note"]
+        == "one seed: the interval is the point"
+    )
+    assert report["methods"][1]["metrics"]["paper_%"]["mean"] is None  # no values: null, not NaN
+    json.loads((tmp_path / "results.json").read_text(), parse_constant=pytest.fail)
+    (table,) = report["tables"]
+    assert table["key_columns"] == ["task", "method"]
+    assert table["rows"][2] == {
+        "config": "planner=local",
+        "task": "KeyInBox",
+        "method": "always",
+        "success_%": "50",
+        "paper_%": "100",
+    }
+    assert table["rows"][3]["paper_%"] == "n/a"
