@@ -122,6 +122,9 @@ def test_an_experiment_runs_through_rest_survives_a_killed_worker_and_aggregates
     png = client.http.get(f"/experiments/{experiment_id}/report/curves.png")
     assert png.content[:4] == b"\x89PNG"
     assert client.http.get(f"/experiments/{experiment_id}/report/run.sqlite").status_code == 404
+    for run in runs:  # the orchestrator's runs share the one TensorBoard root too
+        link = stack.home / "tensorboard" / run["run_id"]
+        assert link.resolve() == (stack.home / "runs" / run["run_id"] / "tb").resolve()
     listed = {e["experiment_id"]: e for e in client.experiments()}[experiment_id]
     assert listed["runs_total"] == 6 and listed["run_states"] == {"completed": 6}
 
