@@ -215,7 +215,7 @@ def submit(recipe: str, overrides: tuple[str, ...], url: str | None, wait: bool)
 @click.argument("run_id", required=False)
 @click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
 def status(run_id: str | None, url: str | None) -> None:
-    """Show one run (or all runs) on the orchestrator."""
+    """Show one run or experiment (or all of them) on the orchestrator."""
     client = _load("llmrl.orchestrator.rest_client", "cli_status")
     client(run_id, url=url or cfg.http_url("orchestrator"))
 
@@ -224,7 +224,7 @@ def status(run_id: str | None, url: str | None) -> None:
 @click.argument("run_id")
 @click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
 def cancel(run_id: str, url: str | None) -> None:
-    """Cancel a run on the orchestrator."""
+    """Cancel a run, or an experiment's queued and running runs, on the orchestrator."""
     client = _load("llmrl.orchestrator.rest_client", "cli_cancel")
     client(run_id, url=url or cfg.http_url("orchestrator"))
 
@@ -343,7 +343,7 @@ def runs(url: str | None) -> None:
     "--print",
     "print_only",
     is_flag=True,
-    help="Only print the command (and the log root) instead of starting TensorBoard.",
+    help="Only print the command (with the log root) instead of starting TensorBoard.",
 )
 @click.option("--port", type=int, default=None, help="TensorBoard's port (default its own, 6006).")
 def tensorboard(print_only: bool, port: int | None) -> None:
