@@ -170,7 +170,9 @@ def test_cancelling_an_experiment_cancels_its_running_runs(stack, client):
         60,
         "two runs started, episodes being played",
     )
-    assert client.cancel_experiment(experiment_id)["cancel_requested"] is True
+    cancelled = CliRunner().invoke(main, ["cancel", experiment_id, "--url", stack.url])
+    assert cancelled.exit_code == 0 and f"{experiment_id}: cancel requested" in cancelled.output
+    assert client.experiment(experiment_id)["cancel_requested"] is True
     final = wait_experiment(client, experiment_id)
     assert final["status"] == "cancelled"
     states = [run["status"] for run in final["runs"]]
