@@ -215,7 +215,7 @@ def submit(recipe: str, overrides: tuple[str, ...], url: str | None, wait: bool)
 @click.argument("run_id", required=False)
 @click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
 def status(run_id: str | None, url: str | None) -> None:
-    """Show one run (or all runs) on the orchestrator."""
+    """Show one run or experiment (or all of them) on the orchestrator."""
     client = _load("llmrl.orchestrator.rest_client", "cli_status")
     client(run_id, url=url or cfg.http_url("orchestrator"))
 
@@ -224,9 +224,132 @@ def status(run_id: str | None, url: str | None) -> None:
 @click.argument("run_id")
 @click.option("--url", default=None, help="Orchestrator base URL (default LLMRL_ORCHESTRATOR_URL).")
 def cancel(run_id: str, url: str | None) -> None:
-    """Cancel a run on the orchestrator."""
+    """Cancel a run, or an experiment's queued and running runs, on the orchestrator."""
     client = _load("llmrl.orchestrator.rest_client", "cli_cancel")
     client(run_id, url=url or cfg.http_url("orchestrator"))
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("recipe")
+@click.argument("arguments", nargs=-1)
+@click.option(
+    "--name",
+    default=None,
+    help="Experiment name (letters, digits, '.', '_', '-'); default: the recipe and a digest "
+    "of the sweep, so the same sweep gets the same name and resumes.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded: directory for the run store, every run's files and the report "
+    "(default: runs/<name>); the same sweep into the same directory resumes.",
+)
+@click.option(
+    "--url",
+    default=None,
+    help="Submit to this orchestrator (service mode) instead of running here; "
+    "`llmrl status <experiment id>` follows it.",
+)
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Service mode: runs at once (default 2); embedded runs go one after another.",
+)
+@click.option("--wait", is_flag=True, help="With --url: follow the experiment until it ends.")
+@click.option("--quiet", is_flag=True, help="Embedded: no progress bars.")
+def sweep(
+    recipe: str,
+    arguments: tuple[str, ...],
+    name: str | None,
+    out: Path | None,
+    url: str | None,
+    max_parallel: int | None,
+    wait: bool,
+    quiet: bool,
+) -> None:
+    """Run an experiment: RECIPE over a grid of config values and several seeds.
+
+    ARGUMENTS are key=value pairs: a value in [...] is a grid axis (every combination of
+    the axes is a config), `seeds=a..b` (inclusive) or `seeds=[0,3,7]` the seeds of every
+    config, anything else fixed for all runs; a list-valued key is fixed with `key=[[a,b]]`.
+    E.g. `llmrl sweep evaluate planner=[oracle] episodes=[5,10] seeds=0..4`. The report
+    (results.md, results.json, plots: mean, 95% bootstrap interval and IQM over seeds) is
+    written to the out dir; `llmrl compare` builds the same from any runs.
+    """
+    config_error = _load("llmrl.recipes.base", "ConfigError")
+    spec_from_arguments = _load("llmrl.orchestrator.experiments", "spec_from_arguments")
+    try:
+        spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
+        if url is not None:
+            submit = _load("llmrl.orchestrator.rest_client", "cli_submit_experiment")
+            submit(spec.model_dump(mode="json", exclude_none=True), url=url, wait=wait)
+            return
+        run_sweep = _load("llmrl.orchestrator.sweep", "run_sweep")
+        run_sweep(spec, out_dir=out, progress=not quiet)
+    except config_error as exc:  # the field and why; nothing was started
+        raise click.UsageError(str(exc)) from exc
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: run the same sweep again (same --out) to resume", err=True)
+        sys.exit(130)
+
+
+@main.command()
+@click.argument("references", nargs=-1, required=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("comparison"),
+    show_default=True,
+    help="Directory for the report: results.md, results.json, curves.png, headline.png.",
+)
+@click.option(
+    "--url",
+    default=None,
+    help="Look the ids up on this orchestrator (run and experiment ids) instead of locally.",
+)
+@click.option("--title", default=None, help="Title of the report (default: what was compared).")
+def compare(references: tuple[str, ...], out: Path, url: str | None, title: str | None) -> None:
+    """Compare runs over seeds: mean, 95% bootstrap interval and IQM per method.
+
+    REFERENCES are run directories (an `llmrl run --out` or `llmrl sweep --out`
+    directory), run or experiment ids of this machine's embedded runs and sweeps and of its
+    orchestrator's store (under LLMRL_HOME), or with --url ids on that orchestrator. Runs
+    of one recipe whose configs differ only in seed are seeds of one config.
+    """
+    compare_cli = _load("llmrl.orchestrator.compare_cli", "cli_compare")
+    compare_cli(list(references), out, url=url, title=title)
+
+
+@main.command()
+@click.option(
+    "--url",
+    default=None,
+    help="List this orchestrator's runs (GET /runs) instead of the runs stored under LLMRL_HOME.",
+)
+def runs(url: str | None) -> None:
+    """List stored runs: recipe, status, key config, headline metric, LLM spend.
+
+    Without --url: the embedded runs and sweeps run on this machine (catalogued in
+    LLMRL_HOME/embedded.sqlite) and the local orchestrator's runs.
+    """
+    compare_cli = _load("llmrl.orchestrator.compare_cli", "cli_runs")
+    compare_cli(url)
+
+
+@main.command()
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    help="Only print the command (with the log root) instead of starting TensorBoard.",
+)
+@click.option("--port", type=int, default=None, help="TensorBoard's port (default its own, 6006).")
+def tensorboard(print_only: bool, port: int | None) -> None:
+    """TensorBoard over every run: one log root, LLMRL_HOME/tensorboard/<run_id>."""
+    compare_cli = _load("llmrl.orchestrator.compare_cli", "cli_tensorboard")
+    compare_cli(print_only, port)
 
 
 def _print_entries(kind: str) -> None:

@@ -5,6 +5,8 @@ One file in the artifact volume (`LLMRL_HOME/orchestrator.sqlite` in service mod
 a run lives here: the run's recipe and config, which phases completed (with their outputs),
 and every episode record. Episodes are keyed by (run_id, episode_id), so storing an episode
 that the queue delivered twice is a no-op: that is what makes at-least-once delivery safe.
+Experiments (named sets of planned runs) live here too, and a `catalog` table records where
+embedded runs' own stores are (used in `$LLMRL_HOME/embedded.sqlite`).
 """
 
 from __future__ import annotations
@@ -76,6 +78,34 @@ CREATE TABLE IF NOT EXISTS artifacts (
     created REAL NOT NULL,
     PRIMARY KEY (run_id, name)
 );
+CREATE TABLE IF NOT EXISTS experiments (
+    experiment_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    out_dir TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS experiment_runs (
+    experiment_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    recipe TEXT NOT NULL,
+    config TEXT NOT NULL,
+    point TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    PRIMARY KEY (experiment_id, idx)
+);
+CREATE TABLE IF NOT EXISTS catalog (
+    entry_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    recipe TEXT NOT NULL,
+    store TEXT NOT NULL,
+    out_dir TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
 
 
@@ -96,6 +126,21 @@ class RunRow:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class ExperimentRow:
+    """An experiment: its spec, and its planned runs (a run row exists once it has started)."""
+
+    experiment_id: str
+    name: str
+    spec: dict[str, Any]
+    status: str
+    cancel_requested: bool
+    out_dir: str
+    created: float
+    updated: float
+    runs: list[dict[str, Any]] = field(default_factory=list)  # run_id, recipe, config, point, seed
 
 
 def split_episode_id(episode_id: str) -> tuple[str, int]:
@@ -315,6 +360,106 @@ class RunStore:
         rows.sort(key=lambda row: (row["phase"], row["idx"]))
         return [EpisodeRecord.from_json(row["record"]) for row in rows]
 
+    # -- experiments --------------------------------------------------------------------
+    def create_experiment(
+        self,
+        experiment_id: str,
+        name: str,
+        spec: dict[str, Any],
+        out_dir: str | Path,
+        planned: list[dict[str, Any]],
+    ) -> None:
+        """The experiment and its planned runs, in one transaction (all or nothing)."""
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO experiments (experiment_id, name, spec, status, out_dir, created,"
+                " updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (experiment_id, name, json.dumps(spec), PENDING, str(out_dir), now, now),
+            )
+            db.executemany(
+                "INSERT INTO experiment_runs (experiment_id, idx, run_id, recipe, config, point,"
+                " seed) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        experiment_id,
+                        index,
+                        run["run_id"],
+                        run["recipe"],
+                        json.dumps(run["config"]),
+                        json.dumps(run["point"]),
+                        run["seed"],
+                    )
+                    for index, run in enumerate(planned)
+                ],
+            )
+
+    def get_experiment(self, experiment_id: str) -> ExperimentRow | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM experiments WHERE experiment_id = ?", (experiment_id,)
+            ).fetchone()
+            runs = self._db.execute(
+                "SELECT * FROM experiment_runs WHERE experiment_id = ? ORDER BY idx",
+                (experiment_id,),
+            ).fetchall()
+        if row is None:
+            return None
+        experiment = _experiment_from_row(row)
+        experiment.runs = [
+            {
+                "run_id": run["run_id"],
+                "recipe": run["recipe"],
+                "config": json.loads(run["config"]),
+                "point": json.loads(run["point"]),
+                "seed": run["seed"],
+            }
+            for run in runs
+        ]
+        return experiment
+
+    def list_experiments(self, status: str | None = None) -> list[ExperimentRow]:
+        """Experiments without their runs (get_experiment has them)."""
+        query, args = "SELECT * FROM experiments", ()
+        if status is not None:
+            query, args = query + " WHERE status = ?", (status,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created", args).fetchall()
+        return [_experiment_from_row(row) for row in rows]
+
+    def update_experiment(self, experiment_id: str, **fields: Any) -> None:
+        unknown = set(fields) - {"status", "cancel_requested"}
+        if unknown:
+            raise ValueError(f"cannot update experiment fields {sorted(unknown)}")
+        if "cancel_requested" in fields:
+            fields["cancel_requested"] = int(bool(fields["cancel_requested"]))
+        columns = ", ".join(f"{name} = ?" for name in fields)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE experiments SET {columns}, updated = ? WHERE experiment_id = ?",
+                (*fields.values(), time.time(), experiment_id),
+            )
+
+    # -- catalog: runs and experiments whose own store lies elsewhere (embedded runs) ------
+    def catalog_add(
+        self, entry_id: str, kind: str, recipe: str, store: str | Path, out_dir: str | Path
+    ) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO catalog (entry_id, kind, recipe, store, out_dir, created)"
+                " VALUES (?, ?, ?, ?, ?, COALESCE((SELECT created FROM catalog"
+                " WHERE entry_id = ?), ?))",
+                (entry_id, kind, recipe, str(store), str(out_dir), entry_id, time.time()),
+            )
+
+    def catalog(self, kind: str | None = None) -> list[dict[str, Any]]:
+        query, args = "SELECT * FROM catalog", ()
+        if kind is not None:
+            query, args = query + " WHERE kind = ?", (kind,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created", args).fetchall()
+        return [dict(row) for row in rows]
+
     # -- artifacts ----------------------------------------------------------------------
     def add_artifact(self, run_id: str, name: str, path: str | Path, kind: str = "file") -> None:
         path = Path(path)
@@ -347,6 +492,19 @@ def _run_from_row(row: sqlite3.Row) -> RunRow:
         summary=json.loads(row["summary"]),
         out_dir=row["out_dir"],
         cancel_requested=bool(row["cancel_requested"]),
+        created=row["created"],
+        updated=row["updated"],
+    )
+
+
+def _experiment_from_row(row: sqlite3.Row) -> ExperimentRow:
+    return ExperimentRow(
+        experiment_id=row["experiment_id"],
+        name=row["name"],
+        spec=json.loads(row["spec"]),
+        status=row["status"],
+        cancel_requested=bool(row["cancel_requested"]),
+        out_dir=row["out_dir"],
         created=row["created"],
         updated=row["updated"],
     )

@@ -26,6 +26,7 @@ from llmrl.agents import RolloutResources
 from llmrl.common import store as states
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
+from llmrl.orchestrator import catalog
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.runner import execute_run
 from llmrl.recipes.base import NullProgress, Results, format_cell, read_results, validate_config
@@ -112,6 +113,7 @@ def run_embedded(
         else:
             run_id = store.create_run(recipe, canonical, out)
             console.print(f"run {run_id}: files in {out}")
+        catalog.record(run_id, catalog.RUN, recipe, store.path, out)  # `llmrl runs` lists it
         reporter = RichProgress(console) if progress else NullProgress()
         run = execute_run(store, run_id, embedded_executor(store, resources), progress=reporter)
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ class RunManager:
         self._lock = threading.Lock()
         self._collector_thread: threading.Thread | None = None
         self._ledger: Any = None
+        self.run_end_hooks: list[Callable[[str], None]] = []  # e.g. the experiment scheduler
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> list[str]:
@@ -84,10 +86,12 @@ class RunManager:
             self._ledger.close()
 
     # -- runs -------------------------------------------------------------------------------
-    def submit(self, recipe: str, config: dict[str, Any] | None) -> RunRow:
+    def submit(
+        self, recipe: str, config: dict[str, Any] | None, run_id: str | None = None
+    ) -> RunRow:
         """Validate and start a run; ConfigError for a bad recipe or config."""
         validated = validate_config(recipe, config)
-        run_id = new_run_id(recipe)
+        run_id = run_id or new_run_id(recipe)
         out_dir = self.home / "runs" / run_id
         self.store.create_run(recipe, validated.model_dump(mode="json"), out_dir, run_id=run_id)
         self._launch(run_id)
@@ -123,6 +127,8 @@ class RunManager:
                         log_event(log, "could not drop done-set", logging.WARNING, error=str(exc))
                 with self._lock:
                     self._threads.pop(run_id, None)
+                for hook in self.run_end_hooks:
+                    hook(run_id)
 
         thread = threading.Thread(target=work, name=f"run-{run_id}", daemon=True)
         with self._lock:

@@ -14,6 +14,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from llmrl.orchestrator.browse import whole_console
 from llmrl.orchestrator.service import TOKEN_VAR
 
 FINAL_STATES = ("completed", "failed", "cancelled")
@@ -56,6 +57,28 @@ class OrchestratorClient:
         if response.is_error:
             self._json(response)
         return response.content
+
+    def submit_experiment(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self._json(self.http.post("/experiments", json=spec))
+
+    def experiment(self, experiment_id: str) -> dict[str, Any]:
+        return self._json(self.http.get(f"/experiments/{experiment_id}"))
+
+    def experiments(self) -> list[dict[str, Any]]:
+        return self._json(self.http.get("/experiments"))
+
+    def cancel_experiment(self, experiment_id: str) -> dict[str, Any]:
+        return self._json(self.http.post(f"/experiments/{experiment_id}/cancel"))
+
+    def wait_experiment(
+        self, experiment_id: str, timeout: float = 3600.0, interval: float = 0.5
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            experiment = self.experiment(experiment_id)
+            if experiment["status"] in FINAL_STATES or time.monotonic() > deadline:
+                return experiment
+            time.sleep(interval)
 
     def wait(self, run_id: str, timeout: float = 3600.0, interval: float = 0.5) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -111,12 +134,77 @@ def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False
         client.close()
 
 
+def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
+    """An experiment's state and each run's: id, grid point, seed, state."""
+    states = ", ".join(f"{n} {state}" for state, n in experiment["run_states"].items())
+    console.print(
+        f"experiment {experiment['experiment_id']}: {experiment['status']}"
+        f"{' (cancel requested)' if experiment['cancel_requested'] else ''}; "
+        f"{experiment['runs_total']} runs ({states}), at most {experiment['max_parallel']} at once"
+    )
+    table = Table(title=f"runs of {experiment['experiment_id']}")
+    for column in ("run_id", "point", "seed", "status", "current_phase"):
+        table.add_column(column)
+    for run in experiment.get("runs", []):
+        point = ", ".join(f"{k}={v}" for k, v in run["point"].items())
+        table.add_row(
+            run["run_id"], point, str(run["seed"]), run["status"], run["current_phase"] or ""
+        )
+    console.print(table)
+    aggregate = experiment.get("aggregate")
+    if aggregate:
+        from llmrl.orchestrator.compare import format_estimate, format_number, method_name
+
+        summary = Table(title="headline metrics: mean [95% CI] over seeds")
+        for column in ("method", "metric", "mean [95% CI]", "IQM", "seeds"):
+            summary.add_column(column)
+        for method in aggregate["methods"]:
+            for metric, value in method["metrics"].items():
+                summary.add_row(
+                    method_name(method),
+                    metric,
+                    format_estimate(value),
+                    format_number(value["iqm"]),
+                    str(value["n"]),
+                )
+        console.print(summary)
+
+
+def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) -> None:
+    console = whole_console()
+    client = _connect(url)
+    try:
+        experiment = client.submit_experiment(spec)
+        console.print(experiment["experiment_id"])
+        if wait:
+            with console.status(f"waiting for {experiment['experiment_id']}"):
+                final = client.wait_experiment(experiment["experiment_id"])
+            print_experiment(console, final)
+            if final["status"] != "completed":
+                raise click.ClickException(f"experiment {final['experiment_id']} {final['status']}")
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc
+    finally:
+        client.close()
+
+
 def cli_status(run_id: str | None, url: str) -> None:
-    console = Console()
+    console = whole_console()
     client = _connect(url)
     try:
         if run_id:
-            _print_run(console, client.run(run_id))
+            try:
+                _print_run(console, client.run(run_id))
+            except OrchestratorError as exc:
+                if exc.status != 404:
+                    raise
+                try:
+                    experiment = client.experiment(run_id)
+                except OrchestratorError as missing:
+                    if missing.status != 404:
+                        raise
+                    raise exc from None  # neither a run nor an experiment: the run's 404
+                print_experiment(console, experiment)
             return
         table = Table(title="runs")
         for column in ("run_id", "recipe", "status", "current_phase"):
@@ -124,6 +212,15 @@ def cli_status(run_id: str | None, url: str) -> None:
         for run in client.runs():
             table.add_row(run["run_id"], run["recipe"], run["status"], run["current_phase"] or "")
         console.print(table)
+        experiments = client.experiments()
+        if experiments:
+            table = Table(title="experiments")
+            for column in ("experiment_id", "status", "runs"):
+                table.add_column(column)
+            for experiment in experiments:
+                counts = ", ".join(f"{n} {s}" for s, n in experiment["run_states"].items())
+                table.add_row(experiment["experiment_id"], experiment["status"], counts)
+            console.print(table)
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc
     finally:
@@ -133,7 +230,19 @@ def cli_status(run_id: str | None, url: str) -> None:
 def cli_cancel(run_id: str, url: str) -> None:
     client = _connect(url)
     try:
-        run = client.cancel(run_id)
+        try:
+            run = client.cancel(run_id)
+        except OrchestratorError as exc:
+            if exc.status != 404:
+                raise
+            try:  # an experiment id: its queued runs never start, its running ones stop
+                experiment = client.cancel_experiment(run_id)
+            except OrchestratorError as missing:
+                if missing.status != 404:
+                    raise
+                raise exc from None
+            Console().print(f"{experiment['experiment_id']}: cancel requested")
+            return
         Console().print(f"{run['run_id']}: cancel requested ({run['status']})")
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc

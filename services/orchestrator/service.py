@@ -7,6 +7,7 @@
     GET  /runs/{id}/episodes         episode records, paged (?offset=&limit=&phase=)
     GET  /runs/{id}/artifacts        the run's files; GET /runs/{id}/artifacts/{name} downloads
     GET  /recipes                    every recipe with its config's JSON schema
+    /experiments                     named sets of runs (grid × seeds): routes_experiments.py
     GET  /health, GET /metrics, GET /docs (OpenAPI)
 
 When a token is configured (LLMRL_ORCHESTRATOR_TOKEN or setting `token`) every endpoint but
@@ -41,6 +42,9 @@ from llmrl.common.store import RunStore
 from llmrl.orchestrator import routes_artifacts, routes_recipes, routes_runs
 from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
 from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
+from llmrl.orchestrator.rest_access import GUARDED
+from llmrl.orchestrator.routes_experiments import experiments_router
+from llmrl.orchestrator.scheduler import ExperimentScheduler
 from llmrl.recipes.base import ConfigError
 
 log = logging.getLogger("llmrl.orchestrator")
@@ -124,13 +128,17 @@ async def _run_not_active(_request: Request, exc: RunNotActive) -> JSONResponse:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     manager: RunManager = app.state.manager
+    scheduler: ExperimentScheduler = app.state.scheduler
     resumed = manager.start()
+    scheduler.start()  # after the manager: resumed runs count against max_parallel
     log_event(log, "orchestrator ready", resumed_runs=resumed)
     yield
+    scheduler.stop()
     manager.stop()
 
 
 def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> FastAPI:
+    scheduler = ExperimentScheduler(manager)
     app = FastAPI(
         title="llmrl orchestrator",
         version="1",
@@ -142,13 +150,15 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
             RunNotActive: _run_not_active,
         },
     )
-    app.state.manager, app.state.token = manager, token  # what the routers' dependencies read
+    app.state.manager, app.state.token = manager, token
+    app.state.scheduler = scheduler  # what the routers' dependencies read
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     add_health_and_metrics(
         app, "orchestrator", check=lambda: {"redis": manager.broker.ping(), "runs": "ok"}
     )
     for routes in (routes_runs, routes_artifacts, routes_recipes):
         app.include_router(routes.router)
+    app.include_router(experiments_router(scheduler), dependencies=GUARDED)
     return app
 
 

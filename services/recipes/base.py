@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ class Phase:
 
 class Recipe(ABC):
     Config: ClassVar[type[RecipeConfig]] = RecipeConfig
+    # The results table's columns that experiment reports aggregate over seeds (mean, 95%
+    # bootstrap interval, IQM; `llmrl compare`); None: every numeric column.
+    headline_metrics: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, config: RecipeConfig) -> None:
         self.config = config
@@ -384,6 +388,7 @@ class RunContext:
                 self._tb = False
             else:
                 self._tb = SummaryWriter(str(self.out_dir / "tb"))
+                link_tensorboard(self.run_id, self.out_dir / "tb")
         return self._tb or None
 
     # -- outputs ------------------------------------------------------------------------------
@@ -422,6 +427,27 @@ class RunContext:
             self._tb.close()
         if self._llm is not None and hasattr(self._llm, "close"):
             self._llm.close()
+
+
+def tensorboard_root() -> Path:
+    """One TensorBoard log root for every run: `$LLMRL_HOME/tensorboard/<run_id>`."""
+    from llmrl.common.config import home_dir
+
+    return home_dir() / "tensorboard"
+
+
+def link_tensorboard(run_id: str, tb_dir: Path) -> None:
+    """Make `<root>/<run_id>` point at the run's own `<out>/tb` (the newest run of an id wins)."""
+    link = tensorboard_root() / run_id
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and Path(os.readlink(link)) == tb_dir.resolve():
+            return
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(tb_dir.resolve(), target_is_directory=True)
+    except OSError as exc:  # read-only home, no symlinks: the run's own tb dir still works
+        log.warning("cannot link %s into the TensorBoard root: %s", tb_dir, exc)
 
 
 def save_episode_arrays(path: Path, records: list[EpisodeRecord]) -> None:

@@ -1,0 +1,113 @@
+"""`llmrl sweep`: an experiment in embedded mode, one run after another, resumable.
+
+Everything lives in the sweep's out dir (default `runs/<experiment name>`): one run store
+(`run.sqlite`, with the experiment and all its runs), each run's files under
+`runs/<run_id>/`, and the experiment's report (results.md, results.json, plots). The
+experiment's id is its name (default: the recipe and a digest of the spec), and its run ids
+derive from it, so the same sweep into the same out dir again skips the completed runs,
+resumes an interrupted one where it stopped, and retries failed or cancelled ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from llmrl.agents import RolloutResources
+from llmrl.common import store as states
+from llmrl.common.plugins import load_plugins
+from llmrl.common.store import RunStore
+from llmrl.orchestrator import catalog
+from llmrl.orchestrator.compare import build_report
+from llmrl.orchestrator.embedded import RichProgress
+from llmrl.orchestrator.executors import embedded_executor
+from llmrl.orchestrator.experiments import ExperimentSpec, PlannedRun, plan_experiment
+from llmrl.orchestrator.runner import execute_run
+from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
+from llmrl.recipes.base import ConfigError, NullProgress
+
+
+def run_sweep(
+    spec: ExperimentSpec,
+    out_dir: str | Path | None = None,
+    console: Console | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run (or resume) the experiment; returns its report. ConfigError for a bad spec."""
+    console = console or Console()
+    load_plugins()
+    experiment_id = spec.name or spec.default_name()
+    planned = plan_experiment(spec, experiment_id)  # everything validated before anything runs
+    out = Path(out_dir or Path("runs") / experiment_id).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    store = RunStore(out / STORE_FILE)
+    resources = RolloutResources(simulator=None, llm_gateway=None)
+    try:
+        _create_or_check(store, spec, experiment_id, planned, out)
+        catalog.record(experiment_id, catalog.EXPERIMENT, "+".join(spec.recipes()), store.path, out)
+        store.update_experiment(experiment_id, status=states.RUNNING)
+        console.print(f"experiment {experiment_id}: {len(planned)} runs, files in {out}")
+        for index, run in enumerate(planned, 1):
+            _run_one(store, resources, run, out, console, f"[{index}/{len(planned)}]", progress)
+        rows = [store.get_run(run.run_id, with_phases=False) for run in planned]
+        failed = [row.run_id for row in rows if row is None or row.status != states.COMPLETED]
+        store.update_experiment(experiment_id, status=states.FAILED if failed else states.COMPLETED)
+        notes = [f"runs that did not complete: {', '.join(failed)}"] if failed else []
+        report = build_report(
+            experiment_runs(store, experiment_id), out, f"experiment {experiment_id}", notes
+        )
+    finally:
+        resources.close()
+        store.close()
+    console.print(f"report: {out / 'results.md'}")
+    return report
+
+
+def _create_or_check(
+    store: RunStore,
+    spec: ExperimentSpec,
+    experiment_id: str,
+    planned: list[PlannedRun],
+    out: Path,
+) -> None:
+    existing = store.get_experiment(experiment_id)
+    plan = [run.to_dict() for run in planned]
+    if existing is None:
+        store.create_experiment(
+            experiment_id, experiment_id, spec.model_dump(mode="json"), out, plan
+        )
+        return
+    if existing.runs != plan:
+        raise ConfigError(
+            f"name: {out} already holds an experiment {experiment_id!r} with other runs; "
+            "give another --name or --out to start a new one",
+            [{"loc": ["name"], "msg": "an experiment of this name with other runs exists"}],
+        )
+
+
+def _run_one(
+    store: RunStore,
+    resources: RolloutResources,
+    run: PlannedRun,
+    out: Path,
+    console: Console,
+    counter: str,
+    progress: bool,
+) -> None:
+    label = ", ".join(f"{k}={v}" for k, v in run.point.items()) or run.recipe
+    row = store.get_run(run.run_id, with_phases=False)
+    if row is not None and row.status == states.COMPLETED:
+        console.print(f"{counter} {label} seed {run.seed}: completed earlier, skipped")
+        return
+    if row is None:
+        store.create_run(run.recipe, run.config, out / "runs" / run.run_id, run_id=run.run_id)
+    elif row.status in (states.FAILED, states.CANCELLED):  # retried: its completed phases stay
+        store.update_run(run.run_id, status=states.PENDING, error=None, cancel_requested=False)
+    catalog.record(run.run_id, catalog.RUN, run.recipe, store.path, out / "runs" / run.run_id)
+    console.print(f"{counter} {label} seed {run.seed}: run {run.run_id}")
+    reporter = RichProgress(console) if progress and console.is_terminal else NullProgress()
+    final = execute_run(store, run.run_id, embedded_executor(store, resources), progress=reporter)
+    if final.status != states.COMPLETED:
+        console.print(f"[red]{counter} run {run.run_id} {final.status}: {final.error or ''}")
