@@ -104,6 +104,13 @@ class EvaluateConfig(RecipeConfig):
 class Evaluate(Recipe):
     Config = EvaluateConfig
     config: EvaluateConfig
+    headline_metrics = (
+        "success_rate",
+        "mean_return",
+        "mean_length",
+        "llm_calls_per_episode",
+        "cost_per_episode_usd",
+    )
 
     def phases(self) -> list[Phase]:
         return [

@@ -111,6 +111,8 @@ class When2AskConfig(RecipeConfig):
 class When2Ask(Recipe):
     Config = When2AskConfig
     config: When2AskConfig
+    # The paper's figures are per run, not per seed: aggregating them would only repeat them.
+    headline_metrics = ("success_%", "queries/ep", "return_penalised", "cost/ep_usd")
 
     def methods(self) -> list[str]:
         """The methods evaluated, in evaluation order ("learned" first: random-ask uses its
