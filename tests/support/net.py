@@ -1,4 +1,4 @@
-"""Networking helpers shared by the test areas (tests/ is on pytest's pythonpath)."""
+"""Networking helpers shared by the test areas."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The tiny random Llama that fast tests serve and train instead of real weights, and gateway
 settings for it. Shared by the gateway, learner and llm-personalize tests (the session fixture
-`tiny_model_dir` in tests/conftest.py builds it once); tests/ is on sys.path (pyproject's
-pytest `pythonpath`), so tests import it as `from tiny_llm import ...`.
+`tiny_model_dir` in tests/conftest.py builds it once); tests import it as
+`from support.tiny_llm import ...`.
 
 It keeps SmolLM2's real tokenizer and chat template: tests render chats, count tokens, mask
 assistant turns and guide decoding exactly as with the real model, at a fraction of the cost.

@@ -1,9 +1,15 @@
-"""A stand-in for the OpenAI files + fine-tuning API on 127.0.0.1 (for the official client).
+"""A stand-in for the parts of the OpenAI API that llmrl uses, on 127.0.0.1 (for the official
+client).
 
-POST /v1/files (multipart: file, purpose) stores the file; POST /v1/fine_tuning/jobs creates
-a job that goes validating_files -> queued -> running -> succeeded over successive GETs (or
-"failed" when the training file is not chat JSONL); GET /v1/fine_tuning/jobs/{id} reads it.
-Requests without a bearer key are refused (401), as OpenAI does.
+`create_standin`: files + fine-tuning. POST /v1/files (multipart: file, purpose) stores the
+file; POST /v1/fine_tuning/jobs creates a job that goes validating_files -> queued -> running
+-> succeeded over successive GETs (or "failed" when the training file is not chat JSONL);
+GET /v1/fine_tuning/jobs/{id} reads it. Requests without a bearer key are refused (401), as
+OpenAI does.
+
+`create_openai_api`: the same plus chat completions (what llm-personalize uses with
+finetune_backend=openai), which answer "mission complete" and record the model, temperature
+and seed of every request (so a test sees which model each phase planned with).
 """
 
 from __future__ import annotations
@@ -123,5 +129,32 @@ def create_standin(state: StandinState) -> FastAPI:
                     job["trained_tokens"] = len(state.files[job["training_file"]]) // 4
                     job["finished_at"] = int(time.time())
         return job_view(job_id)
+
+    return app
+
+
+@dataclass
+class ChatLog:
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def create_openai_api(finetuning: StandinState, chats: ChatLog) -> FastAPI:
+    app = create_standin(finetuning)  # its bearer-key check covers the chat route too
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        with chats.lock:
+            chats.requests.append(
+                {key: body.get(key) for key in ("model", "temperature", "seed", "messages")}
+            )
+        return {
+            "id": "chatcmpl-standin", "object": "chat.completion", "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "mission complete"}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        }  # fmt: skip
 
     return app

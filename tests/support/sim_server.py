@@ -1,7 +1,7 @@
-"""Helpers of the simulator tests: a real server process, rollouts, comparisons.
+"""A real simulator server in its own process, for the simulator's tests.
 
-(A uniquely named module: test folders share one import namespace, so `conftest` is not
-importable by name.)"""
+The server imports the test envs (`support.sim_envs`) through LLMRL_PLUGINS, with tests/ on
+its PYTHONPATH, so the same ids exist on both sides of the wire."""
 
 from __future__ import annotations
 
@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import numpy as np
-from net_support import free_port
+from support.net import free_port
 
 from llmrl.simulator.service import start_subprocess
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # the folder that holds `support`
 LLMRL = Path(sys.executable).with_name("llmrl")
 
 
@@ -46,8 +45,8 @@ def start_server() -> Server:
     http_port, grpc_port = free_port(), free_port()
     env = dict(
         os.environ,
-        LLMRL_PLUGINS="simtest_envs",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
+        LLMRL_PLUGINS="support.sim_envs",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
     )
     # Files, not pipes: nobody reads a pipe while the server runs, and a full one blocks it.
     stdout = tempfile.TemporaryFile("w+")  # noqa: SIM115  closed by stop_server
@@ -84,20 +83,3 @@ def stop_server(server: Server) -> tuple[int, str, str]:
         outputs.append(stream.read())
         stream.close()
     return server.process.returncode, outputs[0], outputs[1]
-
-
-def rollout(world, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    results = [world.reset()]
-    for _ in range(steps):
-        results.append(world.step(rng.integers(0, 3, world.num_envs)))
-    return results
-
-
-def assert_same(a: list[dict], b: list[dict]) -> None:
-    assert len(a) == len(b)
-    for step, (x, y) in enumerate(zip(a, b, strict=True)):
-        assert x.keys() == y.keys(), step
-        for key in x:
-            assert x[key].dtype == y[key].dtype, (step, key)
-            np.testing.assert_array_equal(x[key], y[key], err_msg=f"step {step} {key}")

@@ -1,11 +1,12 @@
-"""A tiny skill environment for the orchestrator's tests and bench: a corridor to walk.
+"""A tiny skill environment for the orchestrator's and episode drivers' tests and the bench: a corridor to walk.
 
 `TinyCorridor`: the agent starts at 0 and must reach `length`; the one skill "step right"
 moves it one cell (and is DONE at once); reaching the end gives reward 1 and terminates.
 It offers `oracle_plan` like the When2Ask envs, so the real `oracle` planner plays it.
 `step_delay_s` makes each step sleep, so that tests can kill a worker mid-episode;
 `fail_at_position` makes a step raise, so that tests see how a broken episode is reported.
-Imported by test processes through LLMRL_PLUGINS.
+Child processes import it through LLMRL_PLUGINS=support.tiny_corridor (tests/ on their
+PYTHONPATH: `support.processes.child_env`).
 """
 
 from __future__ import annotations

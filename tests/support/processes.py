@@ -14,12 +14,12 @@ from typing import Any
 
 import httpx
 import redis
-from net_support import free_port
+from support.net import free_port
 
 from llmrl.orchestrator.launcher import redis_command
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+TESTS = Path(__file__).resolve().parents[1]  # the folder that holds `support`
+REPO = TESTS.parent
 CLAIM_IDLE_S = 1.0  # a SIGKILLed worker's job goes to another worker after this long
 RESUBMIT_AFTER_S = 3.0  # a run that got no results this long re-queues the jobs Redis lost
 
@@ -38,8 +38,8 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment of every child: the tiny test env importable, short reclaim timeout."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    env["LLMRL_PLUGINS"] = "orch_tiny_env"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    env["LLMRL_PLUGINS"] = "support.tiny_corridor"
     env["LLMRL_CLAIM_IDLE_S"] = str(CLAIM_IDLE_S)
     env["LLMRL_RESUBMIT_AFTER_S"] = str(RESUBMIT_AFTER_S)
     env["LLMRL_LOG_LEVEL"] = "WARNING"
