@@ -1,4 +1,5 @@
-"""Helpers of the Housekeep env and LLM-Personalize tests: a tiny hand-built house and the real data directory."""
+"""Helpers of the Housekeep env and LLM-Personalize tests: a tiny hand-built house and the
+real data directory."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import redis
-from support.net import free_port
 
 from llmrl.orchestrator.launcher import redis_command
+from support.net import free_port
 
 TESTS = Path(__file__).resolve().parents[1]  # the folder that holds `support`
 REPO = TESTS.parent

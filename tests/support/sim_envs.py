@@ -1,7 +1,8 @@
 """Small registered environments for the simulator's tests.
 
 A server started in another process imports this module through
-LLMRL_PLUGINS=support.sim_envs (with tests/ on PYTHONPATH), so the same ids exist on both sides of the wire.
+LLMRL_PLUGINS=support.sim_envs (with tests/ on PYTHONPATH), so the same ids exist on both
+sides of the wire.
 """
 
 from __future__ import annotations

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from support.net import free_port
-
 from llmrl.simulator.service import start_subprocess
+from support.net import free_port
 
 TESTS = Path(__file__).resolve().parents[1]  # the folder that holds `support`
 LLMRL = Path(sys.executable).with_name("llmrl")

@@ -1,4 +1,5 @@
-"""A tiny skill environment for the orchestrator's and episode drivers' tests and the bench: a corridor to walk.
+"""A tiny skill environment for the orchestrator's and episode drivers' tests and the bench:
+a corridor to walk.
 
 `TinyCorridor`: the agent starts at 0 and must reach `length`; the one skill "step right"
 moves it one cell (and is DONE at once); reaching the end gives reward 1 and terminates.

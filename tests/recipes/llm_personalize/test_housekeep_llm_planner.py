@@ -4,7 +4,7 @@ ending the episode; through a real gateway (a scripted chat server) and real wor
 
 from __future__ import annotations
 
-from tiny_llm import tiny_gateway_settings
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.agents import EpisodeJob, RolloutResources, run_episode
 from llmrl.llm_gateway.client import connect

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from personalize_support import Script, create_scripted_llm
+from support.scripted_llm import Script, create_scripted_llm
 
 from llmrl.llm_gateway.client import connect
 from llmrl.llm_gateway.service import RestServer

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from orch_procs import RedisServer
+from support.processes import RedisServer
 
 from llmrl.common.episodes import EpisodeRecord, LlmCall
 from llmrl.common.queues import Broker, InMemoryBroker, RedisBroker, make_broker

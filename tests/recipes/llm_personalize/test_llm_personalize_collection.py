@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiny_llm import tiny_gateway_settings
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.agents import RolloutResources
 from llmrl.common.store import RunStore

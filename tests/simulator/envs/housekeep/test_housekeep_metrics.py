@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from housekeep_fixtures import tiny_house
+from support.housekeep import tiny_house
 
 from llmrl.simulator.envs.base import SkillStatus, step_skill
 from llmrl.simulator.envs.housekeep import HousekeepEnv, rearrangement_metrics

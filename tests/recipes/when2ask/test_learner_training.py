@@ -1,4 +1,5 @@
-"""In service mode the asking policy trains inside the learner service (real HTTP, real SB3)."""
+"""In service mode the asking policy trains inside the learner service (real HTTP, real SB3), as
+the built-in policy job `when2ask`."""
 
 from __future__ import annotations
 
@@ -76,3 +77,11 @@ def test_a_failing_job_fails_alone(learner_url, tmp_path):
     with pytest.raises(RuntimeError, match="NoSuchEnv"):
         run_on_learner(job, url=learner_url, timeout_s=60)
     assert httpx.get(f"{learner_url}/health").status_code == 200
+
+
+def test_when2ask_offers_its_policy_training_as_a_builtin_policy_job():
+    from llmrl.common.registry import registry
+    from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
+
+    assert "when2ask" in registry.names("policy_job")
+    assert registry.get_policy_job("when2ask") == (PolicyTrainingJob, train_policy)

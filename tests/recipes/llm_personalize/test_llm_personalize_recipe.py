@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import yaml
-from tiny_llm import tiny_gateway_settings
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
 

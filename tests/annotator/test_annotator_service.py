@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from net_support import free_port
-from tiny_llm import tiny_gateway_settings
+from support.net import free_port
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.service import create_app
@@ -103,7 +103,7 @@ def test_bootstrap_dataset_then_a_local_fine_tuning_job(annotator, learner, tmp_
 def test_an_openai_job_runs_on_the_learner_and_its_model_id_comes_back(
     annotator, learner, tmp_path, monkeypatch
 ):
-    from openai_standin import StandinState, create_standin
+    from support.openai_standin import StandinState, create_standin
 
     monkeypatch.setenv("STANDIN_KEY", "sk-annotator-secret")
     data = tmp_path / "train.jsonl"

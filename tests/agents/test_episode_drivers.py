@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import support.tiny_corridor  # noqa: F401  (registers TinyCorridor, the env played here)
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources, run_episode
 from llmrl.agents.planner_driver import planner_driver

@@ -1,4 +1,5 @@
-"""Episode records carry discrete and continuous actions, through JSON and into arrays."""
+"""Episode records round-trip through JSON lines (a bad line is named); they carry discrete and
+continuous actions, through JSON and into arrays."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from llmrl.common.episodes import (
     EpisodeRecord,
+    LlmCall,
     StepRecord,
     actions_array,
     read_jsonl,
@@ -47,3 +49,24 @@ def test_actions_array_is_int_for_discrete_and_float_rows_for_continuous():
         actions_array(episode(1, [0.5]).steps)
     with pytest.raises(ValueError, match=r"differ in size: \[1, 2\]"):
         actions_array(episode([0.5], [0.5, 0.5]).steps)
+
+
+def test_episode_records_round_trip(tmp_path):
+    record = EpisodeRecord(
+        run_id="r1",
+        episode_id="evaluate/0",
+        env="SimpleDoorKey",
+        seed=3,
+        policy="oracle",
+        steps=[StepRecord(t=0, text="you see a key", skill="go to the key", reward=0.0)],
+        llm_calls=[LlmCall(t=0, messages=[{"role": "user", "content": "hi"}], response="x")],
+        episode_return=0.9,
+        length=1,
+        success=True,
+    )
+    path = tmp_path / "episodes.jsonl"
+    assert write_jsonl(path, [record, record]) == 2
+    assert list(read_jsonl(path)) == [record, record]
+    path.write_text("not json\n")
+    with pytest.raises(ValueError, match=r"episodes\.jsonl:1"):
+        list(read_jsonl(path))

@@ -12,8 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from openai_api_standin import ChatLog, create_openai_api
-from openai_standin import StandinState
+from support.openai_standin import ChatLog, StandinState, create_openai_api
 
 from llmrl.llm_gateway.service import RestServer
 from llmrl.recipes.llm_personalize.openai_models import gateway_name
