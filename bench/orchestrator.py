@@ -1,7 +1,7 @@
 """Orchestrator throughput: episode jobs per second through the Redis queue with 1 and 2 rollout
 workers, and the per-episode overhead of service mode relative to embedded mode.
 
-A trivial environment (tests/orchestrator/orch_tiny_env.py: TinyCorridor of length 1, one step
+A trivial environment (tests/support/tiny_corridor.py: TinyCorridor of length 1, one step
 per episode, played by the `oracle` planner) makes the episode itself nearly free, so the
 figures are the machinery's cost: job XADD, XREADGROUP by a worker process, the rollout loop,
 result XADD, XACK, the orchestrator's collector storing the record in SQLite.
@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_ENV_DIR = REPO / "tests" / "orchestrator"
+TINY_ENV_DIR = REPO / "tests"  # holds the `support` package
 sys.path.insert(0, str(TINY_ENV_DIR))
-os.environ["LLMRL_PLUGINS"] = "orch_tiny_env"
+os.environ["LLMRL_PLUGINS"] = "support.tiny_corridor"
 
-import orch_tiny_env  # noqa: E402, F401  (registers TinyCorridor)
 import redis  # noqa: E402
+import support.tiny_corridor  # noqa: E402, F401  (registers TinyCorridor)
 
 from llmrl.agents import EpisodeJob, RolloutResources  # noqa: E402
 from llmrl.common.queues import RedisBroker  # noqa: E402

@@ -5,7 +5,7 @@ protos/llmrl/llm_gateway/v1/llm_gateway.proto (package `llmrl.llm_gateway.v1`) b
 modules llmrl.llm_gateway.v1.llm_gateway_pb2 / _pb2_grpc, written to services/llm_gateway/v1/
 in this repository since the `llmrl` package is the services/ folder (the folder keeps a
 hand-written __init__.py so that it is a package). `--check` regenerates into a temporary
-folder and fails when the committed files differ (CI runs it through tests/test_common.py).
+folder and fails when the committed files differ (CI runs it through tests/test_protos.py).
 """
 
 from __future__ import annotations

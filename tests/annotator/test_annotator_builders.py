@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from net_support import free_port
 from pydantic import BaseModel, ConfigDict, Field
+from support.net import free_port
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.datasets import load_episodes

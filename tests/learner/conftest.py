@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from openai_standin import StandinState, create_standin
+from support.openai_standin import StandinState, create_standin
 
 from llmrl.llm_gateway.service import RestServer
 

@@ -66,7 +66,7 @@ def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeyp
 def test_local_fine_tuning_job_through_the_learner_client(tiny_model_dir, tmp_path, monkeypatch):
     """What llm-personalize's train phase does in service mode: the learner trains the LoRA."""
     import yaml
-    from tiny_llm import tiny_gateway_settings
+    from support.tiny_llm import tiny_gateway_settings
 
     from llmrl.learner.client import run_learner_job
     from llmrl.learner.jobs import FineTuneRequest

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tiny_llm import tiny_gateway_settings
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import write_chat_jsonl
 from llmrl.learner.sft import (

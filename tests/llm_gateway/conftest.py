@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_fake_provider import ProviderState, create_provider
-from net_support import free_port
-from tiny_llm import tiny_gateway_settings
+from support.fake_provider import ProviderState, create_provider
+from support.net import free_port
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.service import RestServer

@@ -9,7 +9,7 @@ import logging
 
 import httpx
 import pytest
-from gateway_fake_provider import Behaviour
+from support.fake_provider import Behaviour
 
 from llmrl.common.logs import JsonFormatter
 from llmrl.llm_gateway.api_types import EmbedRequest, GenerateRequest

@@ -11,7 +11,7 @@ import time
 
 import httpx
 import yaml
-from net_support import free_port
+from support.net import free_port
 
 from llmrl.llm_gateway.client import connect
 from llmrl.llm_gateway.settings import print_models

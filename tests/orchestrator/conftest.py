@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import orch_tiny_env  # noqa: F401  (registers TinyCorridor in this process too)
-from orch_procs import RedisServer, Service, Stack, child_env, free_port, wait_until
+import support.tiny_corridor  # noqa: F401  (registers TinyCorridor in this process too)
+from support.net import free_port
+from support.processes import RedisServer, Service, Stack, child_env, wait_until
 
 
 @pytest.fixture(scope="module")  # torn down after each module: no idle services linger

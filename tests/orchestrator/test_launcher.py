@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import httpx
-from orch_procs import REPO, child_env, free_port, wait_until
+from support.net import free_port
+from support.processes import REPO, child_env, wait_until
 
 from llmrl.common.config import DEFAULT_PORTS
 from llmrl.orchestrator.rest_client import OrchestratorClient

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from orch_procs import Stack, free_port, wait_until
+from support.net import free_port
+from support.processes import Stack, wait_until
 
 from llmrl.common.queues import RedisBroker
 from llmrl.common.store import RunStore

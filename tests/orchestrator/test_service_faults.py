@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from orch_procs import Stack, wait_until
+from support.processes import Stack, wait_until
 
 from llmrl.orchestrator.rest_client import OrchestratorClient
 

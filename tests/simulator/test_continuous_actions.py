@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from dm_env_rpc.v1 import connection, dm_env_rpc_pb2, error, tensor_utils
 from gymnasium import spaces
-from simtest_support import assert_same
+from support.world_rollouts import assert_same
 
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.vector import WorldVecEnv, WorldVectorEnv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from simtest_support import assert_same
+from support.world_rollouts import assert_same
 
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.world import World, WorldError

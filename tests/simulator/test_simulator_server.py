@@ -11,7 +11,9 @@ import grpc
 import numpy as np
 import pytest
 from dm_env_rpc.v1 import connection, dm_env_rpc_pb2, error, tensor_utils
-from simtest_support import LLMRL, assert_same, free_port, rollout, start_server, stop_server
+from support.net import free_port
+from support.sim_server import LLMRL, start_server, stop_server
+from support.world_rollouts import assert_same, rollout
 
 from llmrl.simulator.client import RemoteWorld, make_world
 from llmrl.simulator.world import StepType, World, WorldError

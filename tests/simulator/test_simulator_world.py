@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from simtest_support import assert_same, rollout
+from support.world_rollouts import assert_same, rollout
 
 from llmrl.simulator.client import make_world
 from llmrl.simulator.world import StepType, World, WorldError, make_env

@@ -1,0 +1,49 @@
+"""Shared configuration: `--set` overrides, service ports, service settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmrl.common import config
+
+
+def test_overrides_are_yaml_typed_and_nested():
+    parsed = config.parse_overrides(
+        ["episodes=20", "planner=oracle", "lam=0.01", "envs=[A, B]", "ppo.lr=3e-4", "flag=true"]
+    )
+    assert parsed == {
+        "episodes": 20,
+        "planner": "oracle",
+        "lam": 0.01,
+        "envs": ["A", "B"],
+        "ppo": {"lr": 3e-4},
+        "flag": True,
+    }
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=3", ""])
+def test_malformed_override_names_the_problem(bad):
+    with pytest.raises(ValueError, match="key=value"):
+        config.parse_overrides([bad])
+
+
+def test_ports_have_defaults_and_env_overrides(monkeypatch):
+    assert config.service_grpc_port("simulator") == 50051
+    monkeypatch.setenv("LLMRL_SIMULATOR_GRPC_PORT", "6001")
+    assert config.grpc_address("simulator") == "127.0.0.1:6001"
+    monkeypatch.setenv("LLMRL_SIMULATOR_GRPC_PORT", "abc")
+    with pytest.raises(ValueError, match="LLMRL_SIMULATOR_GRPC_PORT"):
+        config.service_grpc_port("simulator")
+    with pytest.raises(ValueError, match="unknown service"):
+        config.service_port("nope")
+
+
+def test_unknown_service_settings_are_named_with_the_allowed_ones():
+    import pytest
+
+    from llmrl.common.config import check_settings
+
+    check_settings("learner", {"jobs_dir": "x"}, ("jobs_dir",))
+    expected = r"unknown learner settings \['bogus'\]; allowed: jobs_dir"
+    with pytest.raises(ValueError, match=expected):
+        check_settings("learner", {"bogus": 1, "jobs_dir": "x"}, ("jobs_dir",))

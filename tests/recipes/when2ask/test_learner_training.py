@@ -1,0 +1,87 @@
+"""In service mode the asking policy trains inside the learner service (real HTTP, real SB3), as
+the built-in policy job `when2ask`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from llmrl.learner.policy_jobs import run_on_learner
+from llmrl.learner.service import create_app
+from llmrl.recipes.when2ask.training import PolicyTrainingJob
+
+
+@pytest.fixture
+def learner_url(tmp_path: Path):
+    config = uvicorn.Config(
+        create_app(tmp_path / "jobs"), host="127.0.0.1", port=0, log_level="error"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_learner_trains_the_asking_policy_and_reports_progress(learner_url, tmp_path):
+    job = PolicyTrainingJob(
+        policy="asking", env="SimpleDoorKey", steps=128, n_envs=2, n_steps=32,
+        model_path=str(tmp_path / "models" / "asking.zip"),
+    )  # fmt: skip
+    steps: list[int] = []
+    result = run_on_learner(job, on_progress=steps.append, url=learner_url, timeout_s=300)
+    assert Path(result["model"]).is_file()
+    assert sum(steps) >= job.steps  # the learner reported its training steps
+    jobs = httpx.get(f"{learner_url}/policy-jobs").json()
+    assert [j["status"] for j in jobs] == ["succeeded"]
+
+
+def test_learner_refuses_a_bad_job_naming_the_field(learner_url, tmp_path):
+    bad = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "steps": 0,
+           "model_path": "m.zip"}  # fmt: skip
+    response = httpx.post(f"{learner_url}/policy-jobs", json=bad)
+    assert response.status_code == 422 and "steps" in response.text
+    unknown = httpx.post(f"{learner_url}/policy-jobs", json={**bad, "steps": 8, "colour": 1})
+    assert unknown.status_code == 422 and "colour" in unknown.text
+    assert httpx.get(f"{learner_url}/policy-jobs/rl-nope").status_code == 404
+    assert httpx.get(f"{learner_url}/policy-jobs").json() == []  # nothing was started
+    assert httpx.get(f"{learner_url}/health").status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["asking", None, 3])
+def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url, kind):
+    body = {"policy": "asking", "env": "SimpleDoorKey", "steps": 8, "model_path": "m.zip"}
+    if kind is not None:
+        body["kind"] = kind
+    response = httpx.post(f"{learner_url}/policy-jobs", json=body)
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "kind"]
+    assert "known kinds: when2ask" in error["msg"]
+    assert httpx.get(f"{learner_url}/policy-jobs").json() == []
+
+
+def test_a_failing_job_fails_alone(learner_url, tmp_path):
+    job = PolicyTrainingJob(
+        policy="asking", env="NoSuchEnv", steps=8, model_path=str(tmp_path / "m.zip")
+    )
+    with pytest.raises(RuntimeError, match="NoSuchEnv"):
+        run_on_learner(job, url=learner_url, timeout_s=60)
+    assert httpx.get(f"{learner_url}/health").status_code == 200
+
+
+def test_when2ask_offers_its_policy_training_as_a_builtin_policy_job():
+    from llmrl.common.registry import registry
+    from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
+
+    assert "when2ask" in registry.names("policy_job")
+    assert registry.get_policy_job("when2ask") == (PolicyTrainingJob, train_policy)
