@@ -270,7 +270,9 @@ def test_rows_are_matched_across_seeds_by_their_text_columns(tmp_path: Path):
         if seed == 2:
             rows.reverse()  # matched by key, not by position
         config = {"planner": planner, "seed": seed}
-        return RunData(f"{planner}-{seed}", "when2ask", config, "completed", Results("t", rows))
+        # A recipe this process does not know (a remote plugin's): every numeric column is a
+        # headline metric, so the paper column with no values is reported too.
+        return RunData(f"{planner}-{seed}", "table-only", config, "completed", Results("t", rows))
 
     runs = [run(0, "oracle", 90.0, 100.0), run(1, "oracle", 80.0, 100.0)]
     runs += [run(2, "oracle", 70.0, 98.0), run(0, "local", 10.0, 50.0)]

@@ -11,9 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from orch_procs import Stack, wait_until
 from scipy import stats as scipy_stats
-from test_service_faults import pending_of
+from support.processes import Stack, pending_of, wait_until
 
 from llmrl.cli import main
 from llmrl.orchestrator.rest_client import OrchestratorClient

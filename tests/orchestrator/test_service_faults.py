@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from support.processes import Stack, wait_until
+from support.processes import Stack, pending_of, wait_until
 
 from llmrl.orchestrator.rest_client import OrchestratorClient
 
@@ -38,16 +38,6 @@ def assert_exactly(client: OrchestratorClient, run_id: str, episodes: int) -> No
     assert sorted(ids) == sorted(f"evaluate/{i}" for i in range(episodes))
     assert final["summary"]["episodes"] == episodes
     assert final["summary"]["success_rate"] == 1.0
-
-
-def pending_of(stack: Stack, consumer: str) -> int:
-    with stack.redis.client() as redis_client:
-        info = redis_client.xpending("llmrl:jobs", "workers")
-    for entry in info.get("consumers", []):
-        name = entry["name"].decode() if isinstance(entry["name"], bytes) else entry["name"]
-        if name == consumer:
-            return int(entry["pending"])
-    return 0
 
 
 def test_sigkilled_worker_mid_episode_loses_and_duplicates_nothing(stack, client):

@@ -158,3 +158,14 @@ class Stack:
         )
         self.workers.append(worker.start(wait=wait))
         return worker
+
+
+def pending_of(stack: Stack, consumer: str) -> int:
+    """Episode jobs the consumer `consumer` holds and has not acknowledged (Redis XPENDING)."""
+    with stack.redis.client() as redis_client:
+        info = redis_client.xpending("llmrl:jobs", "workers")
+    for entry in info.get("consumers", []):
+        name = entry["name"].decode() if isinstance(entry["name"], bytes) else entry["name"]
+        if name == consumer:
+            return int(entry["pending"])
+    return 0
