@@ -22,8 +22,14 @@ $(VENV)/.installed-all: $(BIN)/python pyproject.toml setup.py
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM_PIN)
 	touch $@
 
+# checkov (tests/orchestrator/test_k8s.py) gets its own venv: its pins (packaging<24,
+# networkx<2.7) would downgrade pytest, packaging and networkx in the project's.
+CHECKOV_PIN ?= checkov==3.3.30
+
 $(VENV)/.installed-test: $(VENV)/.installed-all
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install --quiet $(CHECKOV_PIN)
 	touch $@
 
 install: $(VENV)/.installed-all
