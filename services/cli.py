@@ -230,9 +230,9 @@ def cancel(run_id: str, url: str | None) -> None:
 
 
 def _print_entries(kind: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from llmrl.common.console import output_console
     from llmrl.common.registry import registry
 
     try:
@@ -244,7 +244,7 @@ def _print_entries(kind: str) -> None:
     table.add_column("description")
     for entry in entries.values():
         table.add_row(entry.name, entry.description)
-    Console().print(table)
+    output_console().print(table)
 
 
 @main.command()
@@ -256,8 +256,9 @@ def envs() -> None:
 @main.command()
 def recipes() -> None:
     """List the registered recipes, what each runs, and their configuration keys."""
-    from rich.console import Console
     from rich.table import Table
+
+    from llmrl.common.console import output_console
 
     _print_entries("recipe")
     config_fields = _load("llmrl.recipes.base", "config_fields")
@@ -269,7 +270,7 @@ def recipes() -> None:
             table.add_column(column)
         for field in config_fields(name):
             table.add_row(field["name"], field["type"], field["default"], field["description"])
-        Console().print(table)
+        output_console().print(table)
 
 
 @main.command()

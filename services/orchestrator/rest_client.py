@@ -14,6 +14,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from llmrl.common.console import output_console
 from llmrl.orchestrator.service import TOKEN_VAR
 
 FINAL_STATES = ("completed", "failed", "cancelled")
@@ -94,7 +95,7 @@ def _print_run(console: Console, run: dict[str, Any]) -> None:
 
 
 def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False) -> None:
-    console = Console()
+    console = output_console()
     client = _connect(url)
     try:
         run = client.submit(recipe, config)
@@ -112,7 +113,7 @@ def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False
 
 
 def cli_status(run_id: str | None, url: str) -> None:
-    console = Console()
+    console = output_console()
     client = _connect(url)
     try:
         if run_id:
