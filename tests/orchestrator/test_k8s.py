@@ -194,6 +194,8 @@ def test_settings_match_docker_compose():
         env = env_of(objects_of("Deployment")[name])
         assert env["LLMRL_REDIS_URL"] == "redis://:$(REDIS_PASSWORD)@redis:6379/0", name
         assert env["REDIS_PASSWORD"] == {"secretKeyRef": {"name": SECRET, "key": "redis-password"}}
+        names = [entry["name"] for entry in container(objects_of("Deployment")[name])["env"]]
+        assert names.index("REDIS_PASSWORD") < names.index("LLMRL_REDIS_URL"), name  # $(...)
 
 
 def test_the_orchestrator_token_comes_from_the_secret():
