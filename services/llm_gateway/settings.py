@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -171,8 +170,9 @@ def load_settings(
 
 def print_models(config_file: str | None = None) -> None:
     """Print the configured models (`llmrl models`)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from llmrl.common.console import output_console
 
     settings = load_settings(config_file=config_file)
     table = Table(title="configured models")
@@ -200,5 +200,4 @@ def print_models(config_file: str | None = None) -> None:
             f"{price.completion:g}",
             "; ".join(notes),
         )
-    # piped output (scripts, tests) gets wide lines instead of wrapped cells
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    output_console().print(table)  # piped (scripts, tests): whole lines, not wrapped cells

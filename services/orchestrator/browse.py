@@ -17,12 +17,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from llmrl.common.console import output_console
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
 from llmrl.recipes.base import ConfigError, format_cell, recipe_class
 
 COLUMNS = ("run_id", "mode", "recipe", "status", "key config", "headline", "LLM spend")
-WIDE_CONSOLE = 400  # not a terminal (a log, a pipe): print the table whole, never cut cells
 MAX_VALUE_CHARS = 40
 PREFERRED_METRICS = ("success_rate", "success", "mean_return", "return")
 
@@ -148,14 +148,8 @@ def remote_runs(client: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def whole_console() -> Console:
-    """A terminal's console; elsewhere (a log, a pipe) one wide enough to never cut a cell."""
-    console = Console()
-    return console if console.is_terminal else Console(width=WIDE_CONSOLE)
-
-
 def print_runs(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    console = console or whole_console()
+    console = console or output_console()
     table = Table(title=f"{len(rows)} runs")
     for column in COLUMNS:
         table.add_column(column, overflow="fold")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 import httpx
-from rich.console import Console
 
+from llmrl.common.console import output_console
 from llmrl.common.plugins import load_plugins
 from llmrl.orchestrator.browse import local_runs, print_runs, remote_runs, tensorboard_command
 from llmrl.orchestrator.compare import RunData, build_report, format_estimate, method_name
@@ -42,7 +42,7 @@ def cli_compare(references: list[str], out: Path, url: str | None, title: str | 
         if client is not None:
             client.close()
     report = build_report(runs, out, title or "; ".join(titles))
-    console = Console()
+    console = output_console()
     console.print(f"{len(report['runs'])} runs, {len(report['configs'])} configs")
     for method in report["methods"]:
         figures = ", ".join(

@@ -3,11 +3,18 @@
 The run store lives in the out dir (`<out>/run.sqlite`): running the same recipe with the same
 config into the same out dir again resumes an unfinished run (completed phases and stored
 episodes are kept) or, when the last run there completed, starts a fresh one.
+
+What it prints: a progress bar per phase (on a terminal; in a log or a pipe a line now and
+then), the results table (whole, whatever the width), and the run's LLM use from the gateway's
+ledger: calls, how many the cache served, tokens and cost.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,7 @@ from rich.table import Table
 
 from llmrl.agents import RolloutResources
 from llmrl.common import store as states
+from llmrl.common.console import output_console, quiet_library_progress_bars
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
@@ -33,7 +41,7 @@ from llmrl.recipes.base import NullProgress, Results, format_cell, read_results,
 
 
 class RichProgress(NullProgress):
-    """A rich progress bar per phase (also keeps the counts)."""
+    """A rich progress bar per phase, for a terminal (also keeps the counts)."""
 
     def __init__(self, console: Console) -> None:
         super().__init__()
@@ -59,6 +67,69 @@ class RichProgress(NullProgress):
 
     def finish(self) -> None:
         self._bar.stop()
+
+
+def _clock_time(seconds: float) -> str:
+    return str(timedelta(seconds=round(seconds)))
+
+
+class LineProgress(NullProgress):
+    """Progress for a log or a pipe: a line when a phase starts, at every tenth of it or after
+    `every_s` seconds without one, and when it ends. (A rich bar there prints nothing until
+    the phase ends; a tqdm bar prints one line per redraw.)"""
+
+    def __init__(
+        self,
+        console: Console,
+        every_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.console, self.every_s, self.clock = console, every_s, clock
+        self._started = self._printed_at = 0.0
+        self._tenth = self._done_at_start = 0
+
+    def _tenths(self) -> int:
+        return 10 * self.done // self.total if self.total > 0 else 0
+
+    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
+        super().start(phase, total, done, unit)
+        self._started = self.clock()
+        self._tenth, self._done_at_start = self._tenths(), done  # a resumed phase starts at done
+        self._print(self._started)
+
+    def advance(self, n: int = 1) -> None:
+        super().advance(n)
+        now = self.clock()
+        if self.done >= self.total:  # `finish` says it
+            return
+        if self._tenths() > self._tenth or now - self._printed_at >= self.every_s:
+            self._tenth = self._tenths()
+            self._print(now)
+
+    def finish(self) -> None:
+        elapsed = _clock_time(self.clock() - self._started)
+        self.console.print(f"{self.phase} {self.unit}: {self.done}/{self.total} in {elapsed}")
+
+    def _print(self, now: float) -> None:
+        self._printed_at = now
+        line = f"{self.phase} {self.unit}: {self.done}/{self.total}"
+        if self.total > 0:
+            line += f" ({100 * self.done // self.total}%)"
+        elapsed = now - self._started
+        line += f", {_clock_time(elapsed)} elapsed"
+        played = self.done - self._done_at_start
+        if played > 0 and self.done < self.total:
+            left = elapsed / played * (self.total - self.done)
+            line += f", about {_clock_time(left)} left"
+        self.console.print(line)
+
+
+def make_progress(console: Console, enabled: bool = True) -> NullProgress:
+    """A bar on a terminal, a line now and then elsewhere; nothing when not `enabled`."""
+    if not enabled:
+        return NullProgress()
+    return RichProgress(console) if console.is_terminal else LineProgress(console)
 
 
 def results_table(results: Results) -> Table:
@@ -97,7 +168,9 @@ def run_embedded(
 
     Raises `llmrl.recipes.base.ConfigError` for an unknown recipe or a bad config.
     """
-    console = console or Console(stderr=False)
+    console = console or output_console()
+    quiet_library_progress_bars()
+    started = time.monotonic()
     load_plugins()
     validated = validate_config(recipe, config)
     canonical = validated.model_dump(mode="json")
@@ -114,7 +187,7 @@ def run_embedded(
             run_id = store.create_run(recipe, canonical, out)
             console.print(f"run {run_id}: files in {out}")
         catalog.record(run_id, catalog.RUN, recipe, store.path, out)  # `llmrl runs` lists it
-        reporter = RichProgress(console) if progress else NullProgress()
+        reporter = make_progress(console, progress)
         run = execute_run(store, run_id, embedded_executor(store, resources), progress=reporter)
     finally:
         resources.close()
@@ -127,5 +200,37 @@ def run_embedded(
         console.print(results_table(results))
         for note in results.notes:
             console.print(f"  {note}")
-    console.print(f"results, plots and episode logs in {out}")
+    usage = gateway_usage(run.run_id)
+    if usage is not None:
+        console.print(llm_summary(usage))
+    elapsed = _clock_time(time.monotonic() - started)
+    console.print(f"done in {elapsed}; results, plots and episode logs in {out}")
     return run
+
+
+def gateway_usage(run_id: str) -> dict[str, Any] | None:
+    """The gateway ledger's totals for the run, or None when no LLM took part in this process.
+
+    Embedded, every LLM client of a run shares this process's gateway, and the gateway client
+    module is only imported when something asks for an LLM: without it there is nothing to
+    report (and no gateway, with its cache and ledger files, is created just to say so).
+    """
+    client = sys.modules.get("llmrl.llm_gateway.client")
+    if client is None:
+        return None
+    usage = client.connect().usage(run_id)
+    return usage if usage["requests"] or usage["errors"] else None
+
+
+def llm_summary(usage: dict[str, Any]) -> str:
+    """One line: LLM calls, how many the cache served, tokens computed and cost."""
+    calls, hits = usage["requests"], usage["cache_hits"]
+    prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+    line = (
+        f"LLM: {calls} calls through the gateway, {hits} of {calls} served from the cache; "
+        f"{prompt + completion:,} tokens computed ({prompt:,} prompt + {completion:,} "
+        f"completion); cost ${usage['cost_usd']:.4f}"
+    )
+    if usage["errors"]:
+        line += f"; {usage['errors']} failed"
+    return line

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmrl.common import config as cfg
+from llmrl.common.console import output_console
 
 # Start order; shutdown goes the other way.
 SERVICES = ("simulator", "llm_gateway", "learner", "annotator", "orchestrator")
@@ -206,7 +207,7 @@ def up(
     Without `redis_url` a Redis is started on `redis_port` (default 6379 when free, else any
     free port).
     """
-    console = Console()
+    console = output_console()  # the table whole in a log too
     home_dir = Path(home).resolve() if home else cfg.home_dir()
     home_dir.mkdir(parents=True, exist_ok=True)
     launcher = Launcher(home_dir, console)

@@ -14,7 +14,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from llmrl.orchestrator.browse import whole_console
+from llmrl.common.console import output_console
 from llmrl.orchestrator.service import TOKEN_VAR
 
 FINAL_STATES = ("completed", "failed", "cancelled")
@@ -117,7 +117,7 @@ def _print_run(console: Console, run: dict[str, Any]) -> None:
 
 
 def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False) -> None:
-    console = Console()
+    console = output_console()
     client = _connect(url)
     try:
         run = client.submit(recipe, config)
@@ -171,7 +171,7 @@ def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
 
 
 def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) -> None:
-    console = whole_console()
+    console = output_console()
     client = _connect(url)
     try:
         experiment = client.submit_experiment(spec)
@@ -189,7 +189,7 @@ def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) ->
 
 
 def cli_status(run_id: str | None, url: str) -> None:
-    console = whole_console()
+    console = output_console()
     client = _connect(url)
     try:
         if run_id:
@@ -241,9 +241,9 @@ def cli_cancel(run_id: str, url: str) -> None:
                 if missing.status != 404:
                     raise
                 raise exc from None
-            Console().print(f"{experiment['experiment_id']}: cancel requested")
+            output_console().print(f"{experiment['experiment_id']}: cancel requested")
             return
-        Console().print(f"{run['run_id']}: cancel requested ({run['status']})")
+        output_console().print(f"{run['run_id']}: cancel requested ({run['status']})")
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc
     finally:

@@ -17,16 +17,17 @@ from rich.console import Console
 
 from llmrl.agents import RolloutResources
 from llmrl.common import store as states
+from llmrl.common.console import output_console
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunStore
 from llmrl.orchestrator import catalog
 from llmrl.orchestrator.compare import build_report
-from llmrl.orchestrator.embedded import RichProgress
+from llmrl.orchestrator.embedded import make_progress
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.experiments import ExperimentSpec, PlannedRun, plan_experiment
 from llmrl.orchestrator.runner import execute_run
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
-from llmrl.recipes.base import ConfigError, NullProgress
+from llmrl.recipes.base import ConfigError
 
 
 def run_sweep(
@@ -36,7 +37,7 @@ def run_sweep(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) the experiment; returns its report. ConfigError for a bad spec."""
-    console = console or Console()
+    console = console or output_console()
     load_plugins()
     experiment_id = spec.name or spec.default_name()
     planned = plan_experiment(spec, experiment_id)  # everything validated before anything runs
@@ -107,7 +108,7 @@ def _run_one(
         store.update_run(run.run_id, status=states.PENDING, error=None, cancel_requested=False)
     catalog.record(run.run_id, catalog.RUN, run.recipe, store.path, out / "runs" / run.run_id)
     console.print(f"{counter} {label} seed {run.seed}: run {run.run_id}")
-    reporter = RichProgress(console) if progress and console.is_terminal else NullProgress()
+    reporter = make_progress(console, progress)
     final = execute_run(store, run.run_id, embedded_executor(store, resources), progress=reporter)
     if final.status != states.COMPLETED:
         console.print(f"[red]{counter} run {run.run_id} {final.status}: {final.error or ''}")
