@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from tiny_llm import tiny_gateway_settings
+from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.common.console import output_console
 from llmrl.orchestrator.embedded import LineProgress, llm_summary, make_progress, results_table
