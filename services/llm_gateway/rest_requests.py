@@ -33,6 +33,25 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
+def declared_body(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`openapi_extra` declaring a route's JSON object body (the routes parse it themselves, to
+    answer in OpenAI's error shape): clients and fuzzers see the fields and their types."""
+    schema = {"type": "object", "properties": properties, "required": list(required)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+STRING: dict[str, Any] = {"type": "string"}
+MESSAGES: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"role": STRING, "content": STRING},
+        "required": ["role", "content"],
+    },
+}
+METADATA: dict[str, Any] = {"type": "object", "properties": {"run_id": STRING, "tag": STRING}}
+
+
 def request_context(request: Request, body: dict[str, Any]) -> dict[str, Any]:
     """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body."""
     metadata = body.get("metadata") or {}
