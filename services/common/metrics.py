@@ -38,7 +38,13 @@ def add_health_and_metrics(app: Any, service: str, check: HealthCheck | None = N
         code, body = health_payload(service, check)
         return JSONResponse(body, status_code=code)
 
-    @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_model=None)
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        summary="Prometheus metrics",
+        response_model=None,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}},
+    )
     def prometheus_metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
