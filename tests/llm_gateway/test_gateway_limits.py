@@ -110,3 +110,54 @@ def test_a_budget_of_the_wrong_type_is_422(limited, usd, field):
     assert answer.status_code == 422 and answer.json()["error"]["param"] == field
     assert httpx.put(f"{url}/v1/budgets/r", json={"calls": "3"}).status_code == 422
     assert httpx.put(f"{url}/v1/budgets/r", json={"usd": 1.5}).status_code == 200
+
+
+class ForwardCounter:
+    """Counts the model's forward passes (one per decoding step) and runs them (a spy)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, model: Any) -> None:
+        self.calls = 0
+        real = model.forward
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(model, "forward", counted)
+
+
+def test_a_timed_out_generation_stops_and_frees_the_model(make_gateway, monkeypatch):
+    from llmrl.llm_gateway.api_types import GenerateRequest
+    from llmrl.llm_gateway.errors import GatewayTimeoutError
+
+    gateway = make_gateway(models={"tiny": {"max_context_tokens": 4096}})
+    backend = gateway.backend("tiny")
+    steps = ForwardCounter(monkeypatch, backend.lm.model)
+    long = GenerateRequest(model="tiny", prompt="Count:", max_tokens=3000, cache="bypass")
+    with pytest.raises(GatewayTimeoutError):
+        backend.generate(long.validate(), "", timeout_s=0.3)
+    # the model thread serves requests one batch at a time: this answer means it is free again
+    short = GenerateRequest(model="tiny", prompt="Hi", max_tokens=2, cache="bypass")
+    assert backend.generate(short.validate(), "", timeout_s=60).completion_tokens <= 2
+    assert steps.calls < 1500  # the abandoned generation stopped early, far from 3000 steps
+
+
+def test_closing_the_gateway_stops_a_generation_in_progress(make_gateway, monkeypatch):
+    import threading
+
+    from llmrl.llm_gateway.api_types import GenerateRequest
+
+    gateway = make_gateway(models={"tiny": {"max_context_tokens": 4096}})
+    backend = gateway.backend("tiny")
+    steps = ForwardCounter(monkeypatch, backend.lm.model)
+    long = GenerateRequest(model="tiny", prompt="Count:", max_tokens=3000, cache="bypass")
+    outcome: list[Any] = []
+    caller = threading.Thread(
+        target=lambda: outcome.append(backend.generate(long.validate(), "", timeout_s=600))
+    )
+    caller.start()
+    while steps.calls < 5:  # generation is under way
+        threading.Event().wait(0.01)
+    backend.close()  # what SIGTERM does after the grace period
+    caller.join(60)
+    assert not caller.is_alive() and outcome[0].completion_tokens < 1500
