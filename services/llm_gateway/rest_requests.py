@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from llmrl.llm_gateway.api_types import cache_policy
+from llmrl.llm_gateway.api_types import GenerateRequest, cache_policy
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.gateway import Gateway
 
@@ -113,3 +113,23 @@ async def in_thread(fn: Any, *args: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(fn, *args)
+
+
+DISCONNECT_POLL_S = 0.25
+
+
+async def generate_unless_disconnected(
+    request: Request, gateway: Gateway, generate: GenerateRequest
+) -> Any:
+    """`gateway.generate(generate)` off the event loop; when the client disconnects first,
+    the request is marked abandoned, so a local model stops generating it at its next step
+    instead of holding the model for a caller that is gone."""
+    import asyncio
+
+    call = asyncio.ensure_future(in_thread(gateway.generate, generate))
+    while not call.done():
+        await asyncio.wait({call}, timeout=DISCONNECT_POLL_S)
+        if not call.done() and await request.is_disconnected():
+            generate.abandoned.set()
+            break
+    return await call

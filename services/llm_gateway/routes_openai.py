@@ -21,6 +21,7 @@ from llmrl.llm_gateway.rest_requests import (
     GatewayDep,
     cache_header,
     declared_body,
+    generate_unless_disconnected,
     in_thread,
     json_body,
     llmrl_extra,
@@ -134,7 +135,7 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     generate = GenerateRequest(
         messages=text_content(body["messages"]), **_generation_fields(body), **context
     )
-    result = await in_thread(gateway.generate, generate)
+    result = await generate_unless_disconnected(request, gateway, generate)
     choices = [
         {
             "index": i,
@@ -169,7 +170,7 @@ async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
         raise InvalidRequestError("prompt must be a string (or a list of one string)", "prompt")
     context = request_context(request, body)
     generate = GenerateRequest(prompt=prompt, **_generation_fields(body), **context)
-    result = await in_thread(gateway.generate, generate)
+    result = await generate_unless_disconnected(request, gateway, generate)
     choices = [
         {"index": i, "text": text, "finish_reason": reason, "logprobs": None}
         for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))

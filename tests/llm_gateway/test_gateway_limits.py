@@ -146,18 +146,40 @@ def test_closing_the_gateway_stops_a_generation_in_progress(make_gateway, monkey
     import threading
 
     from llmrl.llm_gateway.api_types import GenerateRequest
+    from llmrl.llm_gateway.errors import GatewayTimeoutError
 
     gateway = make_gateway(models={"tiny": {"max_context_tokens": 4096}})
     backend = gateway.backend("tiny")
     steps = ForwardCounter(monkeypatch, backend.lm.model)
     long = GenerateRequest(model="tiny", prompt="Count:", max_tokens=3000, cache="bypass")
     outcome: list[Any] = []
-    caller = threading.Thread(
-        target=lambda: outcome.append(backend.generate(long.validate(), "", timeout_s=600))
-    )
+
+    def call() -> None:
+        try:
+            outcome.append(backend.generate(long.validate(), "", timeout_s=600))
+        except GatewayTimeoutError as exc:  # cut short: an error, never a cached answer
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
     caller.start()
     while steps.calls < 5:  # generation is under way
         threading.Event().wait(0.01)
     backend.close()  # what SIGTERM does after the grace period
     caller.join(60)
-    assert not caller.is_alive() and outcome[0].completion_tokens < 1500
+    assert not caller.is_alive() and isinstance(outcome[0], GatewayTimeoutError)
+    assert steps.calls < 1500
+
+
+def test_a_disconnected_client_stops_its_generation(make_gateway, monkeypatch):
+    gateway = make_gateway(models={"tiny": {"max_context_tokens": 4096}})
+    steps = ForwardCounter(monkeypatch, gateway.backend("tiny").lm.model)
+    server = RestServer(create_app(gateway)).start()
+    try:
+        body = {"model": "tiny", "prompt": "Count:", "max_tokens": 3000}
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+            httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.5)
+        short = {"model": "tiny", "prompt": "Hi", "max_tokens": 2}
+        assert httpx.post(f"{server.url}/v1/completions", json=short, timeout=60).is_success
+        assert steps.calls < 1500  # the model was freed long before 3000 steps
+    finally:
+        server.stop()

@@ -457,11 +457,14 @@ class TransformersBackend(Backend):
         if request.temperature > 0:
             job = _GenJob(
                 prompt_ids, request.n, request.max_tokens, request.stop, request.guided_lines,
-                request.temperature, request.top_p, request.seed,
+                request.temperature, request.top_p, request.seed, request.abandoned,
             )  # fmt: skip
             return self._wait(self.batcher.submit("generate", group, job), timeout_s, job)
         # greedy: the n answers are identical, so compute one and repeat it
-        job = _GenJob(prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines)
+        job = _GenJob(
+            prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines,
+            abandoned=request.abandoned,
+        )  # fmt: skip
         one = self._wait(self.batcher.submit("generate", group, job), timeout_s, job)
         n = request.n
         return Generation(
@@ -489,7 +492,7 @@ class TransformersBackend(Backend):
         """The job's result; on timeout it is dropped from the queue, or (generation already
         running) its rows stop at the next step, so it cannot hold the model."""
         try:
-            return future.result(timeout=timeout_s)
+            result = future.result(timeout=timeout_s)
         except FutureTimeout:
             future.cancel()
             if job is not None:
@@ -497,6 +500,14 @@ class TransformersBackend(Backend):
             raise GatewayTimeoutError(
                 f"model {self.name!r} did not answer within {timeout_s:g} s", "timeout_s"
             ) from None
+        if self.lm.closing.is_set() or (job is not None and job.abandoned.is_set()):
+            # cut short: an answer that must never be cached
+            raise GatewayTimeoutError(
+                f"model {self.name!r} stopped before the answer was complete (the caller left "
+                "or the gateway is shutting down)",
+                "timeout_s",
+            )
+        return result
 
     # -- the model thread ----------------------------------------------------------------
     def _run_group(self, kind: str, group: Hashable, jobs: list[Any]) -> list[Any]:
