@@ -183,3 +183,51 @@ def test_a_disconnected_client_stops_its_generation(make_gateway, monkeypatch):
         assert steps.calls < 1500  # the model was freed long before 3000 steps
     finally:
         server.stop()
+
+
+def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_model_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    import yaml
+    from support.net import free_port
+
+    from llmrl.llm_gateway.service import GRACE_S
+
+    config = tmp_path / "gateway.yaml"
+    model = {"backend": "hf", "path": str(tiny_model_dir), "max_context_tokens": 4096}
+    config.write_text(yaml.safe_dump({"default_model": "tiny", "models": {"tiny": model}}))
+    port = free_port()
+    env = {**os.environ, "LLMRL_HOME": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmrl.cli", "serve", "llm_gateway", "--port", str(port),
+         "--config", str(config)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):  # up to the first answer of /health
+            assert process.poll() is None, process.stdout.read()  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                threading.Event().wait(0.1)
+        body = {"model": "tiny", "prompt": "Count:", "max_tokens": 3000}
+        long = threading.Thread(
+            target=lambda: httpx.post(f"{url}/v1/completions", json=body, timeout=120),
+            daemon=True,
+        )
+        long.start()
+        threading.Event().wait(1.0)  # the generation is under way
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=GRACE_S + 15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output
+    assert "llm gateway stopped" in output
