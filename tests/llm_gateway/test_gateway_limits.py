@@ -198,7 +198,7 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
     from llmrl.llm_gateway.service import GRACE_S
 
     config = tmp_path / "gateway.yaml"
-    model = {"backend": "hf", "path": str(tiny_model_dir), "max_context_tokens": 4096}
+    model = {"backend": "hf", "path": str(tiny_model_dir), "max_context_tokens": 8192}
     config.write_text(yaml.safe_dump({"default_model": "tiny", "models": {"tiny": model}}))
     port = free_port()
     env = {**os.environ, "LLMRL_HOME": str(tmp_path)}
@@ -216,7 +216,7 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
                     break
             except httpx.HTTPError:
                 threading.Event().wait(0.1)
-        body = {"model": "tiny", "prompt": "Count:", "max_tokens": 3000}
+        body = {"model": "tiny", "prompt": "Count:", "max_tokens": 8000}  # minutes of work
         long = threading.Thread(
             target=lambda: httpx.post(f"{url}/v1/completions", json=body, timeout=120),
             daemon=True,
@@ -224,7 +224,7 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
         long.start()
         threading.Event().wait(1.0)  # the generation is under way
         process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=GRACE_S + 15)
+        output, _ = process.communicate(timeout=GRACE_S + 5)
     finally:
         if process.poll() is None:
             process.kill()
