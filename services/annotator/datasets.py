@@ -100,7 +100,7 @@ def build_from_episode_logs(
     Returns `{"data": <jsonl path>, "stats_file": <stats path>, "stats": {...}}`; missing or
     unreadable logs are a `DatasetError` on `episodes`, an unwritable place one on `out_dir`.
     """
-    missing = [path for path in request.episodes if not Path(path).is_file()]
+    missing = [path for path in request.episodes if not _is_file(path)]
     if missing:
         raise DatasetError("episodes", f"no such file(s): {', '.join(missing)}")
     try:
@@ -111,3 +111,11 @@ def build_from_episode_logs(
     except (ValueError, KeyError, TypeError) as exc:  # logs that are not episode records
         raise DatasetError("episodes", f"cannot build the {builder} dataset: {exc}") from None
     return {"data": paths["data"], "stats_file": paths["stats"], "stats": dataset.stats}
+
+
+def _is_file(path: str) -> bool:
+    """Path.is_file, with a name the OS refuses (too long) counted as missing, not raised."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False

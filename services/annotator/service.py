@@ -22,7 +22,7 @@ datasets and train in-process.) Paths are on the service's machine (the platform
 filesystem between services; episode logs are the runs' `episodes/*.jsonl`). Bad requests get
 a 4xx naming the field; a failing job is reported as failed and the service keeps serving.
 Settings: `jobs_dir` (the ids of the jobs started here; default `$LLMRL_HOME/annotator/jobs`),
-`learner_url`.
+`learner_url`, `max_body_bytes` (default $LLMRL_MAX_BODY_BYTES, else 4 MiB).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.config import check_settings, home_dir, http_url
+from llmrl.common.http import configured_max_body_bytes
 from llmrl.common.metrics import basic_app, serve_app
 from llmrl.learner.jobs import FineTuneRequest  # the POST body (FastAPI resolves it by name)
 
@@ -43,13 +44,17 @@ INFO = {
         "GET /finetune/jobs", "GET /finetune/jobs/{job_id}",
     ],
 }  # fmt: skip
-SETTINGS = ("jobs_dir", "learner_url")
+SETTINGS = ("jobs_dir", "learner_url", "max_body_bytes")
 
 
-def create_app(jobs_dir: str | Path | None = None, learner_url: str | None = None) -> Any:
+def create_app(
+    jobs_dir: str | Path | None = None,
+    learner_url: str | None = None,
+    max_body_bytes: int | None = None,
+) -> Any:
     from llmrl.annotator.learner_jobs import LearnerJobs
 
-    app = basic_app("annotator", DESCRIPTION, INFO)
+    app = basic_app("annotator", DESCRIPTION, INFO, max_body_bytes)
     jobs = LearnerJobs(
         jobs_dir or home_dir() / "annotator" / "jobs", learner_url or http_url("learner")
     )
@@ -149,5 +154,6 @@ def finetune_router(jobs: Any) -> Any:
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     check_settings("annotator", settings, SETTINGS)
-    app = create_app(settings.get("jobs_dir"), settings.get("learner_url"))
+    limit = configured_max_body_bytes(settings.get("max_body_bytes"))
+    app = create_app(settings.get("jobs_dir"), settings.get("learner_url"), limit)
     serve_app(app, "annotator", host, port)

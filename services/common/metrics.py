@@ -38,7 +38,13 @@ def add_health_and_metrics(app: Any, service: str, check: HealthCheck | None = N
         code, body = health_payload(service, check)
         return JSONResponse(body, status_code=code)
 
-    @app.get("/metrics", tags=["service"], summary="Prometheus metrics", response_model=None)
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        summary="Prometheus metrics",
+        response_model=None,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}},
+    )
     def prometheus_metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
@@ -71,11 +77,19 @@ def serve_health_and_metrics(
     return server
 
 
-def basic_app(service: str, description: str, info: dict[str, Any]) -> Any:
-    """A FastAPI app with /health, /metrics and GET /info (what the service offers so far)."""
+def basic_app(
+    service: str, description: str, info: dict[str, Any], max_body_bytes: int | None = None
+) -> Any:
+    """A FastAPI app with /health, /metrics and GET /info (what the service offers so far),
+    its request bodies bounded and bad input answered 4xx (`llmrl.common.http`)."""
     from fastapi import FastAPI
 
-    app = FastAPI(title=f"llmrl {service}", version="1", description=description)
+    from llmrl.common.http import ERROR_RESPONSES, configured_max_body_bytes, guard_app
+
+    app = FastAPI(
+        title=f"llmrl {service}", version="1", description=description, responses=ERROR_RESPONSES
+    )
+    guard_app(app, max_body_bytes or configured_max_body_bytes())
     add_health_and_metrics(app, service)
 
     @app.get("/info", tags=["service"], summary="What this service implements")

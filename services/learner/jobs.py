@@ -61,12 +61,20 @@ class FineTuneRequest(BaseModel):
 
     @model_validator(mode="after")
     def _files_exist(self) -> FineTuneRequest:
-        missing = [path for path in self.data if not Path(path).is_file()]
+        missing = [path for path in self.data if not _is_file(path)]
         if missing:
             raise ValueError(f"data: no such file(s): {', '.join(missing)}")
         if self.backend == "openai" and len(self.data) != 1:
             raise ValueError("data: the openai backend takes exactly one training file")
         return self
+
+
+def _is_file(path: str) -> bool:
+    """Path.is_file, with a name the OS refuses (too long) counted as missing, not raised."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
 
 
 class BackgroundJobs:

@@ -12,7 +12,8 @@ embedded mode recipes call the same training functions in-process. Jobs train wi
 looked up by name (`llmrl.learner.algorithms`), which save versioned checkpoints; adapters are
 written under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`, where the LLM gateway finds
 them. Starting needs none of the recipes' packages: policy job kinds load when a job arrives.
-Settings: `jobs_dir` (default `$LLMRL_HOME/learner/jobs`).
+Settings: `jobs_dir` (default `$LLMRL_HOME/learner/jobs`), `max_body_bytes` (default
+$LLMRL_MAX_BODY_BYTES, else 4 MiB).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.config import check_settings, home_dir
+from llmrl.common.http import configured_max_body_bytes
 from llmrl.common.metrics import basic_app, serve_app
 
 DESCRIPTION = "Trains and versions policies. REST API: LLM fine-tuning and RL policy jobs."
@@ -39,15 +41,15 @@ INFO = {
     ],
     "training_api": "fine-tuning jobs (local LoRA SFT, OpenAI); RL policy jobs (SB3 PPO)",
 }
-SETTINGS = ("jobs_dir",)
+SETTINGS = ("jobs_dir", "max_body_bytes")
 
 
-def create_app(jobs_dir: str | Path | None = None) -> Any:
+def create_app(jobs_dir: str | Path | None = None, max_body_bytes: int | None = None) -> Any:
     from llmrl.learner.jobs import BackgroundJobs, jobs_router
     from llmrl.learner.policy_jobs import policy_jobs, policy_jobs_router
 
     jobs_dir = Path(jobs_dir or home_dir() / "learner" / "jobs")
-    app = basic_app("learner", DESCRIPTION, INFO)
+    app = basic_app("learner", DESCRIPTION, INFO, max_body_bytes)
     jobs = BackgroundJobs(jobs_dir)
     app.state.jobs = jobs
     app.router.add_event_handler("shutdown", jobs.close)
@@ -61,4 +63,5 @@ def create_app(jobs_dir: str | Path | None = None) -> Any:
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     check_settings("learner", settings, SETTINGS)
-    serve_app(create_app(settings.get("jobs_dir")), "learner", host, port)
+    limit = configured_max_body_bytes(settings.get("max_body_bytes"))
+    serve_app(create_app(settings.get("jobs_dir"), limit), "learner", host, port)

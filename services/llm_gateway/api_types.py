@@ -8,6 +8,7 @@ request is validated once, in one place, whatever door it came through. Every ch
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -163,6 +164,8 @@ class GenerateRequest:
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
     guided_lines: GuidedLines | None = None  # constrain the answer's lines (local models)
+    # set when the caller is gone (a REST client disconnected): local generation stops
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property
     def op(self) -> str:

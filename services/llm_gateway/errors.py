@@ -41,6 +41,21 @@ class UnknownModelError(InvalidRequestError):
     kind = "model_not_found"
 
 
+class InvalidValueError(InvalidRequestError):
+    """A field of the wrong type (a string where a number goes): 422, as FastAPI answers."""
+
+    http_status = 422
+    kind = "invalid_value"
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """A request over one of the gateway's configured limits (`limits.*`), refused before any
+    model sees it; the message names the limit."""
+
+    http_status = 413
+    kind = "request_too_large"
+
+
 class BudgetExceededError(GatewayError):
     """The run's budget (USD or calls) does not allow this request; nothing was spent."""
 

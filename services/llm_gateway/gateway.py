@@ -45,6 +45,7 @@ from llmrl.llm_gateway.errors import (
     GatewayError,
     GatewayTimeoutError,
     InvalidRequestError,
+    RequestTooLargeError,
     RetryableUpstreamError,
     UpstreamError,
 )
@@ -226,6 +227,7 @@ class Gateway:
                 "guide its decoding; use a local model (backend 'hf') or leave guided_lines out",
                 "guided_lines",
             )
+        self._check_prompt_size(request, backend, "messages" if request.messages else "prompt")
         key_params = {
             "messages": request.messages,
             "prompt": request.prompt,
@@ -271,6 +273,7 @@ class Gateway:
     def _score(self, request: ScoreRequest) -> ScoreResult:
         request.validate(self.settings.limits.max_candidates)
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, "score")
+        self._check_prompt_size(request, backend, "candidates")
         key_params = {"prompt": request.prompt, "candidates": request.candidates}
 
         def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
@@ -301,6 +304,13 @@ class Gateway:
 
     def _embed(self, request: EmbedRequest) -> EmbedResult:
         request.validate(self.settings.limits.max_embed_texts)
+        size, limit = sum(len(text) for text in request.texts), self.settings.limits.max_embed_chars
+        if size > limit:
+            raise RequestTooLargeError(
+                f"input: {size} characters over the gateway's limit of {limit} per embedding "
+                "request (limits.max_embed_chars)",
+                "input",
+            )
         default = self.settings.default_embedding_model
         name, adapter, backend = self._resolve(request.model, default, "embed")
         if adapter:
@@ -329,6 +339,20 @@ class Gateway:
             cached=outcome.cached,
             latency_s=outcome.latency_s,
         )
+
+    def _check_prompt_size(
+        self, request: GenerateRequest | ScoreRequest, backend: Backend, field: str
+    ) -> None:
+        """Refuse (413) a prompt, with its candidates, over `limits.max_prompt_tokens` before any
+        model or cache sees it: one oversized request must not hold the model for minutes."""
+        limit = self.settings.limits.max_prompt_tokens
+        tokens = backend.prompt_tokens(request)
+        if tokens > limit:
+            raise RequestTooLargeError(
+                f"{field}: the request's prompt has {tokens} tokens (candidates included) over "
+                f"the gateway's limit of {limit} (limits.max_prompt_tokens)",
+                field,
+            )
 
     def count_tokens(self, text: str | list[dict[str, str]], model: str | None = None) -> int:
         """Tokens of a text, or of a chat prompt as the model would see it."""

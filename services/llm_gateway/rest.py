@@ -16,7 +16,9 @@ PUT /v1/budgets/{run_id} ({"usd": .., "calls": ..}), GET /health, GET /metrics.
 Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}: 400 for a malformed
 request (param names the field), 404 for an unknown model, 429 when the run's budget is spent
 (with `x-should-retry: false`, so clients do not retry what cannot succeed), 504 on timeout,
-502 when a remote provider failed.
+502 when a remote provider failed; 413 for a body over `limits.max_body_bytes` or a prompt
+over `limits.max_prompt_tokens`, 422 for a field of the wrong type or range, and a 400 naming
+the field for a lone surrogate in any JSON string (`llmrl.common.http`).
 
 The routes live in one router per group (routes_openai, routes_scoring, routes_accounting,
 routes_service); `create_app` puts the gateway in the app's state and includes them.
@@ -24,16 +26,15 @@ routes_service); `create_app` puts the gateway in the app's state and includes t
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from llmrl.common.http import ERROR_RESPONSES, guard_app
 from llmrl.llm_gateway import routes_accounting, routes_openai, routes_scoring, routes_service
 from llmrl.llm_gateway.errors import GatewayError
 from llmrl.llm_gateway.gateway import Gateway
-
-log = logging.getLogger("llmrl.llm_gateway.rest")
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
@@ -54,9 +55,12 @@ async def _gateway_error(_: Request, exc: GatewayError) -> JSONResponse:
     return error_response(exc)
 
 
-async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected error")
-    return error_response(GatewayError(f"internal error: {type(exc).__name__}"))
+def openai_error_body(status: int, message: str, field: str) -> dict[str, Any]:
+    """The shared guard's refusals (`llmrl.common.http`) in OpenAI's error shape."""
+    kind = {413: "request_too_large", 422: "invalid_value"}.get(
+        status, "invalid_request_error" if status < 500 else "internal_error"
+    )
+    return {"error": {"message": message, "type": kind, "param": field or None, "code": kind}}
 
 
 def create_app(gateway: Gateway) -> FastAPI:
@@ -64,8 +68,10 @@ def create_app(gateway: Gateway) -> FastAPI:
         title="llmrl LLM gateway",
         description="OpenAI-compatible API with caching, cost ledger and budgets.",
         version="1",
-        exception_handlers={GatewayError: _gateway_error, Exception: _unexpected_error},
+        responses=ERROR_RESPONSES,
+        exception_handlers={GatewayError: _gateway_error},
     )
+    guard_app(app, gateway.settings.limits.max_body_bytes, openai_error_body)
     app.state.gateway = gateway  # what the routers' GatewayDep reads
     for routes in (routes_service, routes_openai, routes_scoring, routes_accounting):
         app.include_router(routes.router)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from llmrl.llm_gateway.api_types import cache_policy
+from llmrl.llm_gateway.api_types import GenerateRequest, cache_policy
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.gateway import Gateway
 
@@ -31,6 +31,25 @@ async def json_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object", "body")
     return body
+
+
+def declared_body(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`openapi_extra` declaring a route's JSON object body (the routes parse it themselves, to
+    answer in OpenAI's error shape): clients and fuzzers see the fields and their types."""
+    schema = {"type": "object", "properties": properties, "required": list(required)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+STRING: dict[str, Any] = {"type": "string"}
+MESSAGES: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"role": STRING, "content": STRING},
+        "required": ["role", "content"],
+    },
+}
+METADATA: dict[str, Any] = {"type": "object", "properties": {"run_id": STRING, "tag": STRING}}
 
 
 def request_context(request: Request, body: dict[str, Any]) -> dict[str, Any]:
@@ -94,3 +113,23 @@ async def in_thread(fn: Any, *args: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(fn, *args)
+
+
+DISCONNECT_POLL_S = 0.25
+
+
+async def generate_unless_disconnected(
+    request: Request, gateway: Gateway, generate: GenerateRequest
+) -> Any:
+    """`gateway.generate(generate)` off the event loop; when the client disconnects first,
+    the request is marked abandoned, so a local model stops generating it at its next step
+    instead of holding the model for a caller that is gone."""
+    import asyncio
+
+    call = asyncio.ensure_future(in_thread(gateway.generate, generate))
+    while not call.done():
+        await asyncio.wait({call}, timeout=DISCONNECT_POLL_S)
+        if not call.done() and await request.is_disconnected():
+            generate.abandoned.set()
+            break
+    return await call

@@ -7,8 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from llmrl.llm_gateway.errors import InvalidRequestError
-from llmrl.llm_gateway.rest_requests import GatewayDep, json_body
+from llmrl.llm_gateway.errors import InvalidRequestError, InvalidValueError
+from llmrl.llm_gateway.rest_requests import GatewayDep, declared_body, json_body
 
 router = APIRouter()
 
@@ -18,7 +18,15 @@ def usage(run_id: str, gateway: GatewayDep) -> dict[str, Any]:
     return gateway.usage(run_id)
 
 
-@router.put("/v1/budgets/{run_id}")
+@router.put(
+    "/v1/budgets/{run_id}",
+    openapi_extra=declared_body(
+        {
+            "usd": {"type": ["number", "null"], "minimum": 0},
+            "calls": {"type": ["integer", "null"], "minimum": 0},
+        }
+    ),
+)
 async def set_budget(run_id: str, request: Request, gateway: GatewayDep) -> dict[str, Any]:
     body = await json_body(request)
     unknown = set(body) - {"usd", "calls"}
@@ -26,5 +34,14 @@ async def set_budget(run_id: str, request: Request, gateway: GatewayDep) -> dict
         raise InvalidRequestError(
             f"unknown budget fields {sorted(unknown)}; allowed: usd, calls", sorted(unknown)[0]
         )
+    _check_type(body, "usd", (int, float), "a number of USD ≥ 0, or null")
+    _check_type(body, "calls", (int,), "a whole number of calls ≥ 0, or null")
     gateway.set_budget(run_id, body.get("usd"), body.get("calls"))
     return gateway.usage(run_id)
+
+
+def _check_type(body: dict[str, Any], field: str, types: tuple[type, ...], allowed: str) -> None:
+    """A field of the wrong JSON type is a 422 naming it (booleans are not numbers here)."""
+    value = body.get(field)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+        raise InvalidValueError(f"{field} must be {allowed}; got {value!r}", field)

@@ -15,8 +15,13 @@ from fastapi.responses import JSONResponse
 from llmrl.llm_gateway.api_types import ChatResult, EmbedRequest, GenerateRequest, GuidedLines
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.rest_requests import (
+    MESSAGES,
+    METADATA,
+    STRING,
     GatewayDep,
     cache_header,
+    declared_body,
+    generate_unless_disconnected,
     in_thread,
     json_body,
     llmrl_extra,
@@ -25,6 +30,16 @@ from llmrl.llm_gateway.rest_requests import (
 )
 
 router = APIRouter()
+GENERATION = {
+    "model": STRING,
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "n": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "stop": {"type": "array", "items": STRING},
+    "seed": {"type": "integer"},
+    "metadata": METADATA,
+}
 
 # OpenAI parameters we do not implement: a non-default value is refused, never ignored
 # (an ignored parameter would make two different requests share an answer).
@@ -107,7 +122,10 @@ def list_models(gateway: GatewayDep) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/chat/completions")
+@router.post(
+    "/v1/chat/completions",
+    openapi_extra=declared_body({"messages": MESSAGES, **GENERATION}, ("messages",)),
+)
 async def chat_completions(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
     _refuse_unsupported(body)
@@ -117,7 +135,7 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     generate = GenerateRequest(
         messages=text_content(body["messages"]), **_generation_fields(body), **context
     )
-    result = await in_thread(gateway.generate, generate)
+    result = await generate_unless_disconnected(request, gateway, generate)
     choices = [
         {
             "index": i,
@@ -139,7 +157,9 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     return JSONResponse(response, headers=cache_header(result))
 
 
-@router.post("/v1/completions")
+@router.post(
+    "/v1/completions", openapi_extra=declared_body({"prompt": STRING, **GENERATION}, ("prompt",))
+)
 async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
     _refuse_unsupported(body)
@@ -150,7 +170,7 @@ async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
         raise InvalidRequestError("prompt must be a string (or a list of one string)", "prompt")
     context = request_context(request, body)
     generate = GenerateRequest(prompt=prompt, **_generation_fields(body), **context)
-    result = await in_thread(gateway.generate, generate)
+    result = await generate_unless_disconnected(request, gateway, generate)
     choices = [
         {"index": i, "text": text, "finish_reason": reason, "logprobs": None}
         for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))
@@ -167,7 +187,18 @@ async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
     return JSONResponse(response, headers=cache_header(result))
 
 
-@router.post("/v1/embeddings")
+@router.post(
+    "/v1/embeddings",
+    openapi_extra=declared_body(
+        {
+            "input": {"anyOf": [STRING, {"type": "array", "items": STRING}]},
+            "model": STRING,
+            "encoding_format": {"enum": ["float", "base64"]},
+            "metadata": METADATA,
+        },
+        ("input",),
+    ),
+)
 async def embeddings(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
     texts = body.get("input")

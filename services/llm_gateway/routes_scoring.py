@@ -11,8 +11,12 @@ from fastapi.responses import JSONResponse
 from llmrl.llm_gateway.api_types import ScoreRequest
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.rest_requests import (
+    MESSAGES,
+    METADATA,
+    STRING,
     GatewayDep,
     cache_header,
+    declared_body,
     in_thread,
     json_body,
     llmrl_extra,
@@ -23,7 +27,18 @@ from llmrl.llm_gateway.rest_requests import (
 router = APIRouter()
 
 
-@router.post("/v1/score")
+@router.post(
+    "/v1/score",
+    openapi_extra=declared_body(
+        {
+            "prompt": {"anyOf": [STRING, MESSAGES]},
+            "candidates": {"type": "array", "items": STRING, "minItems": 1},
+            "model": STRING,
+            "metadata": METADATA,
+        },
+        ("prompt", "candidates"),
+    ),
+)
 async def score(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
     context = request_context(request, body)
@@ -45,7 +60,10 @@ async def score(request: Request, gateway: GatewayDep) -> JSONResponse:
     return JSONResponse(response, headers=cache_header(result))
 
 
-@router.post("/v1/count_tokens")
+@router.post(
+    "/v1/count_tokens",
+    openapi_extra=declared_body({"input": STRING, "messages": MESSAGES, "model": STRING}),
+)
 async def count_tokens(request: Request, gateway: GatewayDep) -> dict[str, Any]:
     body = await json_body(request)
     text = body.get("messages") if "messages" in body else body.get("input")

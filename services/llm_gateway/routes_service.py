@@ -18,7 +18,7 @@ def health(gateway: GatewayDep) -> dict[str, Any]:
     return {"status": "ok", "models": list(gateway.settings.models), "mode": gateway.mode}
 
 
-@router.get("/metrics")
+@router.get("/metrics", responses={200: {"content": {"text/plain": {}}}})
 def metrics(gateway: GatewayDep) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 

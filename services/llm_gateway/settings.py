@@ -85,6 +85,10 @@ class LedgerSettings(_Strict):
 class Limits(_Strict):
     max_candidates: int = Field(64, ge=1)
     max_embed_texts: int = Field(2048, ge=1)
+    # bounded work: a request over these is refused before any model sees it
+    max_body_bytes: int = Field(4 << 20, ge=1024)  # REST request bodies (413)
+    max_prompt_tokens: int = Field(32_768, ge=16)  # prompt + candidates of one score/chat (413)
+    max_embed_chars: int = Field(1 << 20, ge=1)  # all texts of one embedding request (413)
 
 
 class GatewaySettings(_Strict):

@@ -22,10 +22,9 @@ the token in the app's state, adds the body limit, health and metrics, and inclu
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from llmrl.common import config as cfg
+from llmrl.common.http import ERROR_RESPONSES, configured_max_body_bytes, guard_app
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import add_health_and_metrics
 from llmrl.common.plugins import load_plugins
@@ -56,61 +56,10 @@ SETTINGS = {
     "simulator": "simulator gRPC address for recipes' own worlds, or 'local' (in-process)",
     "llm_gateway": "LLM gateway gRPC address, or 'local' (in-process)",
     "token": "bearer token required by the API (default LLMRL_ORCHESTRATOR_TOKEN)",
-    "max_body_bytes": "largest accepted request body (default 1 MiB)",
+    "max_body_bytes": "largest accepted request body (default LLMRL_MAX_BODY_BYTES, else 1 MiB)",
     "claim_idle_s": "seconds before a silent worker's job is handed to another (default 30)",
     "resubmit_after_s": "seconds without results before a run re-queues lost jobs (default 60)",
 }
-
-
-class BodyLimit:
-    """ASGI middleware: a request body over `max_bytes` gets 413 before the app sees it."""
-
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
-            return
-        chunks, size, more = [], 0, True
-        while more:  # read (at most max_bytes of) the body here, then replay it to the app
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, receive, send)
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > self.max_bytes:
-                await self._reject(send)
-                return
-        body, replayed = b"".join(chunks), False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _reject(self, send: Callable) -> None:
-        detail = f"request body too large: the limit is {self.max_bytes} bytes"
-        body = json.dumps({"detail": detail}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
 
 
 async def _config_error(_request: Request, exc: ConfigError) -> JSONResponse:
@@ -144,6 +93,7 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
         version="1",
         description="Start, watch and cancel runs of llmrl recipes.",
         lifespan=_lifespan,
+        responses=ERROR_RESPONSES,
         exception_handlers={
             ConfigError: _config_error,
             RunNotFound: _run_not_found,
@@ -152,7 +102,7 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
     )
     app.state.manager, app.state.token = manager, token
     app.state.scheduler = scheduler  # what the routers' dependencies read
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    guard_app(app, max_body_bytes)
     add_health_and_metrics(
         app, "orchestrator", check=lambda: {"redis": manager.broker.ping(), "runs": "ok"}
     )
@@ -205,7 +155,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     load_plugins()
     manager = build_manager(settings)
     token = settings.get("token") or os.environ.get(TOKEN_VAR) or None
-    max_body = int(settings.get("max_body_bytes") or DEFAULT_MAX_BODY_BYTES)
+    max_body = configured_max_body_bytes(settings.get("max_body_bytes"), DEFAULT_MAX_BODY_BYTES)
     app = create_app(manager, token, max_body)
     log_event(log, "orchestrator listening", host=host, port=port, auth=token is not None)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)

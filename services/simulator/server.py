@@ -5,7 +5,10 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
 * CreateWorld settings: `env` (a registered id, required), `num_envs` (default 1), `seed`,
   `num_workers` (worker processes that share the envs; 0 = step them in the server process),
   `max_episode_steps`, plus the env's own keyword arguments. Returns the world's name.
-  At most MAX_ENVS_PER_WORLD envs and MAX_WORKERS workers per world.
+  At most `max_envs_per_world` envs (default MAX_ENVS_PER_WORLD) and MAX_WORKERS workers
+  per world; a world's cost (sizes, envs × room cells, episode lengths) is bounded
+  (`world.check_world_cost`); settings that name a missing directory or exhaust memory are
+  INVALID_ARGUMENT naming the setting.
 * JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
@@ -122,9 +125,21 @@ def _unpack_settings(settings: Any) -> dict[str, Any]:
     return values
 
 
+def _setting_naming(settings: dict[str, Any], exc: OSError) -> str:
+    """The setting whose value the OSError names (its path, or its message), else "settings"."""
+    path, message = str(exc.filename or ""), str(exc)
+    for name, value in settings.items():
+        if isinstance(value, str) and value and (path.startswith(value) or value in message):
+            return name
+    return "settings"
+
+
 class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
-    def __init__(self, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, metrics: Metrics | None = None, max_envs_per_world: int = MAX_ENVS_PER_WORLD
+    ) -> None:
         self.metrics: Metrics = metrics or _NoMetrics()
+        self.max_envs_per_world = max_envs_per_world
         self._worlds: dict[str, _WorldHandle] = {}
         self._lock = threading.Lock()
         self._session_ids = itertools.count(1)
@@ -195,7 +210,8 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         env = settings.pop("env")
         if not isinstance(env, str):
             raise WorldError("env", f"expected a string env id, got {env!r}")
-        for name, limit in (("num_envs", MAX_ENVS_PER_WORLD), ("num_workers", MAX_WORKERS)):
+        limits = (("num_envs", self.max_envs_per_world), ("num_workers", MAX_WORKERS))
+        for name, limit in limits:
             value = settings.get(name)
             if isinstance(value, int) and value > limit:
                 raise WorldError(name, f"at most {limit} on this server, got {value}")
@@ -207,6 +223,14 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             raise WorldError("settings", f"env {env!r} refused its settings: {exc}") from None
         except UnavailableError as exc:  # registered, but its optional package is missing here
             raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, f"env: {exc}") from None
+        except MemoryError:
+            raise WorldError(
+                "settings",
+                f"env {env!r}: a world with these settings needs more memory than "
+                "this server has; use fewer envs (num_envs) or smaller settings",
+            ) from None
+        except OSError as exc:  # a setting names a missing or unreadable file or directory
+            raise WorldError(_setting_naming(settings, exc), f"env {env!r}: {exc}") from None
         specs = world_specs(
             world.observation_space,
             world.action_space,

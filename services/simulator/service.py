@@ -18,9 +18,13 @@ from prometheus_client import Counter, Gauge
 
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
-from llmrl.simulator.server import SimulatorServicer, create_server
+from llmrl.simulator.server import MAX_ENVS_PER_WORLD, SimulatorServicer, create_server
 
-SETTINGS_DEFAULTS: dict[str, Any] = {"max_connections": 64, "grace_s": 1.0}
+SETTINGS_DEFAULTS: dict[str, Any] = {
+    "max_connections": 64,
+    "grace_s": 1.0,
+    "max_envs_per_world": MAX_ENVS_PER_WORLD,
+}
 
 _WORLDS = Gauge("llmrl_simulator_worlds", "Worlds currently hosted by the simulator")
 _ENV_STEPS = Counter(
@@ -50,10 +54,9 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
             f"{', '.join(SETTINGS_DEFAULTS)}"
         )
     merged = {**SETTINGS_DEFAULTS, **settings}
-    if not isinstance(merged["max_connections"], int) or merged["max_connections"] < 1:
-        raise ValueError(
-            f"max_connections: expected an integer >= 1, got {merged['max_connections']!r}"
-        )
+    for name in ("max_connections", "max_envs_per_world"):
+        if not isinstance(merged[name], int) or merged[name] < 1:
+            raise ValueError(f"{name}: expected an integer >= 1, got {merged[name]!r}")
     return merged
 
 
@@ -64,7 +67,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         options = _check_settings(settings)
     except ValueError as exc:
         raise SystemExit(f"simulator: {exc}") from None
-    servicer = SimulatorServicer(PrometheusMetrics())
+    servicer = SimulatorServicer(PrometheusMetrics(), options["max_envs_per_world"])
     try:
         grpc_server, bound_grpc = create_server(
             host, grpc_port or 0, servicer, max_connections=options["max_connections"]

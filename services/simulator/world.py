@@ -99,6 +99,40 @@ def check_env_kwargs(env: str, env_kwargs: dict[str, Any]) -> None:
             raise WorldError(name, f"unknown setting for env {env!r}; settings: {allowed}")
 
 
+# A world's cost is bounded before any env is built (issue 14): settings named "*size" (rooms,
+# grids, views) are cells per side; the cells of all envs together, and episode lengths, are
+# capped so that one CreateWorld cannot take hours or exhaust the host's memory.
+MAX_SIZE_SETTING = 64
+MAX_WORLD_CELLS = 1 << 20  # e.g. 4,096 envs of 16×16 rooms
+MAX_EPISODE_STEPS = 1_000_000
+MAX_NUMBER_SETTING = 1e9
+
+
+def check_world_cost(num_envs: int, env_kwargs: dict[str, Any]) -> None:
+    """Raise WorldError naming the setting when a world would cost more than the bounds above:
+    a size over MAX_SIZE_SETTING, num_envs × the largest size² over MAX_WORLD_CELLS, an episode
+    limit over MAX_EPISODE_STEPS, or a number that is not finite or beyond ±MAX_NUMBER_SETTING."""
+    largest = 1
+    for name, value in env_kwargs.items():
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            continue
+        if not np.isfinite(value) or abs(value) > MAX_NUMBER_SETTING:
+            raise WorldError(name, f"expected a finite number within ±{MAX_NUMBER_SETTING:g}, "
+                             f"got {value!r}")  # fmt: skip
+        if name.endswith("size") and value > MAX_SIZE_SETTING:
+            raise WorldError(name, f"at most {MAX_SIZE_SETTING} on this server, got {value}")
+        if name.endswith("size"):
+            largest = max(largest, int(value))
+        if name in ("max_steps", "max_episode_steps") and value > MAX_EPISODE_STEPS:
+            raise WorldError(name, f"at most {MAX_EPISODE_STEPS} on this server, got {value}")
+    if num_envs * largest * largest > MAX_WORLD_CELLS:
+        raise WorldError(
+            "num_envs",
+            f"{num_envs} envs of size {largest} make {num_envs * largest * largest} cells; at "
+            f"most {MAX_WORLD_CELLS} per world on this server (fewer envs or smaller rooms)",
+        )
+
+
 def make_env(env: str, **env_kwargs: Any) -> gym.Env:
     """One registered environment, built through gymnasium (TimeLimit included)."""
     check_env_kwargs(env, env_kwargs)
@@ -287,6 +321,7 @@ class World:
         if seed is not None:
             _check_int("seed", seed, minimum=0)
         check_env_kwargs(env, env_kwargs)
+        check_world_cost(num_envs, env_kwargs)
         self.env = env
         self.num_envs = num_envs
         self.seed = seed

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Hashable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,6 +62,8 @@ class _GenJob:
     temperature: float = 0.0  # sampling is per row (`RowSampler`): any mix shares a batch
     top_p: float = 1.0
     seed: int | None = None
+    # set when its caller stopped waiting (timeout): its rows stop at the next decoding step
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 class _GenGroup(NamedTuple):
@@ -76,12 +79,26 @@ class _ScoreJob:
     candidate_ids: list[list[int]]
 
 
+class _StopAbandonedRows:
+    """A transformers stopping criterion: a row whose job was abandoned is finished (rows of
+    other jobs in the batch go on); every row is finished once the model is closing."""
+
+    def __init__(self, rows: list[threading.Event], closing: threading.Event) -> None:
+        self.rows, self.closing = rows, closing
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        closing = self.closing.is_set()
+        done = [closing or row.is_set() for row in self.rows]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
 class LocalCausalLM:
     """A model and its tokenizer, with the two batched primitives the backend needs."""
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.closing = threading.Event()  # set on close: every generation stops at its next step
         eos = model.generation_config.eos_token_id
         if eos is None:
             eos = tokenizer.eos_token_id
@@ -112,7 +129,7 @@ class LocalCausalLM:
         """One `generate` call for every row of every job (left-padded batch). Decoding is
         greedy; rows that sample draw their tokens in `RowSampler`, each from its own
         seeded generator, after guided decoding has masked what their grammar forbids."""
-        from transformers import GenerationConfig, LogitsProcessorList
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
         input_ids, mask = pad([job.prompt_ids for job in jobs for _ in range(job.n)], self.pad_id)
         width = input_ids.shape[1]
@@ -147,6 +164,8 @@ class LocalCausalLM:
             processors.append(RowSampler(samplings))
         if processors:
             extra["logits_processor"] = processors
+        rows = [job.abandoned for job in jobs for _ in range(job.n)]
+        extra["stopping_criteria"] = StoppingCriteriaList([_StopAbandonedRows(rows, self.closing)])
         output = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=mask.to(self.device),
@@ -438,12 +457,15 @@ class TransformersBackend(Backend):
         if request.temperature > 0:
             job = _GenJob(
                 prompt_ids, request.n, request.max_tokens, request.stop, request.guided_lines,
-                request.temperature, request.top_p, request.seed,
+                request.temperature, request.top_p, request.seed, request.abandoned,
             )  # fmt: skip
-            return self._wait(self.batcher.submit("generate", group, job), timeout_s)
+            return self._wait(self.batcher.submit("generate", group, job), timeout_s, job)
         # greedy: the n answers are identical, so compute one and repeat it
-        job = _GenJob(prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines)
-        one = self._wait(self.batcher.submit("generate", group, job), timeout_s)
+        job = _GenJob(
+            prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines,
+            abandoned=request.abandoned,
+        )  # fmt: skip
+        one = self._wait(self.batcher.submit("generate", group, job), timeout_s, job)
         n = request.n
         return Generation(
             one.texts * n, one.prompt_tokens, one.completion_tokens * n, one.finish_reasons * n
@@ -466,14 +488,26 @@ class TransformersBackend(Backend):
         token_logprobs = self._wait(future, timeout_s)
         return Scores(token_logprobs, len(prompt_ids))
 
-    def _wait(self, future: Any, timeout_s: float) -> Any:
+    def _wait(self, future: Any, timeout_s: float, job: _GenJob | None = None) -> Any:
+        """The job's result; on timeout it is dropped from the queue, or (generation already
+        running) its rows stop at the next step, so it cannot hold the model."""
         try:
-            return future.result(timeout=timeout_s)
+            result = future.result(timeout=timeout_s)
         except FutureTimeout:
             future.cancel()
+            if job is not None:
+                job.abandoned.set()
             raise GatewayTimeoutError(
                 f"model {self.name!r} did not answer within {timeout_s:g} s", "timeout_s"
             ) from None
+        if self.lm.closing.is_set() or (job is not None and job.abandoned.is_set()):
+            # cut short: an answer that must never be cached
+            raise GatewayTimeoutError(
+                f"model {self.name!r} stopped before the answer was complete (the caller left "
+                "or the gateway is shutting down)",
+                "timeout_s",
+            )
+        return result
 
     # -- the model thread ----------------------------------------------------------------
     def _run_group(self, kind: str, group: Hashable, jobs: list[Any]) -> list[Any]:
@@ -485,4 +519,5 @@ class TransformersBackend(Backend):
             return self.lm.generate(jobs, group.stops)  # type: ignore[attr-defined]
 
     def close(self) -> None:
+        self.lm.closing.set()  # a generation in progress stops now, so shutdown is prompt
         self.batcher.close()
