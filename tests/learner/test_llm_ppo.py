@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
 import torch
-from support.tiny_llm import make_tiny_llama
+from support.tiny_llm import make_tiny_llama, tiny_gateway_settings
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.common.registry import registry
+from llmrl.learner.adapters import adapter_versions
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step, setting_help
 from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
 from llmrl.learner.versions import Versions
+from llmrl.llm_gateway.client import connect
 
 SMALL = {
     "num_envs": 8,
@@ -133,9 +135,11 @@ class Killed(Exception):
 
 
 def test_resume_after_a_kill_continues_from_the_last_checkpoint(
-    flat_model_dir: Path, tmp_path: Path
+    flat_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    line = Versions(tmp_path / "adapters" / "tiny" / "glam")
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    line = adapter_versions("tiny", "glam")
+    llm = connect(**tiny_gateway_settings(flat_model_dir))  # running before any adapter exists
     llm_ppo = registry.get_algorithm("llm-ppo")
     settings = {**SMALL, "num_envs": 2, "minibatch_size": 4, "total_timesteps": 4 * 3}
     settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4)
@@ -160,6 +164,16 @@ def test_resume_after_a_kill_continues_from_the_last_checkpoint(
     assert done[2:] == [4, 4]  # updates 2 and 3 ran again, not update 1
     # a finished line is not trained further
     assert llm_ppo.train(ENV_ID, line, **settings).path == resumed.path
+
+    # the gateway serves the version by name, scoring as the learner does
+    policy = llm_ppo.load(resumed)
+    prompt = policy.tokenizer.decode(prompt_ids(policy))
+    served = llm.score(prompt, [" " + p for p in PHRASES], model="tiny:glam@3", cache=False)
+    candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
+    with torch.no_grad():
+        learner = score_candidates(policy, [prompt_ids(policy)], candidates, "sum").scores[0]
+    assert served.logprobs == pytest.approx(learner.tolist(), abs=1e-3)
+    llm.close()
 
 
 @pytest.mark.parametrize(
