@@ -86,3 +86,20 @@ def test_glam_prompt_format() -> None:
         glam_prompt(["a"], "m", ["o1"], ["a"])
     with pytest.raises(ValueError, match="action_set"):
         action_phrases("klingon")
+
+
+def test_lora_on_the_top_layers_only_and_the_value_head(tiny_model_dir: Path) -> None:
+    policy = LlmPolicyModel.load(
+        str(tiny_model_dir), lora=True, lora_r=4, lora_layers=1, value_hidden=8, bf16=False
+    )
+    trained = [name for name, p in policy.model.named_parameters() if p.requires_grad]
+    assert trained and all("layers.1." in name and "lora_" in name for name in trained)
+    head = policy.heads["value"]
+    assert [m.__class__.__name__ for m in head] == [
+        "Linear", "Sigmoid", "Linear", "Sigmoid", "Linear",
+    ]  # fmt: skip
+    assert head[0].in_features == 32 and head[0].out_features == 8 and head[-1].out_features == 1
+    with pytest.raises(ValueError, match="lora_layers"):
+        LlmPolicyModel.load(str(tiny_model_dir), lora_layers=3)
+    with pytest.raises(ValueError, match="base_model"):
+        LlmPolicyModel.load("no-such-model-or-dir")
