@@ -14,8 +14,10 @@ The format, one line each, ending with the open action line that the candidates 
 * the last `HISTORY_OBSERVATIONS` (3) observations and the `HISTORY_OBSERVATIONS - 1` (2)
   actions taken between them, numbered from 0 in the prompt; the history is cleared when an
   episode ends;
-* an observation is the view's sentences joined by ", " (the env's `text`, one sentence a
-  line, becomes one line);
+* an observation is the env's `text` on one line: sentences on separate lines are joined by
+  ", " (the original's form, "You see a wall 2 steps forward, You see a red ball 1 step left"),
+  a trailing "." is dropped; BabyAI-Text's own one-line text ("You see a wall 2 steps
+  forward, a red ball 1 step left. You carry nothing.") is kept as it is otherwise;
 * each candidate is scored as the continuation " <phrase>" of the final "Action i:".
 """
 
