@@ -302,7 +302,7 @@ def train_llm_ppo(
                     break
 
             # 6. charts and losses
-            sps = int((global_step - steps_at_start) / max(time.perf_counter() - started, 1e-9))
+            sps = (global_step - steps_at_start) / max(time.perf_counter() - started, 1e-9)
             success_rate = float(np.mean([s for *_, s in finished])) if finished else None
             if writer is not None:
                 writer.add_scalar(
@@ -317,7 +317,7 @@ def train_llm_ppo(
                     writer.add_scalar("charts/episodic_length", length, global_step)
                     writer.add_scalar("charts/success", float(success), global_step)
             log.info(
-                "llm-ppo update %d/%d step %d: success %s, SPS %d, loss %.4f",
+                "llm-ppo update %d/%d step %d: success %s, SPS %.2f, loss %.4f",
                 update,
                 config.num_updates,
                 global_step,
