@@ -44,10 +44,13 @@ def test_every_family_is_registered_under_the_contract():
     assert registry.get_algorithm("ppo").family == "sb3-on-policy"
     assert registry.get_algorithm("dqn").family == "sb3-off-policy"
     assert registry.get_algorithm("sft").learns_from == "dataset"
+    assert registry.get_algorithm("llm-ppo").learns_from == "env"
 
 
 def test_an_unknown_algorithm_names_the_registered_ones():
-    with pytest.raises(UnknownNameError, match=r"unknown algorithm 'ppo2'.*a2c, dqn, ppo, sft"):
+    with pytest.raises(
+        UnknownNameError, match=r"unknown algorithm 'ppo2'.*a2c, dqn, llm-ppo, ppo, sft"
+    ):
         registry.get_algorithm("ppo2")
     with pytest.raises(UnknownNameError, match="registered algorithms"):
         load_cached("ppo2", "model.zip")

@@ -65,7 +65,7 @@ def test_the_learner_starts_without_the_recipes_packages(tmp_path: Path):
     report = json.loads(completed.stdout.strip().splitlines()[-1])
     assert report["health"] == 200 and report["jobs"] == [] and report["bad_job"] == 422
     assert report["recipes_imported"] == []  # no recipe is imported to start
-    assert {"ppo", "a2c", "dqn", "sft"} <= set(report["algorithms"])
+    assert {"ppo", "a2c", "dqn", "sft", "llm-ppo"} <= set(report["algorithms"])
     # a job that needs a missing package is refused (503), or accepted and fails, either way
     # saying what to install; the service goes on
     status, message = report["policy_job"]

@@ -15,9 +15,10 @@ from typing import Any
 TINY_MODEL = "tiny"  # the gateway model name the settings below serve it under
 
 
-def make_tiny_llama(path: Path) -> Path:
+def make_tiny_llama(path: Path, initializer_range: float = 0.5) -> Path:
     """A 2-layer, 32-wide random Llama with SmolLM2's tokenizer, saved to `path`. Seeded, so
-    every build has the same weights."""
+    every build has the same weights. A small `initializer_range` gives a near-uniform policy
+    over candidates (RL tests that must explore every action)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -33,9 +34,9 @@ def make_tiny_llama(path: Path) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=2048,
-        # Wide weights (std 0.5): log-probabilities differ clearly between tokens, and a LoRA
-        # can move the logits.
-        initializer_range=0.5,
+        # Wide weights (std 0.5 by default): log-probabilities differ clearly between tokens,
+        # and a LoRA can move the logits.
+        initializer_range=initializer_range,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,

@@ -18,11 +18,13 @@ The contract (`base.Algorithm`):
 * `load(checkpoint)`: the trained thing, ready to use, from a `Checkpoint`, a version
   directory or a line (its latest version).
 
-Families: `sb3` (SB3 on-policy `ppo`, `a2c`; off-policy `dqn`; checkpoint: `model.zip`) and
-`sft` (LoRA supervised fine-tuning on chat JSONL; checkpoint: a LoRA adapter the gateway serves).
-Coming families keep the same contract: GLAM's LLM-PPO (learns from simulator worlds through
-the gateway; checkpoints are adapter versions, `llmrl.learner.adapters`) and offline RL
-through d3rlpy (BC, CQL, IQL...: learns from a dataset; checkpoint: d3rlpy's model file).
+Families: `sb3` (SB3 on-policy `ppo`, `a2c`; off-policy `dqn`; checkpoint: `model.zip`),
+`sft` (LoRA supervised fine-tuning on chat JSONL; checkpoint: a LoRA adapter the gateway serves)
+and `llm-ppo` (GLAM's PPO on an LLM policy over text actions: learns from a world of text envs
+with the learner's own copy of the model, `llmrl.learner.llm`; checkpoint: a LoRA adapter
+version the gateway serves, with the value head and optimizer state, resumable). Coming
+families keep the same contract, e.g. offline RL through d3rlpy (BC, CQL, IQL...: learns from a
+dataset; checkpoint: d3rlpy's model file).
 
 Every module here is imported when the first algorithm is looked up, so a family imports its
 libraries (torch, SB3, peft, d3rlpy) inside its functions: a missing one then only matters

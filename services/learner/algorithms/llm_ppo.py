@@ -1,0 +1,495 @@
+"""LLM-PPO: PPO on an LLM policy over text actions (GLAM, Carta et al., ICML 2023).
+
+Registered as the algorithm `llm-ppo`: it learns from an env (`source`: a registered env id
+with `text`/`mission` observations and text skills, e.g. `BabyAIText-GoToLocal`, stepped as
+`num_envs` envs of one world, in-process or at `address`; or a world already made), and
+saves checkpoint versions holding a LoRA adapter (the gateway serves a line made by
+`adapter_versions(model, adapter)` as `<model>:<adapter>@<version>`) or, with `lora=False`,
+the whole model, plus the value head (`heads.pt`), the optimizer (`optimizer.pt`) and where
+training stood (`state.json`).
+
+It reads top to bottom like CleanRL's ppo.py. At each step every env's GLAM prompt
+(`llmrl.learner.llm.glam_prompt`) is scored against the action phrases in one batched,
+KV-shared forward (`llmrl.learner.llm.scorer`); the policy is the softmax of the scores, the
+value GLAM's MLP head on the last prompt token's hidden state. After `num_steps` steps:
+GAE, then `update_epochs` epochs of minibatches with the clipped policy loss, the clipped
+value loss and the entropy bonus, gradients clipped. TensorBoard gets CleanRL's `charts/`
+and `losses/` scalars. Every `checkpoint_every` updates a version is saved; a run that finds
+versions in its line continues from the latest one (`resume`), with fresh episodes.
+
+    llm_ppo = registry.get_algorithm("llm-ppo")
+    checkpoint = llm_ppo.train("BabyAIText-GoToLocalS5N2",
+                               adapter_versions("smollm2", "glam"), base_model="smollm2")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmrl.common.registry import registry
+from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
+from llmrl.learner.llm.scorer import REDUCTIONS
+from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
+
+log = logging.getLogger("llmrl.learner.llm_ppo")
+LLM_PPO = "llm-ppo"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "state.json"
+
+
+def _setting(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class LlmPpoConfig:
+    """Every setting, with its help text (`setting_help`). Defaults: the paper's where they
+    fit a CPU (GLAM's code: Adam eps 1e-5, gamma 0.99, lambda 0.99, clip 0.2 with a clipped
+    value loss, entropy 0.01, value 0.5, grad norm 0.5, 4 epochs, minibatch 64, 32 envs x 40
+    steps, reward x 20)."""
+
+    base_model: str = field(metadata={"help": "local HF model directory or gateway model name"})
+    total_timesteps: int = _setting(5120, "env steps to train for (all envs together)")
+    num_envs: int = _setting(32, "envs stepped together in one world")
+    num_steps: int = _setting(40, "steps per env per rollout")
+    learning_rate: float = _setting(
+        1e-4, "Adam learning rate (the paper: 1e-6 for full fine-tuning of 780M; LoRA wants more)"
+    )
+    anneal_lr: bool = _setting(False, "anneal the learning rate linearly to 0")
+    adam_eps: float = _setting(1e-5, "Adam epsilon")
+    gamma: float = _setting(0.99, "discount factor")
+    gae_lambda: float = _setting(0.99, "GAE lambda")
+    update_epochs: int = _setting(4, "epochs over each rollout")
+    minibatch_size: int = _setting(64, "samples per gradient step")
+    norm_adv: bool = _setting(True, "normalise advantages per minibatch")
+    clip_coef: float = _setting(0.2, "policy ratio clip")
+    clip_vloss: bool = _setting(True, "clip the value loss as the policy's")
+    ent_coef: float = _setting(0.01, "entropy bonus coefficient")
+    vf_coef: float = _setting(0.5, "value loss coefficient")
+    max_grad_norm: float = _setting(0.5, "gradient norm clip")
+    target_kl: float | None = _setting(None, "stop the update's epochs past this approx KL")
+    reward_scale: float = _setting(20.0, "reward multiplier (the paper: 20 x BabyAI's)")
+    action_set: str = _setting("babyai", "the action phrases (llmrl.learner.llm.glam_prompt)")
+    reduction: str = _setting("sum", "candidate score: sum or mean of its token log-probs")
+    lora: bool = _setting(True, "train a LoRA (False: fine-tune every weight)")
+    lora_r: int = _setting(16, "LoRA rank")
+    lora_alpha: int | None = _setting(None, "LoRA alpha (None: 2 x rank)")
+    lora_layers: int | None = _setting(None, "adapt only the top N decoder layers (None: all)")
+    value_hidden: int = _setting(1024, "width of the value head's two hidden layers")
+    bf16: bool | None = _setting(None, "bf16 autocast (None: where bf16 is native)")
+    checkpoint_every: int = _setting(1, "save a version every this many updates")
+    resume: bool = _setting(True, "continue from the line's latest version, if any")
+    seed: int = _setting(0, "seed of the world, the sampling and the initialisation")
+    address: str | None = _setting(None, "simulator address (None: an in-process world)")
+    tensorboard_dir: str | None = _setting(None, "TensorBoard directory (None: none)")
+    torch_threads: int | None = _setting(None, "torch CPU threads (None: torch's default)")
+
+    def __post_init__(self) -> None:
+        for key in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "minibatch_size"):
+            _check_number(key, getattr(self, key), integer=True, positive=True)
+        for key in ("lora_r", "value_hidden", "checkpoint_every"):
+            _check_number(key, getattr(self, key), integer=True, positive=True)
+        for key in ("lora_layers", "torch_threads", "lora_alpha"):
+            if getattr(self, key) is not None:
+                _check_number(key, getattr(self, key), integer=True, positive=True)
+        for key in ("learning_rate", "adam_eps", "reward_scale"):
+            _check_number(key, getattr(self, key), positive=True)
+        for key in ("clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
+            _check_number(key, getattr(self, key))
+        for key in ("gamma", "gae_lambda"):
+            if getattr(self, key) > 1:
+                raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
+        action_phrases(self.action_set)  # a ValueError names the key and the known sets
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(
+                f"reduction: expected one of {', '.join(REDUCTIONS)}, got {self.reduction!r}"
+            )
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return max(1, self.total_timesteps // self.batch_size)
+
+
+def setting_help() -> dict[str, str]:
+    """Each setting's help text (`--help` of whoever exposes them)."""
+    return {f.name: f.metadata["help"] for f in fields(LlmPpoConfig)}
+
+
+def _check_number(key: str, value: Any, integer: bool = False, positive: bool = False) -> None:
+    """A ValueError naming `key` unless `value` is a number (an integer) >= 0 (> 0)."""
+    kinds = (int,) if integer else (int, float)
+    number = isinstance(value, kinds) and not isinstance(value, bool)
+    if not number or (value <= 0 if positive else value < 0):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+def check_env(env: str) -> None:
+    """An env id the registry knows (a ValueError names the key and the known ids)."""
+    known = registry.names("env")
+    if env not in known:
+        raise ValueError(f"env: unknown env {env!r}; registered envs: {', '.join(sorted(known))}")
+
+
+# -- the loop ------------------------------------------------------------------------------
+def train_llm_ppo(
+    source: Any,
+    line: Versions,
+    config: LlmPpoConfig,
+    version: str | int | None = None,
+    on_progress: Progress | None = None,
+) -> Checkpoint:
+    import torch
+
+    from llmrl.learner.llm.model import LlmPolicyModel
+    from llmrl.learner.llm.scorer import score_candidates
+    from llmrl.simulator.client import make_world
+    from llmrl.simulator.world import episode_ends
+
+    # 1. where we start: a fresh model, or the line's latest version
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    torch.manual_seed(config.seed)
+    previous = _resumable(line) if config.resume else None
+    start_update = int(previous.result.get("update", 0)) if previous else 0
+    global_step = int(previous.result.get("global_step", 0)) if previous else 0
+    if previous is not None and start_update >= config.num_updates:
+        log.info("llm-ppo: %s already reached update %d", previous.path, start_update)
+        return previous
+    policy = LlmPolicyModel.load(
+        config.base_model,
+        lora=config.lora,
+        lora_r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_layers=config.lora_layers,
+        value_hidden=config.value_hidden,
+        bf16=config.bf16,
+        init_from=previous.path if previous else None,
+    )
+    policy.train()
+    params = policy.parameters()
+    optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
+    if previous is not None:
+        optimizer.load_state_dict(torch.load(previous.path / OPTIMIZER_FILE, weights_only=True))
+    phrases = action_phrases(config.action_set)
+    candidates = [policy.encode(" " + phrase) for phrase in phrases]
+    value_head = policy.heads["value"]
+    generator = torch.Generator().manual_seed(config.seed + start_update)
+    writer = _writer(config.tensorboard_dir)
+
+    # 2. the world: N envs, each with its prompt history
+    if isinstance(source, str):
+        check_env(source)
+        world = make_world(source, config.num_envs, config.seed, config.address)
+        owns_world = True
+    else:
+        world, owns_world = source, False
+        if world.num_envs != config.num_envs:
+            raise ValueError(f"num_envs: {config.num_envs}, but the world has {world.num_envs}")
+    wanted = ["text", "mission", "reward", "discount", "step_type"]
+    N, T = config.num_envs, config.num_steps
+    histories = [PromptHistory(phrases) for _ in range(N)]
+    first = world.reset(seed=config.seed + start_update * N, observations=wanted)
+    for i, history in enumerate(histories):
+        history.start(str(first["mission"][i]), str(first["text"][i]))
+    next_done = torch.zeros(N)
+    episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=int)
+    finished: list[tuple[float, int, bool]] = []  # (return, length, success) this update
+
+    def act(prompts: list[list[int]]) -> tuple[Any, Any]:
+        """(action scores [B, K], values [B]) of prompts, with gradients when enabled."""
+        scored = score_candidates(policy, prompts, candidates, config.reduction)
+        return scored.scores, value_head(scored.hidden).squeeze(-1)
+
+    prompts: list[list[list[int]]] = [[] for _ in range(T)]
+    actions = torch.zeros((T, N), dtype=torch.long)
+    logprobs, rewards = torch.zeros((T, N)), torch.zeros((T, N))
+    dones, values = torch.zeros((T, N)), torch.zeros((T, N))
+    started = time.perf_counter()
+    steps_at_start = global_step
+    checkpoint = previous
+    try:
+        for update in range(start_update + 1, config.num_updates + 1):
+            if config.anneal_lr:
+                fraction = 1.0 - (update - 1.0) / config.num_updates
+                optimizer.param_groups[0]["lr"] = fraction * config.learning_rate
+            finished.clear()
+
+            # 3. rollout: T steps of N envs, one batched scoring per step
+            for step in range(T):
+                global_step += N
+                prompts[step] = [policy.encode(history.prompt()) for history in histories]
+                dones[step] = next_done
+                with torch.no_grad():
+                    scores, value = act(prompts[step])
+                    distribution = torch.distributions.Categorical(logits=scores)
+                    action = torch.multinomial(distribution.probs, 1, generator=generator)[:, 0]
+                actions[step], values[step] = action, value
+                logprobs[step] = distribution.log_prob(action)
+                taken = [phrases[int(a)] for a in action]
+                result = world.step(skill=taken, observations=wanted)
+                terminated, truncated = episode_ends(result)
+                reward = result["reward"].astype(np.float64)
+                rewards[step] = torch.as_tensor(reward * config.reward_scale, dtype=torch.float32)
+                episode_return += reward
+                episode_length += 1
+                ended = terminated | truncated
+                for i in range(N):
+                    histories[i].advance(taken[i], str(result["text"][i]))
+                if ended.any():  # start the finished envs' next episodes; the others wait
+                    restarted = world.step(observations=wanted, active=ended)
+                    for i in np.flatnonzero(ended):
+                        success = bool(terminated[i]) and episode_return[i] > 0
+                        finished.append((float(episode_return[i]), int(episode_length[i]), success))
+                        histories[i].start(str(restarted["mission"][i]), str(restarted["text"][i]))
+                        episode_return[i], episode_length[i] = 0.0, 0
+                # as CleanRL: a time-limit cut is treated as an end (no bootstrap)
+                next_done = torch.as_tensor(ended, dtype=torch.float32)
+
+            # 4. GAE
+            with torch.no_grad():
+                next_prompts = [policy.encode(history.prompt()) for history in histories]
+                _, next_value = act(next_prompts)
+                advantages = torch.zeros((T, N))
+                last_gae = torch.zeros(N)
+                for t in reversed(range(T)):
+                    if t == T - 1:
+                        not_done, following = 1.0 - next_done, next_value
+                    else:
+                        not_done, following = 1.0 - dones[t + 1], values[t + 1]
+                    delta = rewards[t] + config.gamma * following * not_done - values[t]
+                    last_gae = delta + config.gamma * config.gae_lambda * not_done * last_gae
+                    advantages[t] = last_gae
+                returns = advantages + values
+
+            # 5. PPO: epochs of minibatches over the flattened rollout
+            b_prompts = [p for row in prompts for p in row]
+            b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
+            b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
+            b_values = values.reshape(-1)
+            order = np.random.default_rng(config.seed + update).permutation
+            clipfracs: list[float] = []
+            stats: dict[str, float] = {}
+            for _epoch in range(config.update_epochs):
+                indices = order(config.batch_size)
+                for start in range(0, config.batch_size, config.minibatch_size):
+                    mb = torch.as_tensor(indices[start : start + config.minibatch_size])
+                    stats = ppo_minibatch_step(
+                        act([b_prompts[i] for i in mb]),
+                        b_actions[mb],
+                        b_logprobs[mb],
+                        b_advantages[mb],
+                        b_returns[mb],
+                        b_values[mb],
+                        config,
+                        optimizer,
+                        params,
+                    )
+                    clipfracs.append(stats["clipfrac"])
+                if config.target_kl is not None and stats["approx_kl"] > config.target_kl:
+                    break
+
+            # 6. charts and losses
+            sps = (global_step - steps_at_start) / max(time.perf_counter() - started, 1e-9)
+            success_rate = float(np.mean([s for *_, s in finished])) if finished else None
+            if writer is not None:
+                writer.add_scalar(
+                    "charts/learning_rate", optimizer.param_groups[0]["lr"], global_step
+                )
+                for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl"):
+                    writer.add_scalar(f"losses/{name}", stats[name], global_step)
+                writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
+                writer.add_scalar("charts/SPS", sps, global_step)
+                for episodic_return, length, success in finished:
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    writer.add_scalar("charts/episodic_length", length, global_step)
+                    writer.add_scalar("charts/success", float(success), global_step)
+            log.info(
+                "llm-ppo update %d/%d step %d: success %s, SPS %.2f, loss %.4f",
+                update,
+                config.num_updates,
+                global_step,
+                success_rate,
+                sps,
+                stats["loss"],
+            )
+            if on_progress is not None:
+                on_progress(config.batch_size)
+
+            # 7. a checkpoint version every `checkpoint_every` updates, and at the end
+            last = update == config.num_updates
+            if update % config.checkpoint_every == 0 or last:
+                result = {
+                    "update": update,
+                    "global_step": global_step,
+                    "episodes": len(finished),
+                    "success_rate": success_rate,
+                    "mean_return": float(np.mean([r for r, *_ in finished])) if finished else None,
+                    "resumed_from": start_update,
+                    **{f"last_{k}": v for k, v in stats.items()},
+                }
+                target = version if last and version is not None else None
+                checkpoint = _save(line, policy, optimizer, config, result, target)
+    finally:
+        if writer is not None:
+            writer.close()
+        if owns_world:
+            world.close()
+    assert checkpoint is not None
+    return checkpoint
+
+
+def ppo_minibatch_step(
+    scored: tuple[Any, Any],
+    actions: Any,
+    old_logprobs: Any,
+    advantages: Any,
+    returns: Any,
+    old_values: Any,
+    config: LlmPpoConfig,
+    optimizer: Any,
+    params: list[Any],
+) -> dict[str, float]:
+    """One gradient step of PPO's clipped objective on a minibatch; its statistics."""
+    import torch
+
+    scores, new_values = scored
+    distribution = torch.distributions.Categorical(logits=scores)
+    new_logprobs = distribution.log_prob(actions)
+    entropy = distribution.entropy()
+    log_ratio = new_logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        old_approx_kl = (-log_ratio).mean()
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+    if config.norm_adv and len(advantages) > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    # clipped policy loss
+    pg_loss = torch.max(
+        -advantages * ratio,
+        -advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef),
+    ).mean()
+    # value loss, clipped around the rollout's values
+    if config.clip_vloss:
+        unclipped = (new_values - returns) ** 2
+        clipped = old_values + torch.clamp(
+            new_values - old_values, -config.clip_coef, config.clip_coef
+        )
+        v_loss = 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_values - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - config.ent_coef * entropy_loss + v_loss * config.vf_coef
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    optimizer.step()
+    return {
+        "loss": float(loss.detach()),
+        "policy_loss": float(pg_loss.detach()),
+        "value_loss": float(v_loss.detach()),
+        "entropy": float(entropy_loss.detach()),
+        "old_approx_kl": float(old_approx_kl),
+        "approx_kl": float(approx_kl),
+        "clipfrac": float(clipfrac),
+    }
+
+
+def _resumable(line: Versions) -> Checkpoint | None:
+    """The line's latest version if LLM-PPO wrote it (and can continue from it)."""
+    if not line.versions():
+        return None
+    latest = line.latest()
+    if latest.algorithm != LLM_PPO or not (latest.path / STATE_FILE).is_file():
+        return None
+    return latest
+
+
+def _save(
+    line: Versions,
+    policy: Any,
+    optimizer: Any,
+    config: LlmPpoConfig,
+    result: dict[str, Any],
+    version: str | int | None,
+) -> Checkpoint:
+    import torch
+
+    def write(directory: Path) -> None:
+        policy.save(directory)
+        torch.save(optimizer.state_dict(), directory / OPTIMIZER_FILE)
+        (directory / STATE_FILE).write_text(json.dumps(result, indent=2) + "\n")
+
+    return line.save(write, LLM_PPO, version, config=asdict(config), result=result)
+
+
+def _writer(directory: str | None) -> Any:
+    if directory is None:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(directory)
+
+
+# -- the registered algorithm ----------------------------------------------------------------
+class LlmPpo(Algorithm):
+    """PPO on an LLM policy. Settings: `LlmPpoConfig`'s fields (`setting_help()`); `base_model`
+    is required. `source`: an env id (a world of `num_envs` is made) or a world."""
+
+    name = LLM_PPO
+    family = "llm-ppo"
+    learns_from = "env"
+
+    def train(
+        self,
+        source: Any,
+        checkpoints: Versions | str | Path,
+        *,
+        version: str | int | None = None,
+        on_progress: Progress | None = None,
+        **settings: Any,
+    ) -> Checkpoint:
+        self.check_settings(settings, [f.name for f in fields(LlmPpoConfig)])
+        if "base_model" not in settings:
+            raise ValueError(
+                f"{LLM_PPO}: base_model is required (a local model directory or a gateway "
+                "model name)"
+            )
+        config = LlmPpoConfig(**settings)
+        if isinstance(source, str):
+            check_env(source)
+        return train_llm_ppo(source, as_versions(checkpoints), config, version, on_progress)
+
+    def load(self, checkpoint: Checkpoint | str | Path) -> Any:
+        """The `LlmPolicyModel` of a checkpoint (model with adapter, value head), in eval mode."""
+        from llmrl.learner.llm.model import LlmPolicyModel
+
+        found = find_checkpoint(checkpoint)
+        self.check_written_by_me(found)
+        config = found.config
+        policy = LlmPolicyModel.load(
+            config["base_model"],
+            lora=bool(config.get("lora", True)),
+            value_hidden=int(config.get("value_hidden", 1024)),
+            bf16=config.get("bf16"),
+            init_from=found.path,
+        )
+        return policy.train(False)
+
+
+registry.register_algorithm(
+    LLM_PPO, "PPO on an LLM policy over text actions (GLAM)", family="llm-ppo", learns_from="env"
+)(LlmPpo())

@@ -1,0 +1,204 @@
+"""LLM-PPO (`llm-ppo`) on tiny random Llamas: the update, learning, resuming, bad settings.
+
+The policy model is near-uniform (`initializer_range=0.02`) so that every action is explored;
+candidates are scored by their mean token log-probability, as with a summed score a
+near-uniform LM prefers the shortest phrase by orders of magnitude.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
+import torch
+from support.tiny_llm import make_tiny_llama, tiny_gateway_settings
+from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
+
+from llmrl.common.registry import registry
+from llmrl.learner.adapters import adapter_versions
+from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step, setting_help
+from llmrl.learner.llm.glam_prompt import PromptHistory
+from llmrl.learner.llm.model import LlmPolicyModel
+from llmrl.learner.llm.scorer import score_candidates
+from llmrl.learner.versions import Versions
+from llmrl.llm_gateway.client import connect
+
+SMALL = {
+    "num_envs": 8,
+    "num_steps": 2,
+    "minibatch_size": 16,
+    "update_epochs": 1,
+    "value_hidden": 16,
+    "reduction": "mean",
+    "bf16": False,
+    "seed": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def flat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("flat-llama"), initializer_range=0.02)
+
+
+def prompt_ids(policy: LlmPolicyModel) -> list[int]:
+    history = PromptHistory(PHRASES)
+    history.start("go to the goal", "You see the goal 1 step forward")
+    return policy.encode(history.prompt())
+
+
+def action_probabilities(policy: LlmPolicyModel, reduction: str = "mean") -> torch.Tensor:
+    candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
+    with torch.no_grad():
+        scores = score_candidates(policy, [prompt_ids(policy)], candidates, reduction).scores
+    return torch.softmax(scores[0], -1)
+
+
+def test_one_update_lowers_the_loss_and_favours_the_advantaged_action(
+    flat_model_dir: Path,
+) -> None:
+    policy = LlmPolicyModel.load(str(flat_model_dir), lora=True, value_hidden=16, bf16=False)
+    config = LlmPpoConfig(base_model=str(flat_model_dir), norm_adv=False, learning_rate=1e-2)
+    candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
+    prompts = [prompt_ids(policy)] * len(PHRASES)
+    actions = torch.arange(len(PHRASES))  # every action once; only CORRECT was good
+    advantages = torch.tensor([1.0 if p == CORRECT else -0.2 for p in PHRASES])
+    with torch.no_grad():
+        scores = score_candidates(policy, prompts, candidates, "mean").scores
+        old_logprobs = torch.log_softmax(scores, -1)[actions, actions]
+    old_values, returns = torch.zeros(len(PHRASES)), advantages.clone()
+    before = action_probabilities(policy)[PHRASES.index(CORRECT)]
+    params = policy.parameters()
+    optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
+
+    def step() -> dict[str, float]:
+        scored = score_candidates(policy, prompts, candidates, "mean")
+        values = policy.heads["value"](scored.hidden).squeeze(-1)
+        return ppo_minibatch_step(
+            (scored.scores, values),
+            actions,
+            old_logprobs,
+            advantages,
+            returns,
+            old_values,
+            config,
+            optimizer,
+            params,
+        )
+
+    first, second = step(), step()
+    assert second["loss"] < first["loss"]
+    assert second["policy_loss"] < first["policy_loss"]
+    assert action_probabilities(policy)[PHRASES.index(CORRECT)] > before
+
+
+def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Path) -> None:
+    line = Versions(tmp_path / "line")
+    llm_ppo = registry.get_algorithm("llm-ppo")
+    progress: list[int] = []
+    checkpoint = llm_ppo.train(
+        ENV_ID,
+        line,
+        on_progress=progress.append,
+        base_model=str(flat_model_dir),
+        lora=False,
+        learning_rate=1e-2,
+        total_timesteps=16 * 10,
+        checkpoint_every=5,
+        tensorboard_dir=str(tmp_path / "tb"),
+        **{**SMALL, "update_epochs": 2},
+    )
+    assert progress == [16] * 10
+    assert line.versions() == ["1", "2"]  # updates 5 and 10
+    assert checkpoint.algorithm == "llm-ppo" and checkpoint.result["update"] == 10
+    policy = llm_ppo.load(checkpoint)
+    assert float(action_probabilities(policy)[PHRASES.index(CORRECT)]) >= 0.9
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = EventAccumulator(str(tmp_path / "tb")).Reload().Tags()["scalars"]
+    for tag in (
+        "charts/episodic_return",
+        "charts/success",
+        "charts/SPS",
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clipfrac",
+    ):
+        assert tag in tags
+
+
+class Killed(Exception):
+    """Stands for a kill in the middle of a run."""
+
+
+def test_resume_after_a_kill_continues_from_the_last_checkpoint(
+    flat_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    line = adapter_versions("tiny", "glam")
+    llm = connect(**tiny_gateway_settings(flat_model_dir))  # running before any adapter exists
+    llm_ppo = registry.get_algorithm("llm-ppo")
+    settings = {**SMALL, "num_envs": 2, "minibatch_size": 4, "total_timesteps": 4 * 3}
+    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4)
+    done: list[int] = []
+
+    def kill_after_two_updates(steps: int) -> None:
+        done.append(steps)
+        if len(done) == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        llm_ppo.train(ENV_ID, line, on_progress=kill_after_two_updates, **settings)
+    assert line.versions() == ["1"]  # update 2 was killed before its checkpoint
+    first = line.latest()
+    assert (first.path / "adapter_config.json").is_file()  # a LoRA adapter the gateway serves
+    assert first.result["update"] == 1
+
+    resumed = llm_ppo.train(ENV_ID, line, on_progress=done.append, **settings)
+    assert resumed.result["resumed_from"] == 1
+    assert resumed.result["update"] == 3 and resumed.result["global_step"] == 3 * 4
+    assert line.versions() == ["1", "2", "3"]
+    assert done[2:] == [4, 4]  # updates 2 and 3 ran again, not update 1
+    # a finished line is not trained further
+    assert llm_ppo.train(ENV_ID, line, **settings).path == resumed.path
+
+    # the gateway serves the version by name, scoring as the learner does
+    policy = llm_ppo.load(resumed)
+    prompt = policy.tokenizer.decode(prompt_ids(policy))
+    served = llm.score(prompt, [" " + p for p in PHRASES], model="tiny:glam@3", cache=False)
+    candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
+    with torch.no_grad():
+        learner = score_candidates(policy, [prompt_ids(policy)], candidates, "sum").scores[0]
+    assert served.logprobs == pytest.approx(learner.tolist(), abs=1e-3)
+    llm.close()
+
+
+@pytest.mark.parametrize(
+    ("source", "settings", "named"),
+    [
+        (ENV_ID, {"num_envs": -1}, "num_envs"),
+        (ENV_ID, {"num_steps": 0}, "num_steps"),
+        (ENV_ID, {"minibatch_size": -4}, "minibatch_size"),
+        (ENV_ID, {"learning_rate": 0}, "learning_rate"),
+        (ENV_ID, {"gamma": 1.5}, "gamma"),
+        (ENV_ID, {"action_set": "klingon"}, "action_set"),
+        (ENV_ID, {"reduction": "max"}, "reduction"),
+        (ENV_ID, {"lora_layers": 0}, "lora_layers"),
+        (ENV_ID, {"bogus": 1}, "bogus"),
+        ("NoSuchEnv", {}, "env"),
+    ],
+)
+def test_bad_settings_are_named(source: str, settings: dict, named: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=named):
+        registry.get_algorithm("llm-ppo").train(
+            source, tmp_path / "line", base_model="/nonexistent", **settings
+        )
+
+
+def test_base_model_is_required_and_every_setting_has_help(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="base_model"):
+        registry.get_algorithm("llm-ppo").train(ENV_ID, tmp_path / "line")
+    assert all(setting_help().values())
