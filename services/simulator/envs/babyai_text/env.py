@@ -179,7 +179,7 @@ class BabyAITextEnv(SkillEnv):
 
 LEVEL_DESCRIPTIONS = {
     "GoToLocal": "go to an object in one room",
-    "GoToLocalS5N2": "go to an object in a 5x5 room with two distractors",
+    "GoToLocalS5N2": "go to an object in a 5x5 room (3x3 inside) holding two objects",
     "PickupLoc": "pick up an object, maybe named by its place",
     "PutNextLocal": "put an object next to another, in one room",
     "OpenDoor": "open a door of the middle room",

@@ -180,7 +180,9 @@ def _french_noun_phrase(match: re.Match[str]) -> str:
     article, state, colour, noun, place = match.groups()
     word, feminine = FRENCH_NOUNS[noun]
     gender = 1 if feminine else 0
-    if article == "the":
+    if article == "the" and word[0] in "aeiou":
+        words = [f"l'{word}"]
+    elif article == "the":
         words = ["la" if feminine else "le", word]
     else:
         words = ["une" if feminine else "un", word]
