@@ -23,6 +23,7 @@ from llmrl.simulator.envs.babyai_text.variants import (
     fix_articles,
 )
 from llmrl.simulator.envs.base import InvalidSkillError, step_skill
+from llmrl.simulator.errors import WorldError
 from llmrl.simulator.world import World
 
 ENGLISH_WORDS = {
@@ -73,6 +74,11 @@ def test_variant_rewrites_words_of_the_same_episode(variant):
 def test_unknown_variant_is_refused_naming_the_variants():
     with pytest.raises(ValueError, match=r"unknown variant 'german'; variants: none, nouns"):
         make(variant="german")
+
+
+def test_unknown_variant_over_grpc_names_the_variants(sim_server):
+    with pytest.raises(WorldError, match=r"unknown variant 'german'; variants: none"):
+        RemoteWorld(sim_server.address, "BabyAIText-GoToLocalS5N2", num_envs=1, variant="german")
 
 
 # -- nouns, colours, invented words, the goal -------------------------------------------------
