@@ -11,6 +11,12 @@ from gymnasium.utils.env_checker import check_env
 
 import llmrl.simulator.envs  # noqa: F401 - registers the environments
 from llmrl.simulator.client import RemoteWorld
+from llmrl.simulator.envs.babyai_text.symbolic import (
+    MAX_MISSION_WORDS,
+    MISSION_VOCABULARY,
+    mission_space,
+    mission_tokens,
+)
 from llmrl.simulator.envs.babyai_text.variants import (
     ACTION_PHRASES,
     ACTION_SYNONYMS,
@@ -225,6 +231,22 @@ def test_go_to_local_s5n2_steps_in_process_and_over_grpc(sim_server):
 
 
 # -- the symbolic observation, for Symbolic-PPO ------------------------------------------------
+def test_mission_tokens_encode_the_training_words_in_every_variant():
+    mission = "pick up the red ball, then go to a grey door on your left"
+    tokens = mission_tokens(mission)
+    assert tokens.shape == (MAX_MISSION_WORDS,) and mission_space().contains(tokens)
+    words_back = [MISSION_VOCABULARY[t] for t in tokens if t]
+    assert " ".join(words_back).replace(" ,", ",") == mission
+    assert mission_tokens("go to the dax")[3] == 1  # outside the vocabulary
+    for plain, other in paired_rollout("french", "MixTrain", seed=2):
+        np.testing.assert_array_equal(plain["mission_tokens"], other["mission_tokens"])
+        np.testing.assert_array_equal(plain["mission_tokens"], mission_tokens(plain["mission"]))
+    for level in ("MixTrain", "MixTestNewCompositions", "PickupLoc", "OpenDoor"):
+        env = make(level)
+        for seed in range(20):
+            assert 1 not in env.reset(seed=seed)[0]["mission_tokens"], level  # all words known
+
+
 def test_sb3_ppo_trains_on_the_symbolic_observation():
     from stable_baselines3 import PPO
 
@@ -232,8 +254,8 @@ def test_sb3_ppo_trains_on_the_symbolic_observation():
     from llmrl.simulator.vector import WorldVecEnv
 
     world = World("BabyAIText-GoToLocalS5N2", num_envs=4, seed=0, variant="french")
-    venv = FloatObservations(WorldVecEnv(world, keys=["image", "direction"]))
-    assert set(venv.observation_space.spaces) == {"image", "direction"}
+    venv = FloatObservations(WorldVecEnv(world, keys=["image", "direction", "mission_tokens"]))
+    assert set(venv.observation_space.spaces) == {"image", "direction", "mission_tokens"}
     model = PPO("MultiInputPolicy", venv, n_steps=64, batch_size=64, n_epochs=2, seed=0)
     model.learn(total_timesteps=256)
     assert model.num_timesteps >= 256

@@ -1,22 +1,25 @@
 """BabyAI-Text environments: a BabyAI level seen through words, acted on with six phrases.
 
 Observations:
-  image         the agent's 7x7 egocentric view, minigrid encoding (type, colour, state)
-  direction     0 right, 1 down, 2 left, 3 up
-  mission       the instruction ("go to the red ball")
-  text          the view in words (`describe.py`) and what the agent carries
-  skill_status  see `SkillStatus`
-  action_phrases the six text actions this env accepts, one per line, in the order of
-                `action` (they depend on the variant); a world returns it only when asked
-                for by name, as privileged entries, since it never changes
-  oracle_plan   privileged, only with `expert=True` (it halves the steps per second): the
-                next action of minigrid's BabyAI expert (`BabyAIBot`) as its text phrase;
-                "" when the expert has given up on the episode
+  image           the agent's 7x7 egocentric view, minigrid encoding (type, colour, state)
+  direction       0 right, 1 down, 2 left, 3 up
+  mission         the instruction ("go to the red ball")
+  text            the view in words (`describe.py`) and what the agent carries
+  skill_status    see `SkillStatus`
+  mission_tokens  the mission as word ids (`symbolic.py`)
+  action_phrases  the six text actions this env accepts, one per line, in the order of
+                  `action` (they depend on the variant)
+  oracle_plan     privileged, only with `expert=True` (it halves the steps per second): the
+                  next action of minigrid's BabyAI expert (`BabyAIBot`) as its text phrase;
+                  "" when the expert has given up on the episode
+Worlds return `mission_tokens`, `action_phrases` and `oracle_plan` only when asked for by
+name (as privileged entries): most clients read none of them.
 
-`image` and `direction` are the symbolic observation of BabyAI's own baselines (the grid
-encoding that Symbolic-PPO learns from): numeric, the same in every variant, so that
-Stable-Baselines3 can train on a world of these envs (`WorldVecEnv` with
-keys=("image", "direction"); the image as floats, since it is codes, not a picture).
+`image`, `direction` and `mission_tokens` are the symbolic observation of BabyAI's own
+baselines, what Symbolic-PPO learns from: numeric, the same in every variant, so that
+Stable-Baselines3 can train on a world of these envs (`WorldVecEnv` with keys=("image",
+"direction", "mission_tokens") under `llmrl.learner.wrappers.FloatObservations`: the image
+is codes, not a picture, so an MLP should see it, not SB3's CNN).
 
 Actions: `action` Discrete(6) = minigrid's 0..5, or the same as skills, one step each:
 "turn left", "turn right", "go forward", "pick up", "drop", "toggle".
@@ -47,6 +50,7 @@ from ..base import InvalidSkillError, SkillEnv, SkillStatus
 from ..text_spaces import text_space
 from .describe import describe_view
 from .mixes import MIXES, MixLevel
+from .symbolic import mission_space, mission_tokens
 from .variants import ACTION_PHRASES, variant_named
 
 VIEW_SIZE = 7
@@ -71,7 +75,8 @@ class BabyAITextEnv(SkillEnv):
     """One BabyAI level (or mix), described in words, with the six text actions."""
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
-    privileged_observations: ClassVar[tuple[str, ...]] = ("action_phrases",)
+    # Cheap, but not read by every client: returned by worlds on request only.
+    privileged_observations: ClassVar[tuple[str, ...]] = ("action_phrases", "mission_tokens")
 
     def __init__(
         self, level: str = "GoToLocal", expert: bool = False, variant: str = "none"
@@ -89,6 +94,7 @@ class BabyAITextEnv(SkillEnv):
             "text": text_space(2048),
             "skill_status": spaces.Discrete(len(SkillStatus)),
             "action_phrases": text_space(256),
+            "mission_tokens": mission_space(),
         }
         if expert:
             entries["oracle_plan"] = text_space(64)
@@ -149,6 +155,7 @@ class BabyAITextEnv(SkillEnv):
             ),
             "skill_status": int(skill_status),
             "action_phrases": "\n".join(self.actions),
+            "mission_tokens": mission_tokens(self.level.mission),
         }
         if self.expert:
             action = self._expert_action
