@@ -3,8 +3,9 @@
 An env made with `variant=<name>` rewrites the words the agent reads and acts with: the view
 (`text`), the goal (`mission`) and the six action phrases (`skill` accepts the variant's
 phrases and only those, `action_phrases` lists them, `oracle_plan` speaks them). The level,
-its reward, and the symbolic entries (`image`, `direction`) are those of the untouched env, so
-a policy trained on the original words is tested on the same tasks in other words.
+its reward, and the symbolic entries (`image`, `direction`, `mission_tokens`) are those of the
+untouched env, so a policy trained on the original words is tested on the same tasks in other
+words. Doors and walls keep their names except where a row says otherwise.
 
 | variant          | observations and goal                       | actions                   |
 |------------------|---------------------------------------------|---------------------------|
@@ -12,7 +13,8 @@ a policy trained on the original words is tested on the same tasks in other word
 | `nouns`          | other real nouns: key->chair, ball->table,  | unchanged                 |
 |                  | box->car                                    |                           |
 | `colours`        | colours by synonyms: red->crimson...        | unchanged                 |
-| `invented_nouns` | nouns by invented words: ball->dax...       | unchanged                 |
+| `invented_nouns` | nouns by invented words: ball->dax,         | unchanged                 |
+|                  | door->toma...                               |                           |
 | `invented`       | nouns and colour adjectives by invented     | unchanged                 |
 |                  | words: ball->dax, red->faze...              |                           |
 | `goal`           | the goal reworded ("go to" -> "reach",      | unchanged                 |
