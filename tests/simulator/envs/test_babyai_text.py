@@ -23,6 +23,7 @@ from llmrl.simulator.envs.base import InvalidSkillError, SkillStatus, step_skill
 
 LEVELS = [
     "GoToLocal",
+    "GoToLocalS5N2",
     "PickupLoc",
     "PutNextLocal",
     "OpenDoor",
@@ -65,7 +66,10 @@ def test_registered_ids_and_spaces():
     assert env.action_space == gym.spaces.Discrete(6)
     obs, _ = env.reset(seed=1)
     assert obs["image"].shape == (7, 7, 3)
-    assert set(obs) == {"image", "direction", "mission", "text", "skill_status"}
+    assert set(obs) == {
+        *("image", "direction", "mission", "text", "skill_status"),
+        *("action_phrases", "mission_tokens"),
+    }
     assert obs["mission"].startswith("pick up")
     with pytest.raises(ValueError, match=r"unknown level 'PickupLocal'.*PickupLoc"):
         gym.make("llmrl/BabyAIText-GoToLocal-v0", level="PickupLocal")

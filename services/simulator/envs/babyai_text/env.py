@@ -1,17 +1,31 @@
 """BabyAI-Text environments: a BabyAI level seen through words, acted on with six phrases.
 
 Observations:
-  image         the agent's 7x7 egocentric view, minigrid encoding (type, colour, state)
-  direction     0 right, 1 down, 2 left, 3 up
-  mission       the instruction ("go to the red ball")
-  text          the view in words (`describe.py`) and what the agent carries
-  skill_status  see `SkillStatus`
-  oracle_plan   privileged, only with `expert=True` (it halves the steps per second): the
-                next action of minigrid's BabyAI expert (`BabyAIBot`) as its text phrase;
-                "" when the expert has given up on the episode
+  image           the agent's 7x7 egocentric view, minigrid encoding (type, colour, state)
+  direction       0 right, 1 down, 2 left, 3 up
+  mission         the instruction ("go to the red ball")
+  text            the view in words (`describe.py`) and what the agent carries
+  skill_status    see `SkillStatus`
+  mission_tokens  the mission as word ids (`symbolic.py`)
+  action_phrases  the six text actions this env accepts, one per line, in the order of
+                  `action` (they depend on the variant)
+  oracle_plan     privileged, only with `expert=True` (it halves the steps per second): the
+                  next action of minigrid's BabyAI expert (`BabyAIBot`) as its text phrase;
+                  "" when the expert has given up on the episode
+Worlds return `mission_tokens`, `action_phrases` and `oracle_plan` only when asked for by
+name (as privileged entries): most clients read none of them.
+
+`image`, `direction` and `mission_tokens` are the symbolic observation of BabyAI's own
+baselines, what Symbolic-PPO learns from: numeric, the same in every variant, so that
+Stable-Baselines3 can train on a world of these envs (`WorldVecEnv` with keys=("image",
+"direction", "mission_tokens") under `llmrl.learner.wrappers.FloatObservations`: the image
+is codes, not a picture, so an MLP should see it, not SB3's CNN).
 
 Actions: `action` Discrete(6) = minigrid's 0..5, or the same as skills, one step each:
 "turn left", "turn right", "go forward", "pick up", "drop", "toggle".
+
+Variants (`variant=`, `variants.py`): GLAM's generalisation tests, the same level in other
+words: other nouns, colour synonyms, invented words, a reworded goal, synonym actions, French.
 
 Levels: any minigrid BabyAI level by its name without prefix and version (`GoToLocal` is
 `BabyAI-GoToLocal-v0`), or a mix of `mixes.py`. Reward and termination are the level's own
@@ -22,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -36,8 +50,9 @@ from ..base import InvalidSkillError, SkillEnv, SkillStatus
 from ..text_spaces import text_space
 from .describe import describe_view
 from .mixes import MIXES, MixLevel
+from .symbolic import mission_space, mission_tokens
+from .variants import ACTION_PHRASES, variant_named
 
-ACTION_PHRASES = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 VIEW_SIZE = 7
 
 
@@ -60,18 +75,26 @@ class BabyAITextEnv(SkillEnv):
     """One BabyAI level (or mix), described in words, with the six text actions."""
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+    # Cheap, but not read by every client: returned by worlds on request only.
+    privileged_observations: ClassVar[tuple[str, ...]] = ("action_phrases", "mission_tokens")
 
-    def __init__(self, level: str = "GoToLocal", expert: bool = False) -> None:
+    def __init__(
+        self, level: str = "GoToLocal", expert: bool = False, variant: str = "none"
+    ) -> None:
+        self.variant = variant_named(variant)
+        self.actions = self.variant.actions
         self.level_name = level
         self.level = make_level(level)
         self.expert = expert
-        self.action_space = spaces.Discrete(len(ACTION_PHRASES))
+        self.action_space = spaces.Discrete(len(self.actions))
         entries = {
             "image": spaces.Box(0, 255, (VIEW_SIZE, VIEW_SIZE, 3), dtype=np.uint8),
             "direction": spaces.Discrete(4),
             "mission": text_space(512),
             "text": text_space(2048),
             "skill_status": spaces.Discrete(len(SkillStatus)),
+            "action_phrases": text_space(256),
+            "mission_tokens": mission_space(),
         }
         if expert:
             entries["oracle_plan"] = text_space(64)
@@ -92,12 +115,12 @@ class BabyAITextEnv(SkillEnv):
         self._image = obs["image"]
         self._bot = BabyAIBot(self.level) if self.expert else None
         self._ask_expert(None)
-        return self.observe(), {"mission": self.level.mission}
+        return self.observe(), {"mission": self.variant.goal(self.level.mission)}
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if not self.action_space.contains(action):
             raise ValueError(
-                f"action must be an integer in [0, {len(ACTION_PHRASES)}), got {action!r}"
+                f"action must be an integer in [0, {len(self.actions)}), got {action!r}"
             )
         obs, reward, terminated, truncated, info = self.level.step(int(action))
         self._image = obs["image"]
@@ -124,20 +147,24 @@ class BabyAITextEnv(SkillEnv):
         obs = {
             "image": self._image,
             "direction": int(self.level.agent_dir),
-            "mission": self.level.mission,
-            "text": describe_view(
-                self._image, (carried.type, carried.color) if carried is not None else None
+            "mission": self.variant.goal(self.level.mission),
+            "text": self.variant.text(
+                describe_view(
+                    self._image, (carried.type, carried.color) if carried is not None else None
+                )
             ),
             "skill_status": int(skill_status),
+            "action_phrases": "\n".join(self.actions),
+            "mission_tokens": mission_tokens(self.level.mission),
         }
         if self.expert:
             action = self._expert_action
-            obs["oracle_plan"] = ACTION_PHRASES[action] if action is not None else ""
+            obs["oracle_plan"] = self.actions[action] if action is not None else ""
         return obs
 
     # -- skills: the six text actions ---------------------------------------------------
     def skill_names(self) -> list[str]:
-        return list(ACTION_PHRASES)
+        return list(self.actions)
 
     def check_skill(self, skill: str) -> None:
         self._action_of(skill)
@@ -150,15 +177,16 @@ class BabyAITextEnv(SkillEnv):
 
     def _action_of(self, skill: str) -> int:
         words = " ".join(str(skill).lower().replace(".", " ").split())
-        if words not in ACTION_PHRASES:
+        if words not in self.actions:
             raise InvalidSkillError(
-                f"unknown action {skill!r}; valid actions: {', '.join(ACTION_PHRASES)}"
+                f"unknown action {skill!r}; valid actions: {', '.join(self.actions)}"
             )
-        return ACTION_PHRASES.index(words)
+        return self.actions.index(words)
 
 
 LEVEL_DESCRIPTIONS = {
     "GoToLocal": "go to an object in one room",
+    "GoToLocalS5N2": "go to an object in a 5x5 room (3x3 inside) holding two objects",
     "PickupLoc": "pick up an object, maybe named by its place",
     "PutNextLocal": "put an object next to another, in one room",
     "OpenDoor": "open a door of the middle room",
