@@ -142,11 +142,35 @@ def test_metrics_expose_requests_tokens_cost_latency_and_budgets(rest):
         'llmrl_gateway_requests_total{backend="hf",cache="hit",model="tiny",op="chat"} 1.0',
         'llmrl_gateway_tokens_total{backend="hf",kind="completion",model="tiny"} 2.0',
         'llmrl_gateway_cost_usd_total{backend="hf",model="tiny"} 0.0',
-        'llmrl_gateway_budget_remaining_usd{run_id="watched"} 2.5',
-        'llmrl_gateway_budget_remaining_calls{run_id="watched"} 7.0',
+        "llmrl_gateway_budgeted_runs 1.0",
+        "llmrl_gateway_budgets_exhausted 0.0",
     ]:
         assert line in text
     assert "llmrl_gateway_request_latency_seconds_bucket{" in text
+    # what is left of one run's budget is in the usage API, not in a series of its own
+    usage = httpx.get(f"{rest.url}/v1/usage/watched").json()
+    assert usage["budget"]["usd_remaining"] == 2.5 and usage["budget"]["calls_remaining"] == 7
+
+
+def _series(metrics_text: str) -> set[str]:
+    """The series of a Prometheus text exposition: each sample's name and labels."""
+    return {
+        line.rsplit(" ", 1)[0]
+        for line in metrics_text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_budgets_of_many_runs_add_no_metric_series(rest):
+    httpx.put(f"{rest.url}/v1/budgets/first", json={"usd": 1}).raise_for_status()
+    before = _series(httpx.get(f"{rest.url}/metrics").text)
+    with httpx.Client(base_url=rest.url) as client:
+        for i in range(500):
+            client.put(f"/v1/budgets/run-{i}", json={"usd": 1, "calls": 3}).raise_for_status()
+    after = httpx.get(f"{rest.url}/metrics").text
+    assert _series(after) == before
+    assert "llmrl_gateway_budgeted_runs 501.0" in after
+    assert not any("run-" in series for series in _series(after))
 
 
 def test_embeddings_through_the_openai_client(make_gateway):

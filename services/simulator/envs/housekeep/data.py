@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from llmrl.common.safe_numpy import load_npy
+
 from .house import House, HouseObject, Receptacle, sanitize_name, unique_names
 
 DATA_ENV_VAR = "LLMRL_HOUSEKEEP_DATA"
@@ -90,7 +92,7 @@ def load_episodes(data_dir: str | Path, scene: str) -> tuple[dict[str, Any], ...
 
 @lru_cache(maxsize=4)
 def _annotations(path: str) -> tuple[dict[str, int], dict[str, int], np.ndarray]:
-    data = np.load(path, allow_pickle=True).item()
+    data = load_npy(path).item()  # restricted unpickler: data_dir may name any file
     pairs = {str(name): i for i, name in enumerate(data["room_receptacles"])}
     objects = {str(name): i for i, name in enumerate(data["objects"])}
     positive = (np.asarray(data["ranks"]) > 0).mean(axis=-1)  # [pairs, objects]
