@@ -207,3 +207,37 @@ def test_a_model_that_cannot_load_fails_alone(make_gateway, tmp_path):
     assert failed.status_code == 500
     assert "model 'ghost' cannot be loaded" in failed.json()["error"]["message"]
     assert served.status_code == 200 and len(served.json()["choices"]) == 1
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "tiny:../../../etc@passwd",
+        "tiny:..@1",
+        "tiny:glam@..",
+        "tiny:glam@1/../../x",
+        "tiny:glam",
+        "tiny:@1",
+        "tiny:a@b@c",
+    ],
+)
+def test_adapter_references_outside_the_pattern_are_400_naming_model(rest, model):
+    answer = httpx.post(
+        f"{rest.url}/v1/chat/completions",
+        json={"model": model, "messages": USER, "max_tokens": 2},
+    )
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "model" and "<model>:<adapter>@<version>" in error["message"]
+    # beyond the echoed reference, no path (resolved or not) is shown
+    assert "/" not in error["message"].replace(model.partition(":")[2], "")
+
+
+def test_an_unknown_adapter_is_refused_without_showing_a_path(rest, tmp_path):
+    answer = httpx.post(
+        f"{rest.url}/v1/chat/completions",
+        json={"model": "tiny:nosuch@1", "messages": USER, "max_tokens": 2},
+    )
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "model"
+    message = answer.json()["error"]["message"]
+    assert "adapter 'nosuch@1'" in message and "/" not in message
