@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmrl.common import config as common_config
+from llmrl.common.providers import Provider
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
 
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
@@ -94,6 +95,9 @@ class GatewaySettings(_Strict):
     # (all cores); on a busy shared machine 1 is much faster (busy-waiting thread pools).
     torch_threads: int | None = Field(None, ge=1)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
+    # named OpenAI-compatible providers ({base_url, api_key_env}) that the learner's fine-tuning
+    # jobs may name (llmrl.common.providers reads them); the gateway itself does not use them
+    providers: dict[str, Provider] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)

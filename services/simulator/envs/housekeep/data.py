@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from llmrl.common.paths import PathOutsideRootsError, confine
 from llmrl.common.safe_numpy import load_npy
+from llmrl.simulator.errors import WorldError
 
 from .house import House, HouseObject, Receptacle, sanitize_name, unique_names
 
@@ -39,6 +41,10 @@ def default_data_dir() -> Path | None:
 
 
 def check_data_dir(data_dir: str | Path) -> Path:
+    try:  # any CreateWorld or run config sets it: only configured data roots are read
+        confine(data_dir, "data_dir")
+    except PathOutsideRootsError as exc:
+        raise WorldError("data_dir", str(exc).removeprefix("data_dir: ")) from None
     path = Path(data_dir).expanduser()
     missing = [p for p in ("data.npy", "episodes") if not (path / p).exists()]
     if missing:
