@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from llmrl.common.paths import confine
 from llmrl.common.providers import DEFAULT_PROVIDER, provider
+from llmrl.llm_gateway.names import is_safe_name
 
 log = logging.getLogger("llmrl.learner.jobs")
 
@@ -86,6 +87,18 @@ class FineTuneRequest(BaseModel):
         if path is not None:
             confine(path, "init_adapter")
         return path
+
+    @model_validator(mode="after")
+    def _local_names_are_folder_names(self) -> FineTuneRequest:
+        # model, adapter and version name the adapter's folder under LLMRL_HOME/adapters
+        if self.backend == "local":
+            for field in ("model", "adapter", "version"):
+                if not is_safe_name(getattr(self, field)):
+                    raise ValueError(
+                        f"{field}: expected letters, digits, '_', '.', '-' (never '..'), got "
+                        f"{getattr(self, field)[:100]!r}"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _files_exist(self) -> FineTuneRequest:

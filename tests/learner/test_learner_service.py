@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from support.providers import configure_providers
 
 from llmrl.learner.service import create_app
@@ -196,3 +197,14 @@ def test_job_files_outside_home_and_data_roots_are_refused(tmp_path, monkeypatch
         import shutil
 
         shutil.rmtree(outside)
+
+
+@pytest.mark.parametrize(("field", "value"), [("model", "../../x"), ("version", "..")])
+def test_local_jobs_name_folders_only(tmp_path, field, value):
+    from llmrl.learner.jobs import FineTuneRequest
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(EXAMPLE) + "\n")
+    with pytest.raises(ValueError, match=rf"{field}: expected letters, digits") as caught:
+        FineTuneRequest(data=[str(data)], **{field: value})
+    assert str(tmp_path) not in str(caught.value).split("\n", 1)[1]
