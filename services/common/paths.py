@@ -6,6 +6,7 @@ of folders separated by `os.pathsep` (default: the Housekeep and KALM data folde
 knows, i.e. $LLMRL_HOUSEKEEP_DATA, $LLMRL_KALM_DATA and ../shared/data). `confine` resolves a
 path (`..` and symlinks, whether or not it exists yet) and refuses it, naming the field, when the
 result leaves every root: so a caller cannot have a service read or overwrite any file it can.
+An embedded run (`llmrl run --out DIR`) adds its own output folder (`allow_root`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ DATA_ROOTS_ENV = "LLMRL_DATA_ROOTS"
 # data folders the project already reads from, when no LLMRL_DATA_ROOTS is set
 KNOWN_DATA_ENV = ("LLMRL_HOUSEKEEP_DATA", "LLMRL_KALM_DATA")
 SHARED_DATA = Path("../shared/data")
+
+
+# folders this process itself chose (an embedded run's output folder, named on the command
+# line by the user who runs it): requests the process makes to itself may use them too
+_process_roots: list[Path] = []
+
+
+def allow_root(folder: str | Path) -> None:
+    """Let this process's own requests use `folder` (e.g. `llmrl run --out DIR`): a process
+    serving others never calls this with a folder a request named."""
+    resolved = Path(folder).expanduser().resolve()
+    if resolved not in _process_roots:
+        _process_roots.append(resolved)
 
 
 class PathOutsideRootsError(ValueError):
@@ -38,7 +52,7 @@ def data_roots() -> list[Path]:
     else:
         extra = [Path(v) for name in KNOWN_DATA_ENV if (v := os.environ.get(name))]
         extra.append(SHARED_DATA)
-    return [home_dir(), *(p.expanduser().resolve() for p in extra)]
+    return [home_dir(), *(p.expanduser().resolve() for p in extra), *_process_roots]
 
 
 def confine(path: str | Path, field: str, roots: Iterable[Path] | None = None) -> Path:

@@ -44,3 +44,16 @@ def test_without_configured_roots_the_known_data_folders_are_allowed(tmp_path, m
     assert Path("../shared/data").resolve() in roots
     with pytest.raises(PathOutsideRootsError):
         confine(tmp_path / "elsewhere", "data_dir")
+
+
+def test_a_process_can_allow_its_own_output_folder(tmp_path, monkeypatch):
+    from llmrl.common import paths
+
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(DATA_ROOTS_ENV, str(tmp_path / "data"))
+    monkeypatch.setattr(paths, "_process_roots", [])
+    run = tmp_path / "runs" / "lp"
+    with pytest.raises(PathOutsideRootsError):
+        confine(run / "datasets" / "train.jsonl", "data")
+    paths.allow_root(run)  # what `llmrl run --out runs/lp` does
+    assert confine(run / "datasets" / "train.jsonl", "data") == run / "datasets" / "train.jsonl"
