@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from llmrl.common import config as common_config
 from llmrl.common.providers import Provider
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
+from llmrl.llm_gateway.names import is_safe_name
 
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 CONFIG_ENV_VAR = "LLMRL_LLM_GATEWAY_CONFIG"  # a YAML file merged over the defaults
@@ -110,6 +111,13 @@ class GatewaySettings(_Strict):
                 raise ValueError(f"models.{name}.fallback: unknown model {model.fallback!r}")
             if ":" in name or "@" in name:
                 raise ValueError(f"models.{name}: model names may not contain ':' or '@'")
+            for adapter, versions in model.adapters.items():  # requests reach only safe names
+                for part in (adapter, *versions):
+                    if not is_safe_name(part):
+                        raise ValueError(
+                            f"models.{name}.adapters: {part!r} is not a plain name (letters, "
+                            "digits, '_', '.', '-'; never '..')"
+                        )
         return self
 
     def model(self, name: str) -> ModelConfig:
