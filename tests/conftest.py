@@ -3,10 +3,28 @@ real Housekeep data (the Housekeep env's and LLM-Personalize's tests)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.tiny_llm import make_tiny_llama
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders_are_data_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Services confine the paths a request names to LLMRL_HOME and LLMRL_DATA_ROOTS: the
+    tests' temporary folders join the default roots (services the tests start inherit it)."""
+    from llmrl.common.paths import DATA_ROOTS_ENV, data_roots
+
+    previous = os.environ.get(DATA_ROOTS_ENV)
+    roots = [tmp_path_factory.getbasetemp(), *data_roots()[1:]]  # [0] is LLMRL_HOME, always in
+    os.environ[DATA_ROOTS_ENV] = os.pathsep.join(str(root) for root in roots)
+    yield
+    if previous is None:
+        os.environ.pop(DATA_ROOTS_ENV, None)
+    else:
+        os.environ[DATA_ROOTS_ENV] = previous
 
 
 @pytest.fixture(scope="session")

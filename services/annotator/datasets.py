@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmrl.annotator.chat_format import write_chat_jsonl
 from llmrl.common.episodes import EpisodeRecord, LlmCall, read_jsonl
+from llmrl.common.paths import confine
 
 
 class DatasetRequest(BaseModel):
@@ -35,6 +36,20 @@ class DatasetRequest(BaseModel):
     episodes: list[str] = Field(..., min_length=1, description="episode logs (JSONL files)")
     out_dir: str = Field(..., min_length=1, description="where to write the dataset")
     name: str = Field("dataset", pattern=r"^[A-Za-z0-9_.-]+$", description="file name stem")
+
+    # a request reads and writes only under LLMRL_HOME or a configured data root
+    @field_validator("episodes")
+    @classmethod
+    def _episodes_confined(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            confine(path, "episodes")
+        return paths
+
+    @field_validator("out_dir")
+    @classmethod
+    def _out_dir_confined(cls, path: str) -> str:
+        confine(path, "out_dir")
+        return path
 
 
 class DatasetError(ValueError):

@@ -21,7 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from llmrl.common.paths import confine
+from llmrl.common.providers import DEFAULT_PROVIDER, provider
+from llmrl.llm_gateway.names import is_safe_name
 
 log = logging.getLogger("llmrl.learner.jobs")
 
@@ -54,10 +58,47 @@ class FineTuneRequest(BaseModel):
         True, description="local: recompute activations in backward (far less memory)"
     )
     seed: int = Field(0, ge=0)
-    base_url: str | None = Field(None, description="openai: API base URL (None: OpenAI)")
-    api_key_env: str = Field("OPENAI_API_KEY", description="openai: variable with the key")
+    provider: str = Field(
+        DEFAULT_PROVIDER,
+        description="openai: a configured provider (its URL and key variable are server "
+        "configuration, see llmrl.common.providers)",
+    )
     suffix: str | None = Field(None, max_length=64, description="openai: model name suffix")
     poll_interval_s: float = Field(10.0, gt=0, le=3600)
+
+    # a job reads only files under LLMRL_HOME or a configured data root (checked before the
+    # files' existence, so a refusal says nothing about what exists elsewhere)
+    @field_validator("data")
+    @classmethod
+    def _data_confined(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            confine(path, "data")
+        return paths
+
+    @field_validator("provider")
+    @classmethod
+    def _provider_configured(cls, name: str) -> str:
+        provider(name)  # UnknownProviderError names the field and the configured providers
+        return name
+
+    @field_validator("init_adapter")
+    @classmethod
+    def _init_adapter_confined(cls, path: str | None) -> str | None:
+        if path is not None:
+            confine(path, "init_adapter")
+        return path
+
+    @model_validator(mode="after")
+    def _local_names_are_folder_names(self) -> FineTuneRequest:
+        # model, adapter and version name the adapter's folder under LLMRL_HOME/adapters
+        if self.backend == "local":
+            for field in ("model", "adapter", "version"):
+                if not is_safe_name(getattr(self, field)):
+                    raise ValueError(
+                        f"{field}: expected letters, digits, '_', '.', '-' (never '..'), got "
+                        f"{getattr(self, field)[:100]!r}"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _files_exist(self) -> FineTuneRequest:
@@ -173,7 +214,7 @@ def run_finetune(
         job = openai_finetune(
             request.data[0],
             model=request.model,
-            client=make_client(request.base_url, request.api_key_env),
+            client=make_client(**provider(request.provider).model_dump()),
             suffix=request.suffix,
             # the API takes whole epochs; steps are a local notion (the API picks its own)
             epochs=None if request.steps else max(1, round(request.epochs)),

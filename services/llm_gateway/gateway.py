@@ -52,6 +52,7 @@ from llmrl.llm_gateway.errors import (
 from llmrl.llm_gateway.ledger import Ledger
 from llmrl.llm_gateway.ledger_store import LedgerStore, RedisLedgerStore, SqliteLedgerStore
 from llmrl.llm_gateway.metrics import GatewayMetrics
+from llmrl.llm_gateway.names import check_adapter
 from llmrl.llm_gateway.settings import (
     CacheSettings,
     GatewaySettings,
@@ -164,13 +165,8 @@ class Gateway:
             raise InvalidRequestError(f"model must be a string; got {spec!r}", "model")
         name, _, adapter = spec.partition(":")
         self.settings.model(name)  # UnknownModelError names the configured ones
-        if adapter and (
-            adapter.count("@") != 1 or adapter.startswith("@") or adapter.endswith("@")
-        ):
-            raise InvalidRequestError(
-                f"model: an adapter is addressed as <model>:<adapter>@<version>; got {spec!r}",
-                "model",
-            )
+        if adapter:
+            check_adapter(adapter)  # a strict pattern: no path can leave the adapters folder
         backend = self.backend(name)
         if op is not None and op not in backend.ops:
             raise backend._unsupported(op)

@@ -1,6 +1,6 @@
 """Prometheus metrics of one gateway (its own registry, so several gateways can live in one
-process, e.g. in tests). Labels never carry secrets: only op, backend, model, cache outcome,
-error kind and run id."""
+process, e.g. in tests). Labels never carry secrets nor caller-chosen ids (run or key ids):
+only op, backend, configured model, cache outcome and error kind, so the series stay bounded."""
 
 from __future__ import annotations
 
@@ -21,27 +21,28 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class _BudgetCollector:
-    """Reads the ledger at scrape time: remaining USD and calls of every budgeted run."""
+    """Reads the ledger at scrape time: how many runs have a budget and how many have spent it.
+    Never a series per run: run ids are chosen by callers, so per-run figures would grow
+    /metrics without bound; they live in the usage API (`GET /v1/usage/{run}`)."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
     def collect(self):
-        usd = GaugeMetricFamily(
-            "llmrl_gateway_budget_remaining_usd", "USD left in a run's budget", labels=["run_id"]
+        budgets = self.ledger.budgets().values()
+        yield GaugeMetricFamily(
+            "llmrl_gateway_budgeted_runs", "Runs with a budget", value=len(budgets)
         )
-        calls = GaugeMetricFamily(
-            "llmrl_gateway_budget_remaining_calls",
-            "Model calls left in a run's budget",
-            labels=["run_id"],
+        yield GaugeMetricFamily(
+            "llmrl_gateway_budgets_exhausted",
+            "Budgeted runs with no USD or no calls left",
+            value=sum(
+                1
+                for usd_left, calls_left in budgets
+                if (usd_left is not None and usd_left <= 0)
+                or (calls_left is not None and calls_left <= 0)
+            ),
         )
-        for run_id, (usd_left, calls_left) in self.ledger.budgets().items():
-            if usd_left is not None:
-                usd.add_metric([run_id], usd_left)
-            if calls_left is not None:
-                calls.add_metric([run_id], calls_left)
-        yield usd
-        yield calls
 
 
 class GatewayMetrics:

@@ -15,7 +15,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmrl.common import config as common_config
+from llmrl.common.providers import Provider
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
+from llmrl.llm_gateway.names import is_safe_name
 
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 CONFIG_ENV_VAR = "LLMRL_LLM_GATEWAY_CONFIG"  # a YAML file merged over the defaults
@@ -98,6 +100,9 @@ class GatewaySettings(_Strict):
     # (all cores); on a busy shared machine 1 is much faster (busy-waiting thread pools).
     torch_threads: int | None = Field(None, ge=1)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
+    # named OpenAI-compatible providers ({base_url, api_key_env}) that the learner's fine-tuning
+    # jobs may name (llmrl.common.providers reads them); the gateway itself does not use them
+    providers: dict[str, Provider] = Field(default_factory=dict)
     prices: dict[str, Price] = Field(default_factory=dict)
     cache: CacheSettings = Field(default_factory=CacheSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
@@ -110,6 +115,13 @@ class GatewaySettings(_Strict):
                 raise ValueError(f"models.{name}.fallback: unknown model {model.fallback!r}")
             if ":" in name or "@" in name:
                 raise ValueError(f"models.{name}: model names may not contain ':' or '@'")
+            for adapter, versions in model.adapters.items():  # requests reach only safe names
+                for part in (adapter, *versions):
+                    if not is_safe_name(part):
+                        raise ValueError(
+                            f"models.{name}.adapters: {part!r} is not a plain name (letters, "
+                            "digits, '_', '.', '-'; never '..')"
+                        )
         return self
 
     def model(self, name: str) -> ModelConfig:

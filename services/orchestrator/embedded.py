@@ -32,6 +32,7 @@ from rich.table import Table
 from llmrl.agents import RolloutResources
 from llmrl.common import store as states
 from llmrl.common.console import output_console, quiet_library_progress_bars
+from llmrl.common.paths import allow_root
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
@@ -176,6 +177,7 @@ def run_embedded(
     canonical = validated.model_dump(mode="json")
     out = Path(out_dir or f"runs/{recipe}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    allow_root(out)  # the run's own datasets and jobs live here (the user chose it)
     store = RunStore(out / "run.sqlite")
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:

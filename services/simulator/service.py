@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from llmrl.common.label_values import BoundedLabelValues
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
 from llmrl.simulator.server import MAX_ENVS_PER_WORLD, SimulatorServicer, create_server
@@ -35,6 +36,10 @@ _ERRORS = Counter(
 )
 
 
+# a field can be a setting name the caller made up: bounded so /metrics cannot grow without end
+_ERROR_FIELDS = BoundedLabelValues(limit=64)
+
+
 class PrometheusMetrics:
     def world_count(self, count: int) -> None:
         _WORLDS.set(count)
@@ -43,7 +48,7 @@ class PrometheusMetrics:
         _ENV_STEPS.inc(count)
 
     def error(self, request: str, field: str) -> None:
-        _ERRORS.labels(request=request, field=field.split("[")[0]).inc()
+        _ERRORS.labels(request=request, field=_ERROR_FIELDS(field.split("[")[0])).inc()
 
 
 def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import yaml
 from support.net import free_port
+from support.providers import configure_providers
 from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
@@ -115,12 +116,16 @@ def test_an_openai_job_runs_on_the_learner_and_its_model_id_comes_back(
     }
     data.write_text(json.dumps(example) + "\n")
     standin = RestServer(create_standin(StandinState())).start()
+    configure_providers(
+        monkeypatch,
+        tmp_path,
+        standin={"base_url": f"{standin.url}/v1", "api_key_env": "STANDIN_KEY"},
+    )
     try:
         job = annotator.post(
             "/finetune/jobs",
             json={"backend": "openai", "data": [str(data)], "model": "gpt-4o-mini",
-                  "base_url": f"{standin.url}/v1", "api_key_env": "STANDIN_KEY",
-                  "suffix": "home", "poll_interval_s": 0.01},
+                  "provider": "standin", "suffix": "home", "poll_interval_s": 0.01},
         )  # fmt: skip
         assert job.status_code == 202, job.text
         state = wait_done(annotator, f"/finetune/jobs/{job.json()['job_id']}")
@@ -154,8 +159,9 @@ def test_without_a_learner_jobs_get_a_503_naming_what_to_start(tmp_path):
 
 
 def test_bad_requests_name_the_field_and_the_service_keeps_serving(annotator, tmp_path):
+    nowhere = str(tmp_path / "no" / "such.jsonl")  # inside the data roots, missing
     missing = annotator.post(
-        "/datasets/self-training", json={"episodes": ["/no/such.jsonl"], "out_dir": "x"}
+        "/datasets/self-training", json={"episodes": [nowhere], "out_dir": str(tmp_path / "x")}
     )
     assert missing.status_code == 400 and "episodes" in missing.json()["detail"]
     unknown = annotator.post(
@@ -168,8 +174,46 @@ def test_bad_requests_name_the_field_and_the_service_keeps_serving(annotator, tm
         "/datasets/bootstrap", json={"episodes": [str(not_episodes)], "out_dir": str(tmp_path)}
     )
     assert junk.status_code == 400 and junk.json()["detail"].startswith("episodes:")
-    bad_job = annotator.post("/finetune/jobs", json={"data": ["/no/such.jsonl"]})
+    bad_job = annotator.post("/finetune/jobs", json={"data": [nowhere]})
     assert bad_job.status_code == 422 and "no such file" in bad_job.text
     assert annotator.get("/finetune/jobs/ft-nope").status_code == 404
     assert annotator.get("/finetune/jobs/..%2F..%2Fetc").status_code == 404
     assert annotator.get("/health").status_code == 200
+
+
+def test_datasets_and_jobs_stay_inside_home_and_data_roots(tmp_path, monkeypatch):
+    import shutil
+    import tempfile
+
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    outside = Path(tempfile.mkdtemp(prefix="llmrl-outside-"))  # not under pytest's folders
+    escape = tmp_path / "escape"
+    escape.symlink_to(outside)  # inside the roots by name, outside once resolved
+    log = demonstration_log(tmp_path / "demos.jsonl", episodes=1)
+    url = f"http://127.0.0.1:{free_port()}"  # no learner: a job reaching it would be a 503
+    server = RestServer(create_app(tmp_path / "jobs", learner_url=url)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            for out_dir in (str(outside), str(escape / "sub"), "/etc/llmrl-never"):
+                refused = client.post(
+                    "/datasets/bootstrap", json={"episodes": [str(log)], "out_dir": out_dir}
+                )
+                assert refused.status_code == 422, refused.text
+                [error] = refused.json()["detail"]
+                assert error["loc"][-1] == "out_dir" and "outside the folders" in error["msg"]
+            shutil.copy(log, outside / "demos.jsonl")
+            refused = client.post(
+                "/datasets/bootstrap",
+                json={"episodes": [str(outside / "demos.jsonl")], "out_dir": str(tmp_path)},
+            )
+            assert (
+                refused.status_code == 422 and refused.json()["detail"][0]["loc"][-1] == "episodes"
+            )
+            job = {"backend": "openai", "data": [str(log)], "base_url": "http://127.0.0.1:9/v1"}
+            refused = client.post("/finetune/jobs", json=job)
+            assert refused.status_code == 422
+            assert refused.json()["detail"][0]["loc"][-1] == "base_url"
+        assert sorted(p.name for p in outside.iterdir()) == ["demos.jsonl"]  # nothing written
+    finally:
+        server.stop()
+        shutil.rmtree(outside)

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+from support.providers import configure_providers
 
 from llmrl.learner.service import create_app
 from llmrl.llm_gateway.service import RestServer
@@ -32,11 +34,15 @@ def wait_done(client: httpx.Client, job_id: str) -> dict:
 def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeypatch):
     base_url, _ = standin
     monkeypatch.setenv("STANDIN_KEY", "sk-secret-value")
+    configure_providers(
+        monkeypatch, tmp_path,
+        standin={"base_url": base_url, "api_key_env": "STANDIN_KEY"},
+        unset={"base_url": base_url, "api_key_env": "UNSET_KEY_VAR"},
+    )  # fmt: skip
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps(EXAMPLE) + "\n")
     request = {"backend": "openai", "data": [str(data)], "model": "gpt-4o-mini",
-               "base_url": base_url, "api_key_env": "STANDIN_KEY", "suffix": "home",
-               "poll_interval_s": 0.01}  # fmt: skip
+               "provider": "standin", "suffix": "home", "poll_interval_s": 0.01}  # fmt: skip
     server = RestServer(create_app(tmp_path / "jobs")).start()
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
@@ -46,7 +52,7 @@ def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeyp
             assert job["status"] == "succeeded", job
             assert job["result"]["fine_tuned_model"].startswith("ft:gpt-4o-mini:org-standin:home:")
             # a job that fails (the key variable is unset) is reported, the service goes on
-            failing = client.post("/jobs", json={**request, "api_key_env": "UNSET_KEY_VAR"})
+            failing = client.post("/jobs", json={**request, "provider": "unset"})
             failed = wait_done(client, failing.json()["job_id"])
             assert failed["status"] == "failed" and "UNSET_KEY_VAR" in failed["error"]
             assert "sk-secret-value" not in json.dumps(client.get("/jobs").json())
@@ -96,3 +102,109 @@ def test_local_fine_tuning_job_through_the_learner_client(tiny_model_dir, tmp_pa
     assert len(result["losses"]) == 3
     adapter_config = json.loads((Path(result["adapter_dir"]) / "adapter_config.json").read_text())
     assert set(adapter_config["target_modules"]) == {"q_proj", "v_proj"}
+
+
+class _CountingListener:
+    """A local HTTP server that counts every request it gets (where a leaked key would go)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        listener = self
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def _count(self) -> None:
+                listener.requests += 1
+                self.send_response(200)
+                self.end_headers()
+
+            do_GET = do_POST = _count
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_job_cannot_send_a_key_to_a_host_of_the_callers_choosing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_SERVICE_SECRET", "sk-must-stay-here")
+    configure_providers(monkeypatch, tmp_path, standin={"base_url": "http://127.0.0.1:9/v1"})
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(EXAMPLE) + "\n")
+    listener = _CountingListener()
+    server = RestServer(create_app(tmp_path / "jobs")).start()
+    request = {"backend": "openai", "data": [str(data)], "model": "gpt-4o-mini"}
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for field, value in [
+                ("base_url", listener.url),
+                ("api_key_env", "SOME_SERVICE_SECRET"),
+            ]:
+                refused = client.post("/jobs", json={**request, field: value})
+                assert refused.status_code == 422
+                assert [e["loc"][-1] for e in refused.json()["detail"]] == [field]
+            unknown = client.post("/jobs", json={**request, "provider": listener.url})
+            assert unknown.status_code == 422
+            [error] = unknown.json()["detail"]
+            assert error["loc"][-1] == "provider"
+            assert "configured providers: openai, standin" in error["msg"]
+            assert client.get("/jobs").json() == []  # nothing was started
+    finally:
+        server.stop()
+        listener.close()
+    assert listener.requests == 0
+
+
+def test_job_files_outside_home_and_data_roots_are_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    outside = Path(tempfile.mkdtemp(prefix="llmrl-outside-"))  # not under pytest's folders
+    try:
+        secret = outside / "secret.jsonl"
+        secret.write_text(json.dumps(EXAMPLE) + "\n")
+        inside = tmp_path / "train.jsonl"
+        inside.write_text(json.dumps(EXAMPLE) + "\n")
+        link = tmp_path / "innocent.jsonl"
+        link.symlink_to(secret)  # inside the roots by name, outside once resolved
+        climbing = f"{tmp_path}/{'../' * len(tmp_path.parts)}{str(secret).lstrip('/')}"
+        server = RestServer(create_app(tmp_path / "jobs")).start()
+        try:
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                for field, paths in [
+                    ("data", [str(secret)]),
+                    ("data", [str(link)]),
+                    ("data", [climbing]),
+                    ("init_adapter", str(outside)),
+                ]:
+                    body = {"data": [str(inside)], field: paths}
+                    refused = client.post("/jobs", json=body)
+                    assert refused.status_code == 422, (field, paths, refused.text)
+                    [error] = refused.json()["detail"]
+                    assert error["loc"][-1] == field and "outside the folders" in error["msg"]
+                assert client.get("/jobs").json() == []
+        finally:
+            server.stop()
+    finally:
+        import shutil
+
+        shutil.rmtree(outside)
+
+
+@pytest.mark.parametrize(("field", "value"), [("model", "../../x"), ("version", "..")])
+def test_local_jobs_name_folders_only(tmp_path, field, value):
+    from llmrl.learner.jobs import FineTuneRequest
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(EXAMPLE) + "\n")
+    with pytest.raises(ValueError, match=rf"{field}: expected letters, digits") as caught:
+        FineTuneRequest(data=[str(data)], **{field: value})
+    assert str(tmp_path) not in str(caught.value).split("\n", 1)[1]

@@ -142,11 +142,35 @@ def test_metrics_expose_requests_tokens_cost_latency_and_budgets(rest):
         'llmrl_gateway_requests_total{backend="hf",cache="hit",model="tiny",op="chat"} 1.0',
         'llmrl_gateway_tokens_total{backend="hf",kind="completion",model="tiny"} 2.0',
         'llmrl_gateway_cost_usd_total{backend="hf",model="tiny"} 0.0',
-        'llmrl_gateway_budget_remaining_usd{run_id="watched"} 2.5',
-        'llmrl_gateway_budget_remaining_calls{run_id="watched"} 7.0',
+        "llmrl_gateway_budgeted_runs 1.0",
+        "llmrl_gateway_budgets_exhausted 0.0",
     ]:
         assert line in text
     assert "llmrl_gateway_request_latency_seconds_bucket{" in text
+    # what is left of one run's budget is in the usage API, not in a series of its own
+    usage = httpx.get(f"{rest.url}/v1/usage/watched").json()
+    assert usage["budget"]["usd_remaining"] == 2.5 and usage["budget"]["calls_remaining"] == 7
+
+
+def _series(metrics_text: str) -> set[str]:
+    """The series of a Prometheus text exposition: each sample's name and labels."""
+    return {
+        line.rsplit(" ", 1)[0]
+        for line in metrics_text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def test_budgets_of_many_runs_add_no_metric_series(rest):
+    httpx.put(f"{rest.url}/v1/budgets/first", json={"usd": 1}).raise_for_status()
+    before = _series(httpx.get(f"{rest.url}/metrics").text)
+    with httpx.Client(base_url=rest.url) as client:
+        for i in range(500):
+            client.put(f"/v1/budgets/run-{i}", json={"usd": 1, "calls": 3}).raise_for_status()
+    after = httpx.get(f"{rest.url}/metrics").text
+    assert _series(after) == before
+    assert "llmrl_gateway_budgeted_runs 501.0" in after
+    assert not any("run-" in series for series in _series(after))
 
 
 def test_embeddings_through_the_openai_client(make_gateway):
@@ -183,3 +207,37 @@ def test_a_model_that_cannot_load_fails_alone(make_gateway, tmp_path):
     assert failed.status_code == 500
     assert "model 'ghost' cannot be loaded" in failed.json()["error"]["message"]
     assert served.status_code == 200 and len(served.json()["choices"]) == 1
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "tiny:../../../etc@passwd",
+        "tiny:..@1",
+        "tiny:glam@..",
+        "tiny:glam@1/../../x",
+        "tiny:glam",
+        "tiny:@1",
+        "tiny:a@b@c",
+    ],
+)
+def test_adapter_references_outside_the_pattern_are_400_naming_model(rest, model):
+    answer = httpx.post(
+        f"{rest.url}/v1/chat/completions",
+        json={"model": model, "messages": USER, "max_tokens": 2},
+    )
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == "model" and "<model>:<adapter>@<version>" in error["message"]
+    # beyond the echoed reference, no path (resolved or not) is shown
+    assert "/" not in error["message"].replace(model.partition(":")[2], "")
+
+
+def test_an_unknown_adapter_is_refused_without_showing_a_path(rest, tmp_path):
+    answer = httpx.post(
+        f"{rest.url}/v1/chat/completions",
+        json={"model": "tiny:nosuch@1", "messages": USER, "max_tokens": 2},
+    )
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "model"
+    message = answer.json()["error"]["message"]
+    assert "adapter 'nosuch@1'" in message and "/" not in message

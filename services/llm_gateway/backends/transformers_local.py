@@ -29,6 +29,7 @@ from llmrl.llm_gateway.batching import DynamicBatcher
 from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError
 from llmrl.llm_gateway.guided import GuidedLinesProcessor, LineAutomaton
 from llmrl.llm_gateway.local_models import resolve_path
+from llmrl.llm_gateway.names import check_adapter
 from llmrl.llm_gateway.sampling import RowSampler, RowSampling
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
@@ -339,16 +340,18 @@ class Adapters:
         self.loaded: set[str] = set()
 
     def path(self, adapter: str) -> Path:
-        name, _, version = adapter.partition("@")
+        name, version = check_adapter(adapter)
         path = self.configured.get(name, {}).get(version)
         candidate = (
             Path(path) if path else home_dir() / "adapters" / self.model_name / name / version
         )
         if not (candidate / "adapter_config.json").exists():
+            # the message names the adapter, never the folder it was looked for in
             known = [f"{n}@{v}" for n, versions in self.configured.items() for v in versions]
             raise InvalidRequestError(
-                f"model: adapter {adapter!r} of {self.model_name!r} not found (looked in "
-                f"{candidate}); configured adapters: {', '.join(known) or '(none)'}",
+                f"model: adapter {adapter!r} of {self.model_name!r} not found (neither "
+                f"configured nor trained under the adapters folder); configured adapters: "
+                f"{', '.join(known) or '(none)'}",
                 "model",
             )
         return candidate

@@ -111,7 +111,9 @@ class LlmPersonalizeConfig(RecipeConfig):
     )
     openai_base_url: str | None = Field(
         default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None,
-        description="openai: API base URL (default $OPENAI_BASE_URL, else api.openai.com).",
+        description="openai: API base URL (default $OPENAI_BASE_URL, else api.openai.com); "
+        "with openai_api_key_env it picks a configured provider ($LLMRL_PROVIDERS), never an "
+        "endpoint of its own.",
     )
     openai_api_key_env: str = Field(
         "OPENAI_API_KEY",

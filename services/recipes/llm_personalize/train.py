@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.providers import provider, provider_named_by
 from llmrl.recipes.base import RunContext
 from llmrl.recipes.llm_personalize import openai_models
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig
@@ -22,13 +23,20 @@ def stage_model(config: LlmPersonalizeConfig, ctx: RunContext, stage: int | str)
     """The gateway model of a stage: the base model, or what train/<stage> made (an adapter,
     or an OpenAI fine-tune the gateway is made to serve)."""
     if config.finetune_backend == "openai":
+        chosen = provider(openai_provider(config))  # only configured endpoints are served
         return openai_models.serve_stage_model(
-            ctx.llm, openai_stage_model(config, ctx, stage), config.openai_base_url,
-            config.openai_api_key_env,
-        )  # fmt: skip
+            ctx.llm, openai_stage_model(config, ctx, stage), chosen.base_url, chosen.api_key_env
+        )
     if stage == ZERO_SHOT:
         return config.model
     return str(ctx.phase_outputs(f"train/{stage}")["model"])
+
+
+def openai_provider(config: LlmPersonalizeConfig) -> str:
+    """The configured provider (llmrl.common.providers) that the documented keys
+    `openai_base_url` and `openai_api_key_env` name: a run config never brings its own
+    endpoint, it picks one the operator configured."""
+    return provider_named_by(config.openai_base_url, config.openai_api_key_env, "openai_base_url")
 
 
 def openai_stage_model(config: LlmPersonalizeConfig, ctx: RunContext, stage: int | str) -> str:
@@ -149,8 +157,7 @@ class TrainPhases:
             steps=cfg.sft_steps,  # set: the API picks the epochs (it counts no steps)
             epochs=cfg.sft_epochs,
             seed=cfg.seed + k,
-            base_url=cfg.openai_base_url,
-            api_key_env=cfg.openai_api_key_env,
+            provider=openai_provider(cfg),
             poll_interval_s=cfg.openai_poll_s,
         )
         result = self._run_finetune(ctx, request)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
 from support.openai_standin import ChatLog, StandinState, create_openai_api
 
 from llmrl.llm_gateway.service import RestServer
@@ -31,7 +33,17 @@ def test_openai_fine_tuning_stages_are_served_through_the_gateway(tmp_path: Path
     finetuning, chats = StandinState(), ChatLog()
     api = RestServer(create_openai_api(finetuning, chats)).start()
     out = tmp_path / "run"
-    env = dict(os.environ, LLMRL_HOME=str(tmp_path / "home"), STANDIN_KEY=KEY)
+    # the stand-in is a provider the operator configured; the run config's
+    # openai_base_url/openai_api_key_env pick it
+    providers = tmp_path / "providers.yaml"
+    standin = {"base_url": f"{api.url}/v1", "api_key_env": "STANDIN_KEY"}
+    providers.write_text(yaml.safe_dump({"providers": {"standin": standin}}))
+    env = dict(
+        os.environ,
+        LLMRL_HOME=str(tmp_path / "home"),
+        STANDIN_KEY=KEY,
+        LLMRL_PROVIDERS=str(providers),
+    )
     env.pop("LLMRL_LLM_GATEWAY_CONFIG", None)
     config = [
         "finetune_backend=openai", f"openai_base_url={api.url}/v1",
@@ -137,3 +149,32 @@ def test_the_embedded_gateway_gets_the_entry_unless_its_config_has_one():
     finally:
         llm.close()
         other.close()
+
+
+def test_run_configs_pick_configured_providers_never_their_own_endpoint(monkeypatch, tmp_path):
+    from support.providers import configure_providers
+
+    from llmrl.recipes.base import validate_config
+    from llmrl.recipes.llm_personalize.train import openai_provider
+
+    monkeypatch.setenv("MY_KEY", "sk-config")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    configure_providers(
+        monkeypatch, tmp_path, mine={"base_url": "http://127.0.0.1:9/v1", "api_key_env": "MY_KEY"}
+    )
+    openai = {
+        "data_dir": "procedural",
+        "finetune_backend": "openai",
+        "openai_api_key_env": "MY_KEY",
+    }
+    configured = validate_config(
+        "llm-personalize", {**openai, "openai_base_url": "http://127.0.0.1:9/v1"}
+    )
+    assert openai_provider(configured) == "mine"
+    elsewhere = validate_config(
+        "llm-personalize", {**openai, "openai_base_url": "http://evil.example/v1"}
+    )
+    with pytest.raises(
+        ValueError, match=r"openai_base_url: no configured provider .* mine, openai"
+    ):
+        openai_provider(elsewhere)

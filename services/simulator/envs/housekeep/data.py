@@ -23,6 +23,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from llmrl.common.paths import PathOutsideRootsError, confine
+from llmrl.common.safe_numpy import load_npy
+from llmrl.simulator.errors import WorldError
+
 from .house import House, HouseObject, Receptacle, sanitize_name, unique_names
 
 DATA_ENV_VAR = "LLMRL_HOUSEKEEP_DATA"
@@ -37,6 +41,10 @@ def default_data_dir() -> Path | None:
 
 
 def check_data_dir(data_dir: str | Path) -> Path:
+    try:  # any CreateWorld or run config sets it: only configured data roots are read
+        confine(data_dir, "data_dir")
+    except PathOutsideRootsError as exc:
+        raise WorldError("data_dir", str(exc).removeprefix("data_dir: ")) from None
     path = Path(data_dir).expanduser()
     missing = [p for p in ("data.npy", "episodes") if not (path / p).exists()]
     if missing:
@@ -90,7 +98,7 @@ def load_episodes(data_dir: str | Path, scene: str) -> tuple[dict[str, Any], ...
 
 @lru_cache(maxsize=4)
 def _annotations(path: str) -> tuple[dict[str, int], dict[str, int], np.ndarray]:
-    data = np.load(path, allow_pickle=True).item()
+    data = load_npy(path).item()  # restricted unpickler: data_dir may name any file
     pairs = {str(name): i for i, name in enumerate(data["room_receptacles"])}
     objects = {str(name): i for i, name in enumerate(data["objects"])}
     positive = (np.asarray(data["ranks"]) > 0).mean(axis=-1)  # [pairs, objects]
