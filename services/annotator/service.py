@@ -30,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.auth import add_bearer_auth, configured_token
 from llmrl.common.config import check_settings, home_dir, http_url
 from llmrl.common.metrics import basic_app, serve_app
 from llmrl.learner.jobs import FineTuneRequest  # the POST body (FastAPI resolves it by name)
@@ -46,7 +47,9 @@ INFO = {
 SETTINGS = ("jobs_dir", "learner_url")
 
 
-def create_app(jobs_dir: str | Path | None = None, learner_url: str | None = None) -> Any:
+def create_app(
+    jobs_dir: str | Path | None = None, learner_url: str | None = None, token: str | None = None
+) -> Any:
     from llmrl.annotator.learner_jobs import LearnerJobs
 
     app = basic_app("annotator", DESCRIPTION, INFO)
@@ -57,6 +60,7 @@ def create_app(jobs_dir: str | Path | None = None, learner_url: str | None = Non
     app.router.add_event_handler("shutdown", jobs.close)
     app.include_router(datasets_router(), prefix="/datasets")
     app.include_router(finetune_router(jobs), prefix="/finetune/jobs")
+    add_bearer_auth(app, token)
     return app
 
 
@@ -149,5 +153,5 @@ def finetune_router(jobs: Any) -> Any:
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     check_settings("annotator", settings, SETTINGS)
-    app = create_app(settings.get("jobs_dir"), settings.get("learner_url"))
+    app = create_app(settings.get("jobs_dir"), settings.get("learner_url"), configured_token())
     serve_app(app, "annotator", host, port)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.auth import add_bearer_auth, configured_token
 from llmrl.common.config import check_settings, home_dir
 from llmrl.common.metrics import basic_app, serve_app
 
@@ -42,7 +43,7 @@ INFO = {
 SETTINGS = ("jobs_dir",)
 
 
-def create_app(jobs_dir: str | Path | None = None) -> Any:
+def create_app(jobs_dir: str | Path | None = None, token: str | None = None) -> Any:
     from llmrl.learner.jobs import BackgroundJobs, jobs_router
     from llmrl.learner.policy_jobs import policy_jobs, policy_jobs_router
 
@@ -56,9 +57,11 @@ def create_app(jobs_dir: str | Path | None = None) -> Any:
     app.state.policy_jobs = rl_jobs
     app.router.add_event_handler("shutdown", rl_jobs.close)
     app.include_router(policy_jobs_router(rl_jobs), prefix="/policy-jobs")
+    add_bearer_auth(app, token)
     return app
 
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     check_settings("learner", settings, SETTINGS)
-    serve_app(create_app(settings.get("jobs_dir")), "learner", host, port)
+    app = create_app(settings.get("jobs_dir"), configured_token())
+    serve_app(app, "learner", host, port)

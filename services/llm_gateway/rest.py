@@ -29,6 +29,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from llmrl.common.auth import add_bearer_auth
 from llmrl.llm_gateway import routes_accounting, routes_openai, routes_scoring, routes_service
 from llmrl.llm_gateway.errors import GatewayError
 from llmrl.llm_gateway.gateway import Gateway
@@ -59,7 +60,7 @@ async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(GatewayError(f"internal error: {type(exc).__name__}"))
 
 
-def create_app(gateway: Gateway) -> FastAPI:
+def create_app(gateway: Gateway, token: str | None = None) -> FastAPI:
     app = FastAPI(
         title="llmrl LLM gateway",
         description="OpenAI-compatible API with caching, cost ledger and budgets.",
@@ -69,4 +70,5 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.state.gateway = gateway  # what the routers' GatewayDep reads
     for routes in (routes_service, routes_openai, routes_scoring, routes_accounting):
         app.include_router(routes.router)
+    add_bearer_auth(app, token)
     return app
