@@ -94,6 +94,10 @@ class RemoteWorld:
         except error.DmEnvRpcError as exc:
             raise _as_world_error(exc) from None
         except grpc.RpcError as exc:  # the server is unreachable or went away
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise PermissionError(
+                    f"the simulator at {self.address} wants its token: set LLMRL_TOKEN"
+                ) from None
             raise ConnectionError(
                 f"no simulator answers at {self.address} ({exc.code().name})"
             ) from None
