@@ -36,7 +36,7 @@ from rich.table import Table
 from llmrl.common import config as cfg
 from llmrl.common.auth import TOKEN_VAR, configured_token, generate_token
 from llmrl.common.console import output_console
-from llmrl.orchestrator.launcher_safety import die_with_parent, port_holder
+from llmrl.orchestrator.launcher_safety import die_with_parent, port_holder, port_listened
 
 # Start order; shutdown goes the other way.
 SERVICES = ("simulator", "llm_gateway", "learner", "annotator", "orchestrator")
@@ -139,9 +139,10 @@ def taken_ports(specs: list[ProcessSpec]) -> list[str]:
     """One line per port a process would listen on that is already taken, naming its holder."""
     problems = []
     for spec in specs:
-        host = cfg.service_host(spec.name) if spec.name in cfg.DEFAULT_PORTS else "127.0.0.1"
+        service = spec.name.split("-", 1)[0]  # worker-2: a worker
+        host = cfg.service_host(service) if service in cfg.DEFAULT_PORTS else "127.0.0.1"
         for kind, port in spec.ports.items():
-            if port_free(port, host):
+            if not port_listened(port, host):
                 continue
             holder = port_holder(port) or "a process llmrl cannot identify"
             problems.append(f"port {port} ({spec.name} {kind}) is taken by {holder}")

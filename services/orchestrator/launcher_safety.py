@@ -4,8 +4,9 @@
   (prctl PR_SET_PDEATHSIG) to send the child SIGTERM when the launcher dies, even by SIGKILL,
   so no service lives on holding its ports. Elsewhere it does nothing (Ctrl-C/SIGTERM still
   stop every child in order).
-- `port_holder` names the process listening on a TCP port (Linux /proc; None when it cannot
-  tell, e.g. another user's process), for the refusal when a port is taken.
+- `port_listened` tells whether a TCP port is taken, and `port_holder` names the process
+  listening on it (Linux /proc; None when it cannot tell, e.g. another user's process), for
+  the refusal when a port is taken.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -28,6 +30,18 @@ def die_with_parent(parent_pid: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent_pid:  # the launcher died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def port_listened(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a process listens on host:port. SO_REUSEADDR, as servers bind: connections in
+    TIME_WAIT left by a service just stopped do not count as taken."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def _listening_inodes(port: int) -> set[str]:
