@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from llmrl.common.auth import auth_headers
 from llmrl.learner.jobs import FineTuneRequest
 
 CONNECT_TIMEOUT_S = 5.0
@@ -45,6 +46,7 @@ class LearnerJobs:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._client = httpx.Client(
             base_url=self.learner_url,
+            headers=auth_headers(),
             timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
         )
 

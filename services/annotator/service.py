@@ -30,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.auth import add_bearer_auth, configured_token
 from llmrl.common.config import check_settings, home_dir, http_url
 from llmrl.common.http import configured_max_body_bytes
 from llmrl.common.metrics import basic_app, serve_app
@@ -51,6 +52,7 @@ def create_app(
     jobs_dir: str | Path | None = None,
     learner_url: str | None = None,
     max_body_bytes: int | None = None,
+    token: str | None = None,
 ) -> Any:
     from llmrl.annotator.learner_jobs import LearnerJobs
 
@@ -62,6 +64,7 @@ def create_app(
     app.router.add_event_handler("shutdown", jobs.close)
     app.include_router(datasets_router(), prefix="/datasets")
     app.include_router(finetune_router(jobs), prefix="/finetune/jobs")
+    add_bearer_auth(app, token)
     return app
 
 
@@ -155,5 +158,7 @@ def finetune_router(jobs: Any) -> Any:
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     check_settings("annotator", settings, SETTINGS)
     limit = configured_max_body_bytes(settings.get("max_body_bytes"))
-    app = create_app(settings.get("jobs_dir"), settings.get("learner_url"), limit)
+    app = create_app(
+        settings.get("jobs_dir"), settings.get("learner_url"), limit, configured_token()
+    )
     serve_app(app, "annotator", host, port)

@@ -50,13 +50,28 @@ def add_health_and_metrics(app: Any, service: str, check: HealthCheck | None = N
 
 
 def serve_health_and_metrics(
-    port: int, service: str, check: HealthCheck | None = None, host: str = "127.0.0.1"
+    port: int,
+    service: str,
+    check: HealthCheck | None = None,
+    host: str = "127.0.0.1",
+    token: str | None = None,
 ) -> ThreadingHTTPServer:
-    """Serve /health and /metrics on a daemon thread; returns the server (shutdown() stops it)."""
+    """Serve /health and /metrics on a daemon thread; returns the server (shutdown() stops it).
+    With a `token`, /metrics needs it too, unless LLMRL_AUTH_OPEN opens it (common.auth)."""
+    from llmrl.common.auth import UNAUTHORIZED_DETAIL, bearer_matches, open_paths
+
+    public = open_paths()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/metrics":
+            if (
+                token
+                and self.path not in public
+                and not bearer_matches(self.headers.get("Authorization"), token)
+            ):
+                body = json.dumps({"detail": UNAUTHORIZED_DETAIL}).encode()
+                code, kind = 401, "application/json"
+            elif self.path == "/metrics":
                 body, code, kind = generate_latest(), 200, CONTENT_TYPE_LATEST
             elif self.path == "/health":
                 code, payload = health_payload(service, check)

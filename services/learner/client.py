@@ -23,10 +23,11 @@ def run_learner_job(
     """Start a job at `endpoint` ("/jobs", "/policy-jobs") and wait; returns its result."""
     import httpx
 
+    from llmrl.common.auth import auth_headers
     from llmrl.common.config import http_url
 
     base = (url or http_url("learner")).rstrip("/")
-    with httpx.Client(base_url=base, timeout=30.0) as client:
+    with httpx.Client(base_url=base, headers=auth_headers(), timeout=30.0) as client:
         response = client.post(endpoint, json=payload)
         if response.status_code != 202:
             raise RuntimeError(

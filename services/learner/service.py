@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.auth import add_bearer_auth, configured_token
 from llmrl.common.config import check_settings, home_dir
 from llmrl.common.http import configured_max_body_bytes
 from llmrl.common.metrics import basic_app, serve_app
@@ -44,7 +45,11 @@ INFO = {
 SETTINGS = ("jobs_dir", "max_body_bytes")
 
 
-def create_app(jobs_dir: str | Path | None = None, max_body_bytes: int | None = None) -> Any:
+def create_app(
+    jobs_dir: str | Path | None = None,
+    max_body_bytes: int | None = None,
+    token: str | None = None,
+) -> Any:
     from llmrl.learner.jobs import BackgroundJobs, jobs_router
     from llmrl.learner.policy_jobs import policy_jobs, policy_jobs_router
 
@@ -58,10 +63,12 @@ def create_app(jobs_dir: str | Path | None = None, max_body_bytes: int | None = 
     app.state.policy_jobs = rl_jobs
     app.router.add_event_handler("shutdown", rl_jobs.close)
     app.include_router(policy_jobs_router(rl_jobs), prefix="/policy-jobs")
+    add_bearer_auth(app, token)
     return app
 
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     check_settings("learner", settings, SETTINGS)
     limit = configured_max_body_bytes(settings.get("max_body_bytes"))
-    serve_app(create_app(settings.get("jobs_dir"), limit), "learner", host, port)
+    app = create_app(settings.get("jobs_dir"), limit, configured_token())
+    serve_app(app, "learner", host, port)

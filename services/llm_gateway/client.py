@@ -204,6 +204,7 @@ class GrpcClient(LLMClient):
     def __init__(self, address: str, timeout_s: float | None = None) -> None:
         import grpc
 
+        from llmrl.common.auth import authenticated_channel
         from llmrl.llm_gateway import wire
         from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
         from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
@@ -211,11 +212,12 @@ class GrpcClient(LLMClient):
         self.address = address
         self.timeout_s = timeout_s  # a client-side deadline for every call (None: none)
         self._grpc, self._pb, self._wire = grpc, pb, wire
-        self._channel = grpc.insecure_channel(
+        channel = grpc.insecure_channel(
             address,
             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                      ("grpc.max_send_message_length", 64 * 1024 * 1024)],
         )  # fmt: skip
+        self._channel = authenticated_channel(channel)  # LLMRL_TOKEN as metadata, when set
         self._stub = pb_grpc.LlmGatewayStub(self._channel)
 
     def _process(self, request: Any, slot: str) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from llmrl.common.auth import server_interceptors
 from llmrl.common.logs import log_event
 from llmrl.llm_gateway import wire
 from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError
@@ -94,12 +95,16 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
         context.abort(code, exc.message)
 
 
-def start_grpc_server(gateway: Gateway, host: str, port: int, max_workers: int = 64) -> grpc.Server:
-    """Start serving on host:port (port 0: a free one; read it back from `server.port`)."""
+def start_grpc_server(
+    gateway: Gateway, host: str, port: int, max_workers: int = 64, token: str | None = None
+) -> grpc.Server:
+    """Start serving on host:port (port 0: a free one; read it back from `server.port`);
+    with a `token`, every call must carry it as `authorization: Bearer <token>` metadata."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gateway-grpc"),
         options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                  ("grpc.max_send_message_length", 64 * 1024 * 1024)],
+        interceptors=server_interceptors(token),
     )  # fmt: skip
     pb_grpc.add_LlmGatewayServicer_to_server(GatewayServicer(gateway), server)
     bound = server.add_insecure_port(f"{host}:{port}")

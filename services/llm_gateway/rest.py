@@ -31,6 +31,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from llmrl.common.auth import add_bearer_auth
 from llmrl.common.http import ERROR_RESPONSES, guard_app
 from llmrl.llm_gateway import routes_accounting, routes_openai, routes_scoring, routes_service
 from llmrl.llm_gateway.errors import GatewayError
@@ -63,7 +64,7 @@ def openai_error_body(status: int, message: str, field: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": field or None, "code": kind}}
 
 
-def create_app(gateway: Gateway) -> FastAPI:
+def create_app(gateway: Gateway, token: str | None = None) -> FastAPI:
     app = FastAPI(
         title="llmrl LLM gateway",
         description="OpenAI-compatible API with caching, cost ledger and budgets.",
@@ -75,4 +76,5 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.state.gateway = gateway  # what the routers' GatewayDep reads
     for routes in (routes_service, routes_openai, routes_scoring, routes_accounting):
         app.include_router(routes.router)
+    add_bearer_auth(app, token)
     return app

@@ -13,6 +13,7 @@ from typing import Any
 
 import uvicorn
 
+from llmrl.common.auth import configured_token
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.grpc_server import start_grpc_server
@@ -57,13 +58,15 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     """Run the gateway (REST on `port`, gRPC on `grpc_port`) until SIGTERM or Ctrl-C."""
     log = configure_logging("llm_gateway")
     gateway = Gateway(settings, mode="service")
-    grpc_server = start_grpc_server(gateway, host, grpc_port) if grpc_port else None
+    token = configured_token()
+    grpc_server = start_grpc_server(gateway, host, grpc_port, token=token) if grpc_port else None
     log_event(
         log, "llm gateway serving", host=host, port=port, grpc_port=grpc_port,
         models=list(gateway.settings.models), cache=type(gateway.cache).__name__,
+        auth=token is not None,
     )  # fmt: skip
     config = uvicorn.Config(
-        create_app(gateway), host=host, port=port, log_level="warning", access_log=False,
+        create_app(gateway, token), host=host, port=port, log_level="warning", access_log=False,
         timeout_graceful_shutdown=int(GRACE_S),
     )  # fmt: skip
     # uvicorn catches SIGTERM/SIGINT, shuts down gracefully, then re-raises the signal to the

@@ -7,10 +7,16 @@ orchestrator and N rollout workers, each with the same command as its docker-com
 (LLMRL_REDIS_URL, LLMRL_HOME, LLMRL_<SERVICE>_PORT...). A service whose module does not exist
 in this version is reported and skipped, never imitated. Logs go to LLMRL_HOME/logs/<name>.log.
 Ctrl-C or SIGTERM stops everything: workers first, Redis last.
+
+The deployment is closed: every service requires one shared token (LLMRL_TOKEN; the user's
+when set, else one generated per `llmrl up` and printed), which every process gets in its
+environment. Children die with the launcher, even when it is SIGKILLed (launcher_safety), and
+a port already taken stops `llmrl up` before it starts anything, naming the port and its holder.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -28,7 +34,9 @@ from rich.console import Console
 from rich.table import Table
 
 from llmrl.common import config as cfg
+from llmrl.common.auth import TOKEN_VAR, configured_token, generate_token
 from llmrl.common.console import output_console
+from llmrl.orchestrator.launcher_safety import die_with_parent, port_holder, port_listened
 
 # Start order; shutdown goes the other way.
 SERVICES = ("simulator", "llm_gateway", "learner", "annotator", "orchestrator")
@@ -42,6 +50,7 @@ class ProcessSpec:
     env: dict[str, str] = field(default_factory=dict)
     health_url: str | None = None
     program: str = "llmrl"
+    ports: dict[str, int] = field(default_factory=dict)  # what it listens on, e.g. {"HTTP": 8000}
 
     def argv(self) -> list[str]:
         if self.program == "llmrl":
@@ -94,11 +103,13 @@ def free_port() -> int:
 
 
 def plan_processes(
-    workers: int, redis_url: str, home: Path, console: Console
+    workers: int, redis_url: str, home: Path, console: Console, token: str | None = None
 ) -> tuple[list[ProcessSpec], list[str]]:
-    """The processes to start and notes on what is skipped."""
+    """The processes to start (each given `token` as LLMRL_TOKEN) and notes on what is skipped."""
     notes: list[str] = []
     env = {"LLMRL_REDIS_URL": redis_url, "LLMRL_HOME": str(home)}
+    if token:
+        env[TOKEN_VAR] = token
     if not service_available("simulator"):
         env["LLMRL_SIMULATOR_ADDRESS"] = "local"
         notes.append("workers and recipes play in-process worlds (no simulator service)")
@@ -109,13 +120,33 @@ def plan_processes(
             notes.append(f"{service}: not implemented in this version of llmrl (skipped)")
             continue
         url = f"http://{cfg.service_host(service)}:{cfg.service_port(service)}/health"
-        specs.append(ProcessSpec(service, commands[service], dict(env), url))
+        ports = {"HTTP": cfg.service_port(service)}
+        if cfg.DEFAULT_PORTS[service].grpc is not None:
+            ports["gRPC"] = cfg.service_grpc_port(service)
+        specs.append(ProcessSpec(service, commands[service], dict(env), url, ports=ports))
     base_port = cfg.service_port("worker")
     for i in range(1, workers + 1):
         worker_env = {**env, "LLMRL_WORKER_PORT": str(base_port + i - 1)}
         url = f"http://127.0.0.1:{base_port + i - 1}/health"
-        specs.append(ProcessSpec(f"worker-{i}", commands[f"worker-{i}"], worker_env, url))
+        ports = {"HTTP": base_port + i - 1}
+        specs.append(
+            ProcessSpec(f"worker-{i}", commands[f"worker-{i}"], worker_env, url, ports=ports)
+        )
     return specs, notes
+
+
+def taken_ports(specs: list[ProcessSpec]) -> list[str]:
+    """One line per port a process would listen on that is already taken, naming its holder."""
+    problems = []
+    for spec in specs:
+        service = spec.name.split("-", 1)[0]  # worker-2: a worker
+        host = cfg.service_host(service) if service in cfg.DEFAULT_PORTS else "127.0.0.1"
+        for kind, port in spec.ports.items():
+            if not port_listened(port, host):
+                continue
+            holder = port_holder(port) or "a process llmrl cannot identify"
+            problems.append(f"port {port} ({spec.name} {kind}) is taken by {holder}")
+    return problems
 
 
 class Launcher:
@@ -136,6 +167,7 @@ class Launcher:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the launcher only; it stops them in order
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),  # no orphans
         )
         log_file.close()
         self.procs.append((spec, proc))
@@ -170,18 +202,22 @@ class Launcher:
                     proc.wait()
 
 
-def start_redis(
-    launcher: Launcher, port: int | None = None
-) -> tuple[str, ProcessSpec, subprocess.Popen]:
+def redis_spec(home: Path, port: int | None = None) -> ProcessSpec:
+    """Redis on `port` (default 6379 when free, else any free port), AOF under home/redis."""
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not on PATH; install Redis or pass --redis-url")
     if port is None:
         port = 6379 if port_free(6379) else free_port()
-    data_dir = launcher.home / "redis"
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = home / "redis"
     spec = ProcessSpec("redis", redis_command(port, data_dir), program="redis-server")
+    spec.ports = {"Redis": port}
+    return spec
+
+
+def start_redis(launcher: Launcher, spec: ProcessSpec) -> tuple[str, subprocess.Popen]:
+    (launcher.home / "redis").mkdir(parents=True, exist_ok=True)
     proc = launcher.start(spec)
-    url = f"redis://127.0.0.1:{port}/0"
+    url = f"redis://127.0.0.1:{spec.ports['Redis']}/0"
     import redis
 
     client = redis.Redis.from_url(url)
@@ -193,7 +229,7 @@ def start_redis(
         except redis.ConnectionError:
             time.sleep(0.1)
     client.close()
-    return url, spec, proc
+    return url, proc
 
 
 def up(
@@ -205,11 +241,20 @@ def up(
     """Start everything, print where it listens, and wait for Ctrl-C/SIGTERM.
 
     Without `redis_url` a Redis is started on `redis_port` (default 6379 when free, else any
-    free port).
+    free port). Refuses to start (SystemExit naming them) when any of the ports is taken.
     """
     console = output_console()  # the table whole in a log too
     home_dir = Path(home).resolve() if home else cfg.home_dir()
     home_dir.mkdir(parents=True, exist_ok=True)
+    generated = configured_token() is None
+    token = configured_token() or generate_token()  # a user-set LLMRL_TOKEN wins
+    own_redis = redis_spec(home_dir, redis_port) if redis_url is None else None
+    if own_redis is not None:
+        redis_url = f"redis://127.0.0.1:{own_redis.ports['Redis']}/0"
+    specs, notes = plan_processes(workers, redis_url, home_dir, console, token)
+    problems = taken_ports(([own_redis] if own_redis else []) + specs)
+    if problems:
+        raise SystemExit("llmrl up: cannot start:\n  " + "\n  ".join(problems))
     launcher = Launcher(home_dir, console)
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -221,11 +266,10 @@ def up(
     for column in ("process", "pid", "state", "address"):
         table.add_column(column)
     try:
-        if redis_url is None:
-            redis_url, spec, proc = start_redis(launcher, redis_port)
+        if own_redis is not None:
+            redis_url, proc = start_redis(launcher, own_redis)
             state = "ready" if proc.poll() is None else f"exited ({proc.returncode})"
             table.add_row("redis", str(proc.pid), state, redis_url + " (AOF)")
-        specs, notes = plan_processes(workers, redis_url, home_dir, console)
         # All at once (each connects to the others lazily), then wait for each to be healthy.
         started = [(spec, launcher.start(spec)) for spec in specs]
         for spec, proc in started:
@@ -239,6 +283,11 @@ def up(
         console.print(
             f"orchestrator: {orchestrator}/docs  —  try: llmrl submit evaluate "
             "env=SimpleDoorKey planner=oracle episodes=20 --wait"
+        )
+        origin = "generated for this `llmrl up`" if generated else f"from {TOKEN_VAR}"
+        console.print(
+            f"token ({origin}; every service requires it): {token}\n"
+            f"  clients read it from the environment: export {TOKEN_VAR}={token}"
         )
         console.print(f"logs in {launcher.logs}; Ctrl-C stops everything")
         sys.stdout.flush()  # the table is the readiness signal for scripts reading a pipe

@@ -1,11 +1,11 @@
 """A small client of the orchestrator's REST API, and the `llmrl submit|status|cancel` commands.
 
-The bearer token, when the orchestrator wants one, comes from LLMRL_ORCHESTRATOR_TOKEN.
+The bearer token, when the orchestrator wants one, comes from LLMRL_TOKEN (or its alias
+LLMRL_ORCHESTRATOR_TOKEN).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -14,16 +14,15 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from llmrl.common.auth import auth_headers
 from llmrl.common.console import output_console
-from llmrl.orchestrator.service import TOKEN_VAR
 
 FINAL_STATES = ("completed", "failed", "cancelled")
 
 
 class OrchestratorClient:
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
-        token = token or os.environ.get(TOKEN_VAR) or None
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = auth_headers(token)
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
     def _json(self, response: httpx.Response) -> Any:

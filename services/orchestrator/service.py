@@ -10,8 +10,9 @@
     /experiments                     named sets of runs (grid × seeds): routes_experiments.py
     GET  /health, GET /metrics, GET /docs (OpenAPI)
 
-When a token is configured (LLMRL_ORCHESTRATOR_TOKEN or setting `token`) every endpoint but
-/health, /metrics and the docs needs `Authorization: Bearer <token>`. Bad input gets a 4xx
+When a token is configured (setting `token`, LLMRL_TOKEN or its alias LLMRL_ORCHESTRATOR_TOKEN)
+every endpoint but /health needs `Authorization: Bearer <token>` (/metrics and the docs too,
+unless LLMRL_AUTH_OPEN opens them: common/auth.py). Bad input gets a 4xx
 whose `detail` names the problem (unknown recipe, config field and why, unknown run id,
 malformed JSON, body over `max_body_bytes`); the service keeps serving.
 
@@ -33,6 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from llmrl.common import config as cfg
+from llmrl.common.auth import add_bearer_auth, configured_token
 from llmrl.common.http import ERROR_RESPONSES, configured_max_body_bytes, guard_app
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import add_health_and_metrics
@@ -48,14 +50,13 @@ from llmrl.orchestrator.scheduler import ExperimentScheduler
 from llmrl.recipes.base import ConfigError
 
 log = logging.getLogger("llmrl.orchestrator")
-TOKEN_VAR = "LLMRL_ORCHESTRATOR_TOKEN"
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 SETTINGS = {
     "redis_url": "Redis with the episode queues (default LLMRL_REDIS_URL)",
     "home": "artifact directory: run store and run outputs (default LLMRL_HOME)",
     "simulator": "simulator gRPC address for recipes' own worlds, or 'local' (in-process)",
     "llm_gateway": "LLM gateway gRPC address, or 'local' (in-process)",
-    "token": "bearer token required by the API (default LLMRL_ORCHESTRATOR_TOKEN)",
+    "token": "bearer token required by the API (default LLMRL_TOKEN, LLMRL_ORCHESTRATOR_TOKEN)",
     "max_body_bytes": "largest accepted request body (default LLMRL_MAX_BODY_BYTES, else 1 MiB)",
     "claim_idle_s": "seconds before a silent worker's job is handed to another (default 30)",
     "resubmit_after_s": "seconds without results before a run re-queues lost jobs (default 60)",
@@ -100,9 +101,10 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
             RunNotActive: _run_not_active,
         },
     )
-    app.state.manager, app.state.token = manager, token
+    app.state.manager = manager
     app.state.scheduler = scheduler  # what the routers' dependencies read
     guard_app(app, max_body_bytes)
+    add_bearer_auth(app, token)  # added last: runs first, before the body is read
     add_health_and_metrics(
         app, "orchestrator", check=lambda: {"redis": manager.broker.ping(), "runs": "ok"}
     )
@@ -154,7 +156,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     configure_logging("orchestrator")
     load_plugins()
     manager = build_manager(settings)
-    token = settings.get("token") or os.environ.get(TOKEN_VAR) or None
+    token = configured_token(settings.get("token"))
     max_body = configured_max_body_bytes(settings.get("max_body_bytes"), DEFAULT_MAX_BODY_BYTES)
     app = create_app(manager, token, max_body)
     log_event(log, "orchestrator listening", host=host, port=port, auth=token is not None)

@@ -20,6 +20,7 @@ from typing import Any
 
 from llmrl.agents import RolloutResources
 from llmrl.common import config as cfg
+from llmrl.common.auth import configured_token
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
 from llmrl.common.plugins import load_plugins
@@ -62,6 +63,7 @@ def main(
             "worker",
             check=lambda: {"name": name, "episodes": worker.episodes_played},
             host=cfg.service_host("worker"),
+            token=configured_token(),
         )
     log_event(
         log, "worker started", name=name, simulator=simulator or "local", claim_idle_s=claim_idle

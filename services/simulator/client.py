@@ -21,6 +21,7 @@ from dm_env_rpc.v1 import connection as dm_connection
 from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
 from gymnasium import spaces
 
+from llmrl.common.auth import authenticated_channel
 from llmrl.simulator.actions import as_box_dtype
 from llmrl.simulator.specs import (
     ACTION_UIDS,
@@ -55,7 +56,7 @@ class RemoteWorld:
         self.num_envs = num_envs
         self.seed = seed
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        self._channel = grpc.insecure_channel(address, options=options)
+        self._channel = authenticated_channel(grpc.insecure_channel(address, options=options))
         self._connection = dm_connection.Connection(self._channel)
         self.world_name: str | None = None
         settings = {"env": env, "num_envs": num_envs, **env_kwargs}
@@ -93,6 +94,10 @@ class RemoteWorld:
         except error.DmEnvRpcError as exc:
             raise _as_world_error(exc) from None
         except grpc.RpcError as exc:  # the server is unreachable or went away
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                raise PermissionError(
+                    f"the simulator at {self.address} wants its token: set LLMRL_TOKEN"
+                ) from None
             raise ConnectionError(
                 f"no simulator answers at {self.address} ({exc.code().name})"
             ) from None

@@ -49,6 +49,7 @@ import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2, dm_env_rpc_pb2_grpc, tensor_utils
 from google.rpc import status_pb2
 
+from llmrl.common.auth import server_interceptors
 from llmrl.common.logs import log_event
 from llmrl.common.registry import UnavailableError
 from llmrl.simulator.actions import describe_action_space
@@ -451,8 +452,10 @@ def create_server(
     port: int,
     servicer: SimulatorServicer,
     max_connections: int = 64,
+    token: str | None = None,
 ) -> tuple[grpc.Server, int]:
-    """A started gRPC server for `servicer`; returns it and the bound port (port 0: any)."""
+    """A started gRPC server for `servicer`; returns it and the bound port (port 0: any).
+    With a `token`, every call must carry it as `authorization: Bearer <token>` metadata."""
     options = [
         ("grpc.max_send_message_length", -1),
         ("grpc.max_receive_message_length", -1),
@@ -462,6 +465,7 @@ def create_server(
         futures.ThreadPoolExecutor(max_workers=max_connections, thread_name_prefix="sim-rpc"),
         options=options,
         maximum_concurrent_rpcs=max_connections,
+        interceptors=server_interceptors(token),
     )
     dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(servicer, server)
     try:

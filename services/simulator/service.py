@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from llmrl.common.auth import configured_token
 from llmrl.common.label_values import BoundedLabelValues
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
@@ -73,15 +74,16 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     except ValueError as exc:
         raise SystemExit(f"simulator: {exc}") from None
     servicer = SimulatorServicer(PrometheusMetrics(), options["max_envs_per_world"])
+    token = configured_token()
     try:
         grpc_server, bound_grpc = create_server(
-            host, grpc_port or 0, servicer, max_connections=options["max_connections"]
+            host, grpc_port or 0, servicer, options["max_connections"], token
         )
     except OSError as exc:
         raise SystemExit(f"simulator: {exc}") from None
     try:
         http_server = serve_health_and_metrics(
-            port, "simulator", check=lambda: {"worlds": servicer.world_count}, host=host
+            port, "simulator", lambda: {"worlds": servicer.world_count}, host, token
         )
     except OSError as exc:
         grpc_server.stop(grace=None)
@@ -100,6 +102,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         host=host,
         grpc_port=bound_grpc,
         http_port=http_server.server_address[1],
+        auth=token is not None,
     )
     try:
         stop.wait()

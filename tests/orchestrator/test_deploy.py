@@ -91,3 +91,15 @@ def test_grafana_dashboard_is_provisioned_and_queries_existing_metrics():
             for metric in re.findall(r"llmrl_[a-z_]+", target["expr"]):
                 base = re.sub(r"_(total|bucket|sum|count)$", "", metric)
                 assert base in ours or f'"{base}"' in sources, metric
+
+
+def test_compose_is_closed_by_default_and_prometheus_sends_the_token():
+    services = compose()["services"]
+    for name in ("simulator", "llm-gateway", "learner", "annotator", "orchestrator", "worker"):
+        # `${VAR:?message}`: compose refuses to start without the shared token
+        assert services[name]["environment"]["LLMRL_TOKEN"].startswith("${LLMRL_TOKEN:?"), name
+    assert compose()["secrets"]["llmrl_token"] == {"environment": "LLMRL_TOKEN"}
+    assert services["prometheus"]["secrets"] == ["llmrl_token"]
+    config = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())
+    for job in config["scrape_configs"]:
+        assert job["authorization"] == {"credentials_file": "/run/secrets/llmrl_token"}, job

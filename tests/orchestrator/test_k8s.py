@@ -206,6 +206,13 @@ def test_the_orchestrator_token_comes_from_the_secret():
     assert not objects_of("Secret"), "secrets are created by hand, never kept in git"
 
 
+def test_every_llmrl_service_gets_the_shared_token_from_the_secret():
+    for name in ("simulator", "llm-gateway", "learner", "annotator", "worker"):
+        assert env_of(objects_of("Deployment")[name])["LLMRL_TOKEN"] == {
+            "secretKeyRef": {"name": SECRET, "key": "orchestrator-token"}
+        }, name
+
+
 def test_redis_persists_with_the_append_only_file_of_llmrl_up():
     redis = objects_of("StatefulSet")["redis"]
     main = container(redis)

@@ -1,6 +1,6 @@
 """The done criterion of issue 4: `llmrl up`, then one REST call runs `evaluate` (SimpleDoorKey,
 oracle planner) to completion through Redis, rollout workers and the simulator over gRPC;
-SIGTERM then stops every process."""
+SIGTERM then stops every process. The deployment is closed: the user's LLMRL_TOKEN is required."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ from support.processes import REPO, child_env, wait_until
 from llmrl.common.config import DEFAULT_PORTS
 from llmrl.orchestrator.rest_client import OrchestratorClient
 
+TOKEN = "launcher-test-t0ken"
+
 
 def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
     ports = {f"LLMRL_{s.upper()}_PORT": str(free_port()) for s in DEFAULT_PORTS}
     ports.update(
         {f"LLMRL_{s.upper()}_GRPC_PORT": str(free_port()) for s in ("simulator", "llm_gateway")}
     )
-    env = child_env(ports)
+    env = child_env({**ports, "LLMRL_TOKEN": TOKEN})
     home = tmp_path / "home"
     up = subprocess.Popen(
         [
@@ -63,7 +65,8 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
                 return False
 
         wait_until(ready, 150, "llmrl up: every service healthy", interval=0.3)
-        client = OrchestratorClient(url)
+        assert httpx.get(f"{url}/runs", timeout=5).status_code == 401  # closed by default
+        client = OrchestratorClient(url, token=TOKEN)
         config = {"env": "SimpleDoorKey", "planner": "oracle", "episodes": 10}
         run_id = client.submit("evaluate", config)["run_id"]
         final = client.wait(run_id, timeout=120)
@@ -74,7 +77,9 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
         assert results["rows"][0]["env"] == "SimpleDoorKey"
         client.close()
         simulator_metrics = httpx.get(
-            f"http://127.0.0.1:{ports['LLMRL_SIMULATOR_PORT']}/metrics", timeout=5
+            f"http://127.0.0.1:{ports['LLMRL_SIMULATOR_PORT']}/metrics",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=5,
         ).text
         assert "llmrl_simulator_env_steps_total" in simulator_metrics  # stepped over gRPC
     finally:
@@ -84,6 +89,7 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
     for name in ("redis", "simulator", "orchestrator", "worker-1", "worker-2"):
         assert re.search(rf"{name}\s.*\bready\b", output), (name, output)
     assert "stopped" in output
+    assert f"token (from LLMRL_TOKEN; every service requires it): {TOKEN}" in output
     for port in (ports["LLMRL_ORCHESTRATOR_PORT"], ports["LLMRL_SIMULATOR_PORT"]):
         try:
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)

@@ -127,8 +127,14 @@ def test_bearer_token_is_required_when_configured(guarded_server):
         wrong = anonymous.get("/runs", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         assert "s3cret" not in wrong.text
+        # metrics, docs, a run that does not exist and a path that does not exist: the same 401
+        for path in ("/metrics", "/docs", "/openapi.json", "/runs/no-such-run", "/no/such/path"):
+            answer = anonymous.get(path)
+            assert answer.status_code == 401 and answer.json() == wrong.json(), path
         assert anonymous.get("/health").status_code == 200
     headers = {"Authorization": "Bearer s3cret-token-value"}
     with httpx.Client(base_url=guarded_server, timeout=10, headers=headers) as client:
         assert client.get("/runs").json() == []
+        assert client.get("/metrics").status_code == 200
+        assert client.get("/runs/no-such-run").status_code == 404
         assert client.post("/runs", content=b"x" * 2048).status_code == 413

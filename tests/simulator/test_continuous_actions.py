@@ -13,6 +13,7 @@ from dm_env_rpc.v1 import connection, dm_env_rpc_pb2, error, tensor_utils
 from gymnasium import spaces
 from support.world_rollouts import assert_same
 
+from llmrl.common.auth import authenticated_channel
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.vector import WorldVecEnv, WorldVectorEnv
 from llmrl.simulator.world import StepType, World, WorldError, make_env
@@ -116,7 +117,7 @@ def test_resetting_envs_ignore_their_box_actions():
 
 
 def test_wire_float_actions_come_in_the_specs_dtype_with_bounds(sim_server, bystander):
-    channel = grpc.insecure_channel(sim_server.address)
+    channel = authenticated_channel(grpc.insecure_channel(sim_server.address))
     conn = connection.Connection(channel)
     settings = {
         "env": tensor_utils.pack_tensor("PointReach"),

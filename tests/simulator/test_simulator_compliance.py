@@ -1,6 +1,6 @@
 """dm_env_rpc's own compliance suite against the simulator server (real gRPC, own process):
 every class against a world of a discrete skill env, and again against a world of the
-continuous env PointReach (Box actions)."""
+continuous env PointReach (Box actions). The server requires a token: the channel sends it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import grpc
 import numpy as np
 import pytest
 from dm_env_rpc.v1 import compliance, connection, dm_env_rpc_pb2, tensor_utils
+
+from llmrl.common.auth import authenticated_channel
 
 NUM_ENVS = 3
 
@@ -19,7 +21,7 @@ class _ServerConnection:
 
     @pytest.fixture(autouse=True)
     def _connect(self, sim_server):
-        self._channel = grpc.insecure_channel(sim_server.address)
+        self._channel = authenticated_channel(grpc.insecure_channel(sim_server.address))
         self._connection = connection.Connection(self._channel)
         self._world_name = None
         yield

@@ -15,6 +15,7 @@ from support.net import free_port
 from support.sim_server import LLMRL, start_server, stop_server
 from support.world_rollouts import assert_same, rollout
 
+from llmrl.common.auth import authenticated_channel
 from llmrl.simulator.client import RemoteWorld, make_world
 from llmrl.simulator.world import StepType, World, WorldError
 
@@ -33,7 +34,7 @@ def still_serving(world) -> None:
 
 
 def raw_connection(address: str) -> tuple[grpc.Channel, connection.Connection]:
-    channel = grpc.insecure_channel(address)
+    channel = authenticated_channel(grpc.insecure_channel(address))
     return channel, connection.Connection(channel)
 
 

@@ -43,7 +43,8 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["LLMRL_CLAIM_IDLE_S"] = str(CLAIM_IDLE_S)
     env["LLMRL_RESUBMIT_AFTER_S"] = str(RESUBMIT_AFTER_S)
     env["LLMRL_LOG_LEVEL"] = "WARNING"
-    env.pop("LLMRL_ORCHESTRATOR_TOKEN", None)
+    env.pop("LLMRL_ORCHESTRATOR_TOKEN", None)  # the stacks of the tests run open
+    env.pop("LLMRL_TOKEN", None)
     env.update(extra or {})
     return env
 

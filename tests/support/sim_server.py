@@ -1,7 +1,9 @@
 """A real simulator server in its own process, for the simulator's tests.
 
 The server imports the test envs (`support.sim_envs`) through LLMRL_PLUGINS, with tests/ on
-its PYTHONPATH, so the same ids exist on both sides of the wire."""
+its PYTHONPATH, so the same ids exist on both sides of the wire. It runs closed, as under
+`llmrl up`: it requires TOKEN, which the simulator tests' clients send (LLMRL_TOKEN, set by
+tests/simulator/conftest.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from support.net import free_port
 
 TESTS = Path(__file__).resolve().parents[1]  # the folder that holds `support`
 LLMRL = Path(sys.executable).with_name("llmrl")
+TOKEN = "simulator-tests-t0ken"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @dataclass
@@ -36,7 +40,8 @@ class Server:
             return json.loads(response.read())
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.http}/metrics", timeout=5) as response:
+        request = urllib.request.Request(f"{self.http}/metrics", headers=AUTH)
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.read().decode()
 
 
@@ -45,6 +50,7 @@ def start_server() -> Server:
     env = dict(
         os.environ,
         LLMRL_PLUGINS="support.sim_envs",
+        LLMRL_TOKEN=TOKEN,
         PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
     )
     # Files, not pipes: nobody reads a pipe while the server runs, and a full one blocks it.
