@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from dm_env_rpc.v1 import connection, dm_env_rpc_pb2, error, tensor_utils
 
+from llmrl.common.auth import authenticated_channel
 from llmrl.common.paths import DATA_ROOTS_ENV
 from llmrl.common.safe_numpy import UnsafePickleError
 from llmrl.simulator.envs.housekeep import HousekeepEnv
@@ -70,7 +71,7 @@ def test_configured_data_roots_are_readable_and_pickles_stay_inert(outside, monk
 
 def test_the_simulator_answers_invalid_argument_naming_data_dir(sim_server, outside):
     marker = _booby_trapped_data(outside)
-    channel = grpc.insecure_channel(sim_server.address)
+    channel = authenticated_channel(grpc.insecure_channel(sim_server.address))
     settings = {"env": "Housekeep", "data_dir": str(outside)}
     request = dm_env_rpc_pb2.CreateWorldRequest(
         settings={name: tensor_utils.pack_tensor(value) for name, value in settings.items()}
