@@ -1,0 +1,137 @@
+"""`glam`: PPO on an LLM policy in BabyAI-Text (Carta et al., ICML 2023), with baselines.
+
+Phases: `evaluate/zero-shot` (the base model through the gateway), `train` (llm-ppo
+in-process, resumable: llm-ppo continues its adapter line), `evaluate/glam` (the trained
+adapter served as `<model>:<adapter>@<version>`), `evaluate/random`, then one
+`generalise/<method>/<test>` per variant or test mix, and `report` (results table).
+`llmrl run glam model=smollm2 train_steps=5120 --out runs/glam`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmrl.common.registry import registry
+from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.evaluate import summarize
+from llmrl.recipes.glam import driver  # also registers the drivers
+from llmrl.recipes.glam.config import TEST_MIXES, GlamConfig
+from llmrl.recipes.glam.report import glam_results
+
+TRAIN, REPORT = "train", "report"
+ADAPTER = "glam"
+
+
+def evaluation_phase(method: str, test: str = "train") -> str:
+    return f"evaluate/{method}" if test == "train" else f"generalise/{method}/{test}"
+
+
+@registry.register_recipe("glam", "GLAM: PPO on an LLM policy in BabyAI-Text, with baselines")
+class Glam(Recipe):
+    Config = GlamConfig
+    config: GlamConfig
+    headline_metrics = ("success_rate", "mean_return", "mean_length")
+
+    def phases(self) -> list[Phase]:
+        cfg = self.config
+        phases = []
+        if "zero-shot" in cfg.methods:
+            phases.append(self._evaluation("zero-shot", "train"))
+        if "glam" in cfg.methods:
+            phases.append(Phase(TRAIN, self.train, "LLM-PPO on the env (llm-ppo)"))
+            phases.append(self._evaluation("glam", "train"))
+        if "random" in cfg.methods:
+            phases.append(self._evaluation("random", "train"))
+        for test in cfg.variants:
+            phases += [self._evaluation(method, test) for method in cfg.methods]
+        phases.append(Phase(REPORT, self.report, "results table"))
+        return phases
+
+    def _evaluation(self, method: str, test: str) -> Phase:
+        name = evaluation_phase(method, test)
+        return Phase(name, lambda ctx: self.evaluate(ctx, method, test), f"{method} on {test}")
+
+    # -- training -------------------------------------------------------------------------
+    def adapter_name(self) -> str:
+        return f"{ADAPTER}-s{self.config.seed}"
+
+    def train(self, ctx: RunContext) -> dict[str, Any]:
+        from llmrl.learner.adapters import adapter_versions
+
+        cfg = self.config
+        line = adapter_versions(cfg.model, self.adapter_name())
+        steps: list[int] = []
+        checkpoint = registry.get_algorithm("llm-ppo").train(
+            cfg.env,
+            line,
+            on_progress=steps.append,
+            base_model=cfg.model,
+            total_timesteps=cfg.train_steps,
+            num_envs=cfg.num_envs,
+            num_steps=cfg.rollout_steps,
+            minibatch_size=cfg.minibatch_size,
+            update_epochs=cfg.update_epochs,
+            learning_rate=cfg.learning_rate,
+            lora_layers=cfg.lora_layers,
+            reduction=cfg.reduction,
+            seed=cfg.seed,
+            address=ctx.simulator,
+            tensorboard_dir=str(ctx.out_dir / "tb" / "train"),
+        )
+        version = checkpoint.path.name
+        return {
+            "served_model": f"{cfg.model}:{self.adapter_name()}@{version}",
+            "update": checkpoint.result.get("update"),
+            "global_step": checkpoint.result.get("global_step"),
+        }
+
+    # -- evaluation -----------------------------------------------------------------------
+    def policy(self, ctx: RunContext, method: str) -> dict[str, Any]:
+        cfg = self.config
+        if method == "random":
+            return {"kind": driver.RANDOM}
+        model = cfg.model if method == "zero-shot" else ctx.phase_outputs(TRAIN)["served_model"]
+        return {
+            "kind": driver.GLAM,
+            "model": model,
+            "reduction": cfg.reduction,
+            "greedy": cfg.greedy,
+        }
+
+    def test_env(self, test: str) -> tuple[str, dict[str, Any]]:
+        if test == "train":
+            return self.config.env, {}
+        if test in TEST_MIXES:
+            return test, {}
+        return self.config.env, {"variant": test}
+
+    def evaluate(self, ctx: RunContext, method: str, test: str) -> dict[str, Any]:
+        cfg = self.config
+        phase = evaluation_phase(method, test)
+        env, env_kwargs = self.test_env(test)
+        policy = self.policy(ctx, method)
+        jobs = [
+            ctx.episode_job(
+                phase,
+                i,
+                env=env,
+                seed=cfg.seed + cfg.eval_seed_offset + i,
+                policy=policy,
+                env_kwargs=env_kwargs,
+                max_steps=cfg.max_steps,
+            )
+            for i in range(cfg.eval_episodes)
+        ]
+        records = ctx.run_episodes(phase, jobs)
+        return {"method": method, "test": test, **summarize(records)}
+
+    def report(self, ctx: RunContext) -> dict[str, Any]:
+        outputs = {
+            phase.name: ctx.phase_outputs(phase.name)
+            for phase in self.phases()
+            if phase.name.startswith(("evaluate/", "generalise/"))
+        }
+        train = ctx.phase_outputs(TRAIN) if "glam" in self.config.methods else None
+        results = glam_results(self.config, list(outputs.values()), train)
+        ctx.write_results(results)
+        return {"rows": len(results.rows)}
