@@ -7,7 +7,7 @@ from pydantic import Field, field_validator
 from llmrl.recipes.base import RecipeConfig
 
 METHODS = ("zero-shot", "glam", "random")
-TEST_MIXES = ("MixTestNewObjects", "MixTestNewCompositions")
+TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
 
 
 class GlamConfig(RecipeConfig):

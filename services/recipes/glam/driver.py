@@ -28,10 +28,13 @@ REDUCTIONS = ("sum", "mean")
 
 
 def env_phrases(observation: dict[str, Any]) -> tuple[str, ...]:
-    """The env's action phrases (variants rename them), else BabyAI-Text's six."""
+    """The env's action phrases (variants rename them; BabyAI-Text sends them one a line),
+    else BabyAI-Text's six."""
     phrases = observation.get("action_phrases")
     if phrases is None:
         return action_phrases("babyai")
+    if isinstance(phrases, str):
+        return tuple(line.strip() for line in phrases.splitlines() if line.strip())
     return tuple(str(p) for p in phrases)
 
 

@@ -119,3 +119,29 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
     assert by_method["glam"]["success_rate"] == 1.0
     assert by_method["glam"]["mean_length"] == 1.0
     assert CORRECT in PHRASES
+
+
+def test_random_baseline_plays_babyai_text_variants_and_test_mixes(tmp_path: Path):
+    config = {
+        "methods": ["random"],
+        "variants": ["actions", "french", "BabyAIText-MixTestNewObjects"],
+        "eval_episodes": 3,
+        "max_steps": 8,
+    }
+    run_embedded("glam", config, out_dir=tmp_path, progress=False)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [row["test"] for row in rows] == [
+        "train",
+        "actions",
+        "french",
+        "BabyAIText-MixTestNewObjects",
+    ]
+    phrases = {
+        step["skill"]
+        for line in (tmp_path / "episodes" / "generalise-random-french.jsonl").open()
+        for step in json.loads(line)["steps"]
+    }
+    assert phrases and not phrases & {"turn left", "turn right", "go forward"}  # French ones
+    first, french = rows[0], rows[2]
+    # the same seeds and choices by index: a renamed vocabulary changes nothing for random
+    assert french["success_change"] == 0.0 and french["mean_length"] == first["mean_length"]
