@@ -9,6 +9,7 @@ adapter served as `<model>:<adapter>@<version>`), `evaluate/random`, then one
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
@@ -16,7 +17,7 @@ from llmrl.recipes.base import Phase, Recipe, RunContext
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.glam import driver  # also registers the drivers
 from llmrl.recipes.glam.config import TEST_MIXES, GlamConfig
-from llmrl.recipes.glam.report import glam_results
+from llmrl.recipes.glam.report import glam_results, plot_learning_curve
 
 TRAIN, REPORT = "train", "report"
 ADAPTER = "glam"
@@ -55,6 +56,9 @@ class Glam(Recipe):
     def adapter_name(self) -> str:
         return f"{ADAPTER}-s{self.config.seed}"
 
+    def train_tb(self, ctx: RunContext) -> Path:
+        return ctx.out_dir / "tb" / "train"
+
     def train(self, ctx: RunContext) -> dict[str, Any]:
         from llmrl.learner.adapters import adapter_versions
 
@@ -76,7 +80,7 @@ class Glam(Recipe):
             reduction=cfg.reduction,
             seed=cfg.seed,
             address=ctx.simulator,
-            tensorboard_dir=str(ctx.out_dir / "tb" / "train"),
+            tensorboard_dir=str(self.train_tb(ctx)),
         )
         version = checkpoint.path.name
         return {
@@ -132,6 +136,13 @@ class Glam(Recipe):
             if phase.name.startswith(("evaluate/", "generalise/"))
         }
         train = ctx.phase_outputs(TRAIN) if "glam" in self.config.methods else None
-        results = glam_results(self.config, list(outputs.values()), train)
+        plots = []
+        curve = "learning_curve.png"
+        title = f"llm-ppo on {self.config.env} (training episodes)"
+        if train is not None and plot_learning_curve(
+            self.train_tb(ctx), ctx.plot_path(curve), title
+        ):
+            plots.append(curve)
+        results = glam_results(self.config, list(outputs.values()), train, plots)
         ctx.write_results(results)
         return {"rows": len(results.rows)}

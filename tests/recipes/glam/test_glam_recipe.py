@@ -119,6 +119,8 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
     assert by_method["glam"]["success_rate"] == 1.0
     assert by_method["glam"]["mean_length"] == 1.0
     assert CORRECT in PHRASES
+    assert results["plots"] == ["learning_curve.png"]
+    assert (out / "learning_curve.png").stat().st_size > 0
 
 
 def test_random_baseline_plays_babyai_text_variants_and_test_mixes(tmp_path: Path):
