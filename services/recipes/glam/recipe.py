@@ -1,7 +1,8 @@
 """`glam`: PPO on an LLM policy in BabyAI-Text (Carta et al., ICML 2023), with baselines.
 
 Phases: `evaluate/zero-shot` (the base model through the gateway), `train` (llm-ppo
-in-process, resumable: llm-ppo continues its adapter line), `evaluate/glam` (the trained
+in-process; in service mode the learner's policy job "glam" over the simulator service;
+resumable: llm-ppo continues its adapter line), `evaluate/glam` (the trained
 adapter served as `<model>:<adapter>@<version>`), `evaluate/random`, then one
 `generalise/<method>/<test>` per variant or test mix, and `report` (results table).
 `llmrl run glam model=smollm2 train_steps=5120 --out runs/glam`.
@@ -18,6 +19,7 @@ from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.glam import driver  # also registers the drivers
 from llmrl.recipes.glam.config import TEST_MIXES, GlamConfig
 from llmrl.recipes.glam.report import glam_results, plot_learning_curve
+from llmrl.recipes.glam.training import GlamTrainingJob, train_glam
 
 TRAIN, REPORT = "train", "report"
 ADAPTER = "glam"
@@ -60,34 +62,34 @@ class Glam(Recipe):
         return ctx.out_dir / "tb" / "train"
 
     def train(self, ctx: RunContext) -> dict[str, Any]:
-        from llmrl.learner.adapters import adapter_versions
-
+        """Embedded mode trains in this process; service mode hands the job to the learner
+        service as a "glam" policy job and waits for it (`llmrl.learner.policy_jobs`)."""
         cfg = self.config
-        line = adapter_versions(cfg.model, self.adapter_name())
-        steps: list[int] = []
-        checkpoint = registry.get_algorithm("llm-ppo").train(
-            cfg.env,
-            line,
-            on_progress=steps.append,
-            base_model=cfg.model,
-            total_timesteps=cfg.train_steps,
+        job = GlamTrainingJob(
+            env=cfg.env,
+            model=cfg.model,
+            adapter=self.adapter_name(),
+            steps=cfg.train_steps,
             num_envs=cfg.num_envs,
-            num_steps=cfg.rollout_steps,
+            rollout_steps=cfg.rollout_steps,
             minibatch_size=cfg.minibatch_size,
             update_epochs=cfg.update_epochs,
             learning_rate=cfg.learning_rate,
             lora_layers=cfg.lora_layers,
             reduction=cfg.reduction,
             seed=cfg.seed,
-            address=ctx.simulator,
             tensorboard_dir=str(self.train_tb(ctx)),
+            simulator=ctx.simulator,
         )
-        version = checkpoint.path.name
-        return {
-            "served_model": f"{cfg.model}:{self.adapter_name()}@{version}",
-            "update": checkpoint.result.get("update"),
-            "global_step": checkpoint.result.get("global_step"),
-        }
+        ctx.progress.start(TRAIN, job.steps, unit="steps")
+        try:
+            if ctx.simulator is None:
+                return train_glam(job, on_progress=ctx.progress.advance)
+            from llmrl.learner.policy_jobs import run_on_learner
+
+            return run_on_learner(job, on_progress=ctx.progress.advance)
+        finally:
+            ctx.progress.finish()
 
     # -- evaluation -----------------------------------------------------------------------
     def policy(self, ctx: RunContext, method: str) -> dict[str, Any]:
