@@ -55,8 +55,10 @@ class Glam(Recipe):
         return Phase(name, lambda ctx: self.evaluate(ctx, method, test), f"{method} on {test}")
 
     # -- training -------------------------------------------------------------------------
-    def adapter_name(self) -> str:
-        return f"{ADAPTER}-s{self.config.seed}"
+    def adapter_name(self, ctx: RunContext) -> str:
+        """The run's own adapter line (a resumed run keeps its id, so continues its line;
+        another run never resumes it)."""
+        return ctx.run_id if ctx.run_id.startswith(ADAPTER) else f"{ADAPTER}-{ctx.run_id}"
 
     def train_tb(self, ctx: RunContext) -> Path:
         return ctx.out_dir / "tb" / "train"
@@ -68,7 +70,7 @@ class Glam(Recipe):
         job = GlamTrainingJob(
             env=cfg.env,
             model=cfg.model,
-            adapter=self.adapter_name(),
+            adapter=self.adapter_name(ctx),
             steps=cfg.train_steps,
             num_envs=cfg.num_envs,
             rollout_steps=cfg.rollout_steps,
