@@ -66,7 +66,7 @@ def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url,
     assert response.status_code == 422
     [error] = response.json()["detail"]
     assert error["loc"] == ["body", "kind"]
-    assert "known kinds: when2ask" in error["msg"]
+    assert "known kinds: glam, when2ask" in error["msg"]
     assert httpx.get(f"{learner_url}/policy-jobs").json() == []
 
 

@@ -1,0 +1,78 @@
+"""The recipe `glam`'s config: every key with its description; bad values name the key."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from llmrl.recipes.base import RecipeConfig
+
+METHODS = ("zero-shot", "glam", "random")
+TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
+
+
+class GlamConfig(RecipeConfig):
+    env: str = Field("BabyAIText-GoToLocalS5N2", description="Registered text env to train on.")
+    model: str = Field("smollm2", description="Gateway model name of the base LLM.")
+    methods: list[str] = Field(
+        list(METHODS), description=f"Methods to run and compare: any of {', '.join(METHODS)}."
+    )
+    train_steps: int = Field(5120, ge=1, description="Training budget in env steps (all envs).")
+    num_envs: int = Field(16, ge=1, le=256, description="Envs stepped together in training.")
+    rollout_steps: int = Field(40, ge=1, description="Steps per env per PPO rollout.")
+    minibatch_size: int = Field(64, ge=1, description="Samples per PPO gradient step.")
+    update_epochs: int = Field(4, ge=1, description="PPO epochs over each rollout.")
+    learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate of the LoRA.")
+    lora_layers: int | None = Field(
+        None, ge=1, description="Adapt only the top N decoder layers (None: all)."
+    )
+    reduction: str = Field("sum", description="Candidate score: sum or mean of token log-probs.")
+    greedy: bool = Field(True, description="Evaluate greedily (argmax); False: sample, seeded.")
+    eval_episodes: int = Field(50, ge=1, description="Episodes per evaluation.")
+    eval_seed_offset: int = Field(
+        1_000_000, ge=0, description="Seed offset of the held-out evaluation episodes."
+    )
+    variants: list[str] = Field(
+        default_factory=list,
+        description="Generalisation tests: BabyAI-Text variants (e.g. nouns, french) and test "
+        f"mixes ({', '.join(TEST_MIXES)}), each evaluated on held-out seeds.",
+    )
+    max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
+    seed: int = Field(0, ge=0, description="Seed of the training and of the evaluations.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_registered(cls, value: str) -> str:
+        from llmrl.common.plugins import load_plugins
+        from llmrl.common.registry import registry
+
+        load_plugins()
+        names = registry.names("env")
+        if value not in names:
+            raise ValueError(f"unknown env {value!r}; registered envs: {', '.join(sorted(names))}")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _methods_are_known(cls, value: list[str]) -> list[str]:
+        unknown = [m for m in value if m not in METHODS]
+        if unknown or not value:
+            raise ValueError(f"expected a non-empty list of {', '.join(METHODS)}, got {value}")
+        return value
+
+    @field_validator("reduction")
+    @classmethod
+    def _reduction_is_known(cls, value: str) -> str:
+        if value not in ("sum", "mean"):
+            raise ValueError(f"expected sum or mean, got {value!r}")
+        return value
+
+    @field_validator("variants")
+    @classmethod
+    def _variants_are_known(cls, value: list[str]) -> list[str]:
+        from llmrl.simulator.envs.babyai_text.variants import VARIANTS
+
+        known = [*VARIANTS, *TEST_MIXES]
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            raise ValueError(f"unknown variants {unknown}; known: {', '.join(known)}")
+        return value

@@ -1,0 +1,46 @@
+"""GLAM's training as the learner's policy job "glam": parsed and run as the learner service
+does (`parse_policy_job`, `run_policy_job`), in-process here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
+from support.tiny_llm import make_tiny_llama
+from support.tiny_text_env import ENV_ID
+
+from llmrl.learner.adapters import adapter_versions
+from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job, run_policy_job
+
+
+def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    model = str(make_tiny_llama(tmp_path / "llama", initializer_range=0.02))
+    body = {
+        "kind": "glam",
+        "env": ENV_ID,
+        "model": model,
+        "adapter": "glam-job",
+        "steps": 8,
+        "num_envs": 4,
+        "rollout_steps": 2,
+        "minibatch_size": 8,
+        "update_epochs": 1,
+        "reduction": "mean",
+    }
+    reported: list[int] = []
+    result = run_policy_job(parse_policy_job(body), reported.append)
+    assert reported == [8]
+    assert result["update"] == 1 and result["global_step"] == 8
+    assert result["served_model"] == f"{model}:glam-job@1"
+    assert adapter_versions(model, "glam-job").versions() == ["1"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [({"steps": 0}, "steps"), ({"reduction": "max"}, "reduction")]
+)
+def test_a_bad_glam_job_names_the_field(change: dict, field: str) -> None:
+    body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "steps": 8, **change}
+    with pytest.raises(PolicyJobError, match=field):
+        parse_policy_job(body)
