@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmrl.annotator.chat_format import write_chat_jsonl
 from llmrl.common.episodes import EpisodeRecord, LlmCall, read_jsonl
-from llmrl.common.paths import confine
+from llmrl.common.paths import confined_field
 
 
 class DatasetRequest(BaseModel):
@@ -38,18 +38,7 @@ class DatasetRequest(BaseModel):
     name: str = Field("dataset", pattern=r"^[A-Za-z0-9_.-]+$", description="file name stem")
 
     # a request reads and writes only under LLMRL_HOME or a configured data root
-    @field_validator("episodes")
-    @classmethod
-    def _episodes_confined(cls, paths: list[str]) -> list[str]:
-        for path in paths:
-            confine(path, "episodes")
-        return paths
-
-    @field_validator("out_dir")
-    @classmethod
-    def _out_dir_confined(cls, path: str) -> str:
-        confine(path, "out_dir")
-        return path
+    _paths_confined = field_validator("episodes", "out_dir")(confined_field)
 
 
 class DatasetError(ValueError):

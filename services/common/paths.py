@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from llmrl.common.config import home_dir
 
@@ -69,3 +70,13 @@ def confine(path: str | Path, field: str, roots: Iterable[Path] | None = None) -
         f"{str(path)!r} is outside the folders this service may use; allowed: paths under "
         f"LLMRL_HOME or a folder of {DATA_ROOTS_ENV} ({os.pathsep}-separated)",
     )
+
+
+def confined_field(value: Any, info: Any) -> Any:
+    """A pydantic field validator (`field_validator("out_dir", "data")(confined_field)`): each
+    path the field holds (a str, a list of them, or None) must lie under the allowed roots; the
+    refusal names the field."""
+    paths = [] if value is None else [value] if isinstance(value, (str, Path)) else value
+    for path in paths:
+        confine(path, info.field_name)
+    return value

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmrl.common.paths import confine
+from llmrl.common.paths import confined_field
 from llmrl.common.providers import DEFAULT_PROVIDER, provider
 from llmrl.llm_gateway.names import is_safe_name
 
@@ -68,25 +68,13 @@ class FineTuneRequest(BaseModel):
 
     # a job reads only files under LLMRL_HOME or a configured data root (checked before the
     # files' existence, so a refusal says nothing about what exists elsewhere)
-    @field_validator("data")
-    @classmethod
-    def _data_confined(cls, paths: list[str]) -> list[str]:
-        for path in paths:
-            confine(path, "data")
-        return paths
+    _paths_confined = field_validator("data", "init_adapter")(confined_field)
 
     @field_validator("provider")
     @classmethod
     def _provider_configured(cls, name: str) -> str:
         provider(name)  # UnknownProviderError names the field and the configured providers
         return name
-
-    @field_validator("init_adapter")
-    @classmethod
-    def _init_adapter_confined(cls, path: str | None) -> str | None:
-        if path is not None:
-            confine(path, "init_adapter")
-        return path
 
     @model_validator(mode="after")
     def _local_names_are_folder_names(self) -> FineTuneRequest:

@@ -1,8 +1,11 @@
 """RL policy training jobs on the learner service (`POST /policy-jobs`).
 
-Recipes train their RL policies here in service mode: the job carries the simulator and
-gateway addresses, the learner trains and writes the model where the job says (the artifact
-volume that the orchestrator and workers share). `run_on_learner` is the client side a recipe
+Recipes train their RL policies here in service mode: the learner trains against its own
+configured simulator and gateway and writes the model where the job says (the artifact volume
+that the orchestrator and workers share). A job may name those services only as the learner
+itself is configured to reach them (it never dials, nor sends its token to, an address a
+request chose), and its paths (`model_path`, `tensorboard_dir`) must lie under LLMRL_HOME or a
+configured data root: checked here, for every kind. `run_on_learner` is the client side a recipe
 phase calls (see `llmrl.learner.client`).
 
 Job kinds are registered by recipes (`registry.register_policy_job`, e.g. When2Ask's
@@ -63,9 +66,44 @@ def parse_policy_job(body: Any) -> BaseModel:
         raise PolicyJobError([error])
     request_model, _ = registry.get_policy_job(kind)
     try:
-        return request_model.model_validate(body)
+        request = request_model.model_validate(body)
     except ValidationError as exc:
         raise PolicyJobError(exc.errors(include_url=False)) from exc
+    errors = _boundary_errors(request)
+    if errors:
+        raise PolicyJobError(errors)
+    return request
+
+
+SERVICE_FIELDS = ("simulator", "llm_gateway")  # addresses a job may carry
+PATH_FIELDS = ("model_path", "tensorboard_dir")  # files a job writes
+
+
+def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
+    """What a request names outside the learner's reach: an address that is not the learner's
+    configured service, a path outside its roots (each error names its field)."""
+    from llmrl.common.config import grpc_address
+    from llmrl.common.paths import PathOutsideRootsError, confine
+
+    errors: list[dict[str, Any]] = []
+    for field in SERVICE_FIELDS:
+        address = getattr(request, field, None)
+        if address is not None and address != grpc_address(field):
+            message = (
+                f"{field} must be null (in-process) or the {field} service this learner is "
+                f"configured with (LLMRL_{field.upper()}_ADDRESS on the learner); a job cannot "
+                "name another address"
+            )
+            errors.append({"loc": (field,), "msg": message, "type": "value_error"})
+    for field in PATH_FIELDS:
+        path = getattr(request, field, None)
+        if path is None:
+            continue
+        try:
+            confine(path, field)
+        except PathOutsideRootsError as exc:
+            errors.append({"loc": (field,), "msg": str(exc), "type": "value_error"})
+    return errors
 
 
 def policy_jobs_router(jobs: BackgroundJobs) -> Any:

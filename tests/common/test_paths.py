@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from llmrl.common import paths
 from llmrl.common.paths import DATA_ROOTS_ENV, PathOutsideRootsError, confine, data_roots
+
+
+@pytest.fixture(autouse=True)
+def no_process_roots(monkeypatch):
+    """Roots an embedded run in this pytest process allowed (`allow_root`) are not these tests'."""
+    monkeypatch.setattr(paths, "_process_roots", [])
 
 
 def test_paths_under_home_or_a_data_root_resolve(tmp_path, monkeypatch):

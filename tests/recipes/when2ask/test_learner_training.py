@@ -57,6 +57,26 @@ def test_learner_refuses_a_bad_job_naming_the_field(learner_url, tmp_path):
     assert httpx.get(f"{learner_url}/health").status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"simulator": "203.0.113.9:50051"}, "simulator"),  # the learner would send its token
+        ({"llm_gateway": "203.0.113.9:50052"}, "llm_gateway"),
+        ({"model_path": "/etc/llmrl-owned.zip"}, "model_path"),
+        ({"tensorboard_dir": "/etc/llmrl-tb"}, "tensorboard_dir"),
+    ],
+)
+def test_a_job_cannot_name_another_address_or_a_path_outside_the_roots(
+    learner_url, tmp_path, change, field
+):
+    job = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "steps": 8,
+           "model_path": str(tmp_path / "m.zip"), **change}  # fmt: skip
+    response = httpx.post(f"{learner_url}/policy-jobs", json=job)
+    assert response.status_code == 422, response.text
+    assert [error["loc"][-1] for error in response.json()["detail"]] == [field]
+    assert httpx.get(f"{learner_url}/policy-jobs").json() == []  # nothing was started
+
+
 @pytest.mark.parametrize("kind", ["asking", None, 3])
 def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url, kind):
     body = {"policy": "asking", "env": "SimpleDoorKey", "steps": 8, "model_path": "m.zip"}
