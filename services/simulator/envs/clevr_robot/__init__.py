@@ -17,12 +17,21 @@ from .goals import (
     goal_distance,
     goals,
     group_success,
+    named_balls,
     relation_success,
     reward,
     success,
 )
 from .instructions import instructions, phrasings
-from .physics import NUM_ACTIONS, STATE_DIM, push, random_state, split_action, valid_state
+from .physics import (
+    NUM_ACTIONS,
+    NUM_DIRECTIONS,
+    STATE_DIM,
+    push,
+    random_state,
+    split_action,
+    valid_state,
+)
 
 __all__ = [
     "COLORS",
@@ -32,12 +41,14 @@ __all__ = [
     "LEVEL_SUCCESS",
     "MAX_EPISODE_STEPS",
     "NUM_ACTIONS",
+    "NUM_DIRECTIONS",
     "STATE_DIM",
     "ClevrRobotEnv",
     "goal_distance",
     "goals",
     "group_success",
     "instructions",
+    "named_balls",
     "phrasings",
     "push",
     "random_state",
