@@ -24,6 +24,7 @@ success labels against our success function.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,20 @@ import numpy as np
 from llmrl.common.offline_dataset import DatasetFormatError, OfflineDataset
 from llmrl.common.safe_numpy import load_npy
 from llmrl.simulator.envs import clevr_robot
+
+DATA_ENV_VAR = "LLMRL_KALM_DATA"
+CLEVR_FILE, METAWORLD_FILE = "clevr_robot.npy", "meta_world.npy"
+
+
+def released_dir() -> Path | None:
+    """Where KALM's released files are: $LLMRL_KALM_DATA, else `data/kalm` in the shared
+    folder beside the checkout (`../shared/data/kalm`); None when neither holds them."""
+    repository = Path(__file__).resolve().parents[3]
+    for candidate in (os.environ.get(DATA_ENV_VAR), repository.parent / "shared/data/kalm"):
+        if candidate and (Path(candidate) / CLEVR_FILE).is_file():
+            return Path(candidate)
+    return None
+
 
 # key: (dtype kind(s), shape with None for "any size"); checked against each other below.
 CLEVR_KEYS: dict[str, tuple[str, tuple[int | None, ...]]] = {
