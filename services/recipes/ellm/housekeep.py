@@ -61,6 +61,7 @@ class PlacementJudge:
         model: str | None = None,
         run_id: str = "default",
         tag: str = "ellm/housekeep-judge",
+        timeout_s: float | None = None,
     ) -> None:
         if llm is None:
             raise ValueError("llm: the judge needs a gateway client (connect_llm)")
@@ -68,6 +69,7 @@ class PlacementJudge:
         self.model = model
         self.run_id = run_id
         self.tag = tag
+        self.timeout_s = timeout_s  # per gateway call (None: the gateway's default)
         self._cache: dict[tuple[str, str, str], float] = {}
         self.asked = 0
         self.gateway_cache_hits = 0
@@ -82,7 +84,12 @@ class PlacementJudge:
             {"role": "user", "content": placement_question(obj, receptacle, room or None)},
         ]
         result = self.llm.score(
-            messages, [*YES, *NO], model=self.model, run_id=self.run_id, tag=self.tag
+            messages,
+            [*YES, *NO],
+            model=self.model,
+            run_id=self.run_id,
+            tag=self.tag,
+            timeout_s=self.timeout_s,
         )
         self.asked += 1
         self.gateway_cache_hits += int(bool(result.cached))
