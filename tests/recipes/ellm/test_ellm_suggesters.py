@@ -19,6 +19,7 @@ from llmrl.recipes.ellm.suggesters import (
     AllGoalsSuggester,
     LlmSuggester,
     OracleSuggester,
+    batch_states,
     make_suggester,
 )
 from llmrl.simulator.envs.crafter.vocabulary import GOALS, INVENTORY_ITEMS, SEMANTIC_IDS
@@ -162,3 +163,16 @@ def test_registered_suggesters_and_bad_specs_name_the_key():
     called = []
     make_suggester("oracle", connect_llm=lambda: called.append(1))
     assert not called  # scripted suggesters never connect a gateway client
+
+
+def test_world_batches_split_into_states():
+    rows = [state("tree"), state("water", wood_pickaxe=1)]
+    batch = {key: np.stack([row[key] for row in rows]) for key in rows[0]}
+    batch["caption"] = np.array(["a", "b"])
+    states = batch_states(batch)
+    assert [sorted(s) for s in states] == [["inventory", "local_map"]] * 2
+    oracle = make_suggester("oracle")
+    answers = oracle.suggest_many(["a", "b"], [[], []], states=states)
+    assert answers == [oracle.suggest("a", state=rows[0]), oracle.suggest("b", state=rows[1])]
+    with pytest.raises(ValueError, match=r"^observation: "):
+        batch_states({"caption": batch["caption"]})
