@@ -72,8 +72,9 @@ def main() -> int:
                 starts.append((len(pairs), start.name not in correct))
                 pairs.append((obj.name, start.name, start.room))
                 labels.append(start.name in correct)
-    with connect() as llm:
-        judge = PlacementJudge(llm, args.model, "eval-ellm-housekeep", timeout_s=600)
+    # a loaded CPU may take minutes for a batch: the model's own timeout (60 s) is raised
+    with connect(models={args.model or "smollm2": {"timeout_s": 900}}) as llm:
+        judge = PlacementJudge(llm, args.model, "eval-ellm-housekeep", timeout_s=900)
         values: list[float] = []
         for begin in tqdm(range(0, len(pairs), 16), desc="judging pairs", unit="batch"):
             values += judge.p_yes(pairs[begin : begin + 16])
