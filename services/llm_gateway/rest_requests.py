@@ -10,8 +10,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from llmrl.llm_gateway.api_types import GenerateRequest, cache_policy
-from llmrl.llm_gateway.errors import InvalidRequestError
+from llmrl.llm_gateway.errors import InvalidRequestError, PermissionDeniedError
 from llmrl.llm_gateway.gateway import Gateway
+from llmrl.llm_gateway.key_auth import STATE_FIELD
+from llmrl.llm_gateway.keys import KeyRecord
 
 
 def gateway_of(request: Request) -> Gateway:
@@ -52,12 +54,20 @@ MESSAGES: dict[str, Any] = {
 METADATA: dict[str, Any] = {"type": "object", "properties": {"run_id": STRING, "tag": STRING}}
 
 
-def request_context(request: Request, body: dict[str, Any]) -> dict[str, Any]:
-    """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body."""
+def request_context(
+    request: Request, body: dict[str, Any], default_model: str | None = None
+) -> dict[str, Any]:
+    """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body. A request
+    made with an issued key runs as the key's run (its budget), on the models it allows
+    (`default_model`: the model the route uses when the body names none)."""
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidRequestError("metadata must be an object", "metadata")
     run_id = request.headers.get("x-llmrl-run") or metadata.get("run_id") or "default"
+    key: KeyRecord | None = getattr(request.state, STATE_FIELD, None)
+    if key is not None:
+        run_id = key.run_id
+        _check_key_model(key, body.get("model") or default_model)
     tag = request.headers.get("x-llmrl-tag") or metadata.get("tag") or ""
     cache: Any = request.headers.get("x-llmrl-cache") or body.get("cache", True)
     timeout: Any = request.headers.get("x-llmrl-timeout")
@@ -69,6 +79,21 @@ def request_context(request: Request, body: dict[str, Any]) -> dict[str, Any]:
                 f"X-LLMRL-Timeout must be a number of seconds; got {timeout!r}", "X-LLMRL-Timeout"
             ) from None
     return {"run_id": run_id, "tag": tag, "cache": cache_policy(cache), "timeout_s": timeout}
+
+
+def key_models(request: Request) -> list[str] | None:
+    """The models the request's issued key may call (None: no key, or every model)."""
+    key: KeyRecord | None = getattr(request.state, STATE_FIELD, None)
+    return None if key is None else key.models
+
+
+def _check_key_model(key: KeyRecord, model: Any) -> None:
+    if key.models is None or not isinstance(model, str):
+        return  # every model; a malformed name is refused later, naming the field
+    if model.partition(":")[0] not in key.models:
+        raise PermissionDeniedError(
+            f"model: this key may only call the models {key.models}", "model"
+        )
 
 
 def text_content(messages: Any) -> Any:

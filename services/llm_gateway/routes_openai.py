@@ -24,6 +24,7 @@ from llmrl.llm_gateway.rest_requests import (
     generate_unless_disconnected,
     in_thread,
     json_body,
+    key_models,
     llmrl_extra,
     request_context,
     text_content,
@@ -112,12 +113,14 @@ def _reasons(result: ChatResult) -> list[str]:
 
 
 @router.get("/v1/models")
-def list_models(gateway: GatewayDep) -> dict[str, Any]:
+def list_models(request: Request, gateway: GatewayDep) -> dict[str, Any]:
+    allowed = key_models(request)  # an issued key sees the models it may call
     return {
         "object": "list",
         "data": [
             {"id": m["id"], "object": "model", "created": 0, "owned_by": "llmrl", **m}
             for m in gateway.models()
+            if allowed is None or m["id"] in allowed
         ],
     }
 
@@ -131,7 +134,7 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     _refuse_unsupported(body)
     if "messages" not in body:
         raise InvalidRequestError("messages is required", "messages")
-    context = request_context(request, body)
+    context = request_context(request, body, gateway.settings.default_model)
     generate = GenerateRequest(
         messages=text_content(body["messages"]), **_generation_fields(body), **context
     )
@@ -168,7 +171,7 @@ async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise InvalidRequestError("prompt must be a string (or a list of one string)", "prompt")
-    context = request_context(request, body)
+    context = request_context(request, body, gateway.settings.default_model)
     generate = GenerateRequest(prompt=prompt, **_generation_fields(body), **context)
     result = await generate_unless_disconnected(request, gateway, generate)
     choices = [
@@ -211,7 +214,7 @@ async def embeddings(request: Request, gateway: GatewayDep) -> JSONResponse:
         )
     if body.get("dimensions") is not None:
         raise InvalidRequestError("dimensions is not supported; leave it unset", "dimensions")
-    context = request_context(request, body)
+    context = request_context(request, body, gateway.settings.default_embedding_model)
     embed = EmbedRequest(texts=texts, model=body.get("model"), **context)  # type: ignore[arg-type]
     result = await in_thread(gateway.embed, embed)
     vectors = np.ascontiguousarray(result.vectors, dtype="<f4")

@@ -41,7 +41,7 @@ router = APIRouter()
 )
 async def score(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
-    context = request_context(request, body)
+    context = request_context(request, body, gateway.settings.default_model)
     score_request = ScoreRequest(
         prompt=text_content(body.get("prompt")),
         candidates=body.get("candidates"),  # type: ignore[arg-type]
