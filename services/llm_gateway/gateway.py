@@ -559,7 +559,9 @@ class Gateway:
         self, name: str, timeout_s: float | None, call: Callable[[Backend, float], dict[str, Any]]
     ) -> tuple[dict[str, Any], str]:
         """Call model `name`; retry remote failures with backoff, then try its fallbacks."""
-        timeout = timeout_s or self.settings.models[name].timeout_s
+        # a caller may shorten the model's timeout, and lengthen it up to limits.max_timeout_s
+        timeout = min(timeout_s or self.settings.models[name].timeout_s,
+                      self.settings.limits.max_timeout_s)  # fmt: skip
         deadline = time.monotonic() + timeout
         last: RetryableUpstreamError | None = None
         chain = self._fallback_chain(name)

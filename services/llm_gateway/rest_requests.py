@@ -4,12 +4,15 @@ the `llmrl` extras every model answer carries."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from llmrl.llm_gateway.api_types import GenerateRequest, cache_policy
+from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest, cache_policy
 from llmrl.llm_gateway.errors import InvalidRequestError, PermissionDeniedError
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.key_auth import STATE_FIELD
@@ -70,15 +73,27 @@ def request_context(
         _check_key_model(key, body.get("model") or default_model)
     tag = request.headers.get("x-llmrl-tag") or metadata.get("tag") or ""
     cache: Any = request.headers.get("x-llmrl-cache") or body.get("cache", True)
-    timeout: Any = request.headers.get("x-llmrl-timeout")
-    if timeout is not None:
-        try:
-            timeout = float(timeout)
-        except ValueError:
-            raise InvalidRequestError(
-                f"X-LLMRL-Timeout must be a number of seconds; got {timeout!r}", "X-LLMRL-Timeout"
-            ) from None
+    timeout = _timeout_header(request)
     return {"run_id": run_id, "tag": tag, "cache": cache_policy(cache), "timeout_s": timeout}
+
+
+def _timeout_header(request: Request) -> float | None:
+    """X-LLMRL-Timeout in seconds, capped at the gateway's `limits.max_timeout_s`."""
+    raw = request.headers.get("x-llmrl-timeout")
+    if raw is None:
+        return None
+    cap = gateway_of(request).settings.limits.max_timeout_s
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = math.nan
+    if not timeout > 0 or math.isinf(timeout):
+        raise InvalidRequestError(
+            f"X-LLMRL-Timeout must be a number of seconds > 0 (at most {cap:g} are used, "
+            f"limits.max_timeout_s); got {raw!r}",
+            "X-LLMRL-Timeout",
+        )
+    return min(timeout, cap)
 
 
 def key_models(request: Request) -> list[str] | None:
@@ -143,18 +158,17 @@ async def in_thread(fn: Any, *args: Any) -> Any:
 DISCONNECT_POLL_S = 0.25
 
 
-async def generate_unless_disconnected(
-    request: Request, gateway: Gateway, generate: GenerateRequest
+async def unless_disconnected(
+    request: Request, operation: Callable[[Any], Any], model_request: GenerateRequest | ScoreRequest
 ) -> Any:
-    """`gateway.generate(generate)` off the event loop; when the client disconnects first,
-    the request is marked abandoned, so a local model stops generating it at its next step
-    instead of holding the model for a caller that is gone."""
-    import asyncio
-
-    call = asyncio.ensure_future(in_thread(gateway.generate, generate))
+    """`operation(model_request)` (a gateway's generate or score) off the event loop; when the
+    client disconnects first, the request is marked abandoned, so a local model drops it from
+    its queue, or stops it at its next decoding step or scoring chunk, instead of holding the
+    model for a caller that is gone."""
+    call = asyncio.ensure_future(in_thread(operation, model_request))
     while not call.done():
         await asyncio.wait({call}, timeout=DISCONNECT_POLL_S)
         if not call.done() and await request.is_disconnected():
-            generate.abandoned.set()
+            model_request.abandoned.set()
             break
     return await call

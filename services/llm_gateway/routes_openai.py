@@ -21,13 +21,13 @@ from llmrl.llm_gateway.rest_requests import (
     GatewayDep,
     cache_header,
     declared_body,
-    generate_unless_disconnected,
     in_thread,
     json_body,
     key_models,
     llmrl_extra,
     request_context,
     text_content,
+    unless_disconnected,
 )
 
 router = APIRouter()
@@ -138,7 +138,7 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     generate = GenerateRequest(
         messages=text_content(body["messages"]), **_generation_fields(body), **context
     )
-    result = await generate_unless_disconnected(request, gateway, generate)
+    result = await unless_disconnected(request, gateway.generate, generate)
     choices = [
         {
             "index": i,
@@ -173,7 +173,7 @@ async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
         raise InvalidRequestError("prompt must be a string (or a list of one string)", "prompt")
     context = request_context(request, body, gateway.settings.default_model)
     generate = GenerateRequest(prompt=prompt, **_generation_fields(body), **context)
-    result = await generate_unless_disconnected(request, gateway, generate)
+    result = await unless_disconnected(request, gateway.generate, generate)
     choices = [
         {"index": i, "text": text, "finish_reason": reason, "logprobs": None}
         for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))

@@ -22,6 +22,7 @@ from llmrl.llm_gateway.rest_requests import (
     llmrl_extra,
     request_context,
     text_content,
+    unless_disconnected,
 )
 
 router = APIRouter()
@@ -48,7 +49,7 @@ async def score(request: Request, gateway: GatewayDep) -> JSONResponse:
         model=body.get("model"),
         **context,
     )
-    result = await in_thread(gateway.score, score_request)
+    result = await unless_disconnected(request, gateway.score, score_request)
     response = {
         "object": "score",
         "model": result.model,
