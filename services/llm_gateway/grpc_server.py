@@ -13,6 +13,7 @@ import grpc
 
 from llmrl.common.auth import server_interceptors
 from llmrl.common.logs import log_event
+from llmrl.common.tls import add_grpc_port
 from llmrl.llm_gateway import wire
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
 from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError
@@ -124,7 +125,7 @@ def start_grpc_server(
         interceptors=server_interceptors(token),
     )  # fmt: skip
     pb_grpc.add_LlmGatewayServicer_to_server(GatewayServicer(gateway), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = add_grpc_port(server, f"{host}:{port}")  # TLS when configured (common.tls)
     if bound == 0:
         raise OSError(f"cannot bind the gRPC port {host}:{port}")
     server.start()

@@ -44,6 +44,7 @@ from rich.table import Table
 from llmrl.common import config as cfg
 from llmrl.common.auth import TOKEN_VAR, configured_token, generate_token
 from llmrl.common.console import output_console
+from llmrl.common.tls import http_scheme, http_verify
 from llmrl.orchestrator.launcher_safety import die_with_parent, port_holder, port_listened
 
 # Start order; shutdown goes the other way.
@@ -174,7 +175,7 @@ def plan_processes(
         if not service_available(service):
             notes.append(f"{service}: not implemented in this version of llmrl (skipped)")
             continue
-        url = f"http://{cfg.service_host(service)}:{cfg.service_port(service)}/health"
+        url = f"{http_scheme()}://{cfg.service_host(service)}:{cfg.service_port(service)}/health"
         ports = {"HTTP": cfg.service_port(service)}
         if cfg.DEFAULT_PORTS[service].grpc is not None:
             ports["gRPC"] = cfg.service_grpc_port(service)
@@ -182,7 +183,7 @@ def plan_processes(
     base_port = cfg.service_port("worker")
     for i in range(1, workers + 1):
         worker_env = {**env, "LLMRL_WORKER_PORT": str(base_port + i - 1)}
-        url = f"http://127.0.0.1:{base_port + i - 1}/health"
+        url = f"{http_scheme()}://127.0.0.1:{base_port + i - 1}/health"
         ports = {"HTTP": base_port + i - 1}
         specs.append(
             ProcessSpec(f"worker-{i}", commands[f"worker-{i}"], worker_env, url, ports=ports)
@@ -238,7 +239,8 @@ class Launcher:
             if spec.health_url is None:
                 return "started"
             try:
-                if httpx.get(spec.health_url, timeout=1.0).status_code == 200:
+                answer = httpx.get(spec.health_url, timeout=1.0, verify=http_verify())
+                if answer.status_code == 200:
                     return "ready"
             except httpx.HTTPError:
                 pass

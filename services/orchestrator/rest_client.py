@@ -16,6 +16,7 @@ from rich.table import Table
 
 from llmrl.common.auth import auth_headers
 from llmrl.common.console import output_console
+from llmrl.common.tls import http_verify
 
 FINAL_STATES = ("completed", "failed", "cancelled")
 
@@ -23,7 +24,9 @@ FINAL_STATES = ("completed", "failed", "cancelled")
 class OrchestratorClient:
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         headers = auth_headers(token)
-        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout, verify=http_verify()
+        )
 
     def _json(self, response: httpx.Response) -> Any:
         if response.is_error:
