@@ -79,7 +79,10 @@ def create_app(gateway: Gateway, token: str | None = None) -> FastAPI:
         title="llmrl LLM gateway",
         description="OpenAI-compatible API with caching, cost ledger and budgets.",
         version="1",
-        responses=ERROR_RESPONSES,
+        responses={
+            **ERROR_RESPONSES,
+            403: {"description": "An issued key may not call this endpoint or model"},
+        },
         exception_handlers={GatewayError: _gateway_error},
     )
     guard_app(app, gateway.settings.limits.max_body_bytes, openai_error_body)
