@@ -32,7 +32,8 @@ def bound(context: grpc.ServicerContext, request: ModelRequest) -> ModelRequest:
     """`request` tied to its RPC: cancelled when the RPC ends first (the client cancelled or
     left, or the deadline passed: a local model drops it from its queue or stops it at its
     next step or chunk), and timed out no later than the client's deadline."""
-    context.add_callback(request.abandoned.set)  # runs when the RPC terminates, however
+    if not context.add_callback(request.abandoned.set):  # runs when the RPC ends, however
+        request.abandoned.set()  # it has ended already
     remaining = context.time_remaining()
     if remaining is not None and remaining < MAX_DEADLINE_S:
         limit = max(remaining, 0.001)
