@@ -364,3 +364,8 @@ class OfflineDataset:
             setattr(dataset, field.name, values.get(field.name, texts.get(field.name)))
         dataset.validate(where=str(path))
         return dataset
+
+
+def concatenate(*datasets: OfflineDataset) -> OfflineDataset:
+    """`OfflineDataset.concatenate` as a function."""
+    return OfflineDataset.concatenate(*datasets)
