@@ -95,6 +95,7 @@ def rewrite(path, **changes):
         ({"final_observations": np.zeros((2, 3), np.float32)}, "final_observations", "columns"),
         ({"instructions": None}, "instructions", "missing"),
         ({"source": np.array("dreamed")}, "source", "imagined"),
+        ({"rewards": np.array([0, 1, np.nan, 0, 0], np.float32)}, "rewards", "non-finite"),
     ],
 )
 def test_a_wrong_file_names_the_file_and_the_field(tmp_path, change, field, problem):
