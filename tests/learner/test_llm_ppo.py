@@ -202,3 +202,28 @@ def test_base_model_is_required_and_every_setting_has_help(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="base_model"):
         registry.get_algorithm("llm-ppo").train(ENV_ID, tmp_path / "line")
     assert all(setting_help().values())
+
+
+def test_the_frozen_layer_cache_trains_as_the_full_forward(
+    flat_model_dir: Path, tmp_path: Path
+) -> None:
+    llm_ppo = registry.get_algorithm("llm-ppo")
+    settings = {**SMALL, "num_envs": 4, "minibatch_size": 4, "total_timesteps": 8 * 2}
+    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4, lora_layers=1)
+    settings.update(learning_rate=1e-2, update_epochs=2)
+    weights = {}
+    for cache in (True, False):
+        checkpoint = llm_ppo.train(
+            ENV_ID, tmp_path / f"line-{cache}", cache_frozen=cache, **settings
+        )
+        assert checkpoint.result["update"] == 2
+        policy = llm_ppo.load(checkpoint)
+        assert policy.frozen_layers == 1
+        weights[cache] = [p.detach() for p in policy.parameters() if p.requires_grad]
+        weights[cache] += [p.detach() for p in policy.heads.parameters()]
+        assert checkpoint.result["rollout_seconds"] > 0 and checkpoint.result["update_seconds"] > 0
+    moved = 0
+    for with_cache, without in zip(weights[True], weights[False], strict=True):
+        assert torch.allclose(with_cache, without, atol=1e-4)
+        moved += int(float(with_cache.abs().sum()) > 0)
+    assert moved > 0
