@@ -227,3 +227,51 @@ def test_the_frozen_layer_cache_trains_as_the_full_forward(
         assert torch.allclose(with_cache, without, atol=1e-4)
         moved += int(float(with_cache.abs().sum()) > 0)
     assert moved > 0
+
+
+TRAIN_IN_A_CHILD = """
+import json, sys
+import support.tiny_text_env
+from llmrl.common.registry import registry
+registry.get_algorithm("llm-ppo").train(
+    support.tiny_text_env.ENV_ID, sys.argv[1], **json.loads(sys.argv[2])
+)
+"""
+
+
+def test_a_killed_training_process_resumes_from_its_last_checkpoint(
+    flat_model_dir: Path, tmp_path: Path
+) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from support.processes import child_env, wait_until
+
+    line = Versions(tmp_path / "line")
+    settings = {**SMALL, "num_envs": 2, "minibatch_size": 4, "total_timesteps": 4 * 5}
+    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4, lora_layers=1)
+    child = subprocess.Popen(
+        [sys.executable, "-c", TRAIN_IN_A_CHILD, str(line.root), json.dumps(settings)],
+        env=child_env({"LLMRL_HOME": str(tmp_path)}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: line.versions() or child.poll() is not None, 120, "a first version")
+        child.send_signal(signal.SIGKILL)  # in the middle of training: no clean-up
+        _, errors = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == -signal.SIGKILL, errors.decode()[-2000:]
+    saved = line.versions()
+    assert saved and len(saved) < 5  # killed before the end, after a checkpoint
+    killed_at = line.latest().result["update"]
+    assert all((line.path(v) / "state.json").is_file() for v in saved)  # no half version
+
+    resumed = registry.get_algorithm("llm-ppo").train(ENV_ID, line, **settings)
+    assert resumed.result["resumed_from"] == killed_at
+    assert resumed.result["update"] == 5 and resumed.result["global_step"] == 5 * 4
+    assert line.versions() == [str(v) for v in range(1, 6)]
