@@ -9,8 +9,10 @@ Both run the same PPO (same env, envs, steps, epochs, minibatches, seed) on Baby
     back-propagating through all layers (one sample at a time, gradients accumulated over the
     minibatch, so memory stays bounded; the same gradient step as the minibatch's).
 Each reports the rollout (incl. GAE's bootstrap) and update seconds; SPS = env steps / their
-sum. The machine is shared, so the process CPU seconds of each mode (model load included)
-are reported too: their ratio is less sensitive to other processes' load than wall time.
+sum. The machine is shared, so the process CPU seconds of the same phases are reported too:
+their ratio (per env step) is less sensitive to other processes' load than wall time. The
+naive loop scores every env alone, so its steps/s do not depend on how many envs it steps:
+`--naive-envs 2` measures it in an eighth of the time of 16 (ratios are per env step).
 The last line printed is one JSON object with every figure.
 
     python bench/glam.py                      # SmolLM2-135M, 16 envs x 1 step, 1 update
@@ -55,7 +57,6 @@ def run_fast(args: argparse.Namespace, model: str, out: Path) -> dict[str, float
     from llmrl.common.registry import registry
     from llmrl.learner.versions import Versions
 
-    cpu = time.process_time()
     checkpoint = registry.get_algorithm("llm-ppo").train(
         args.env,
         Versions(out / "fast"),
@@ -68,7 +69,7 @@ def run_fast(args: argparse.Namespace, model: str, out: Path) -> dict[str, float
     return {
         "rollout_seconds": result["rollout_seconds"],
         "update_seconds": result["update_seconds"],
-        "cpu_seconds": time.process_time() - cpu,
+        "cpu_seconds": result["rollout_cpu_seconds"] + result["update_cpu_seconds"],
         "env_steps": result["global_step"],
     }
 
@@ -101,8 +102,9 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
     from llmrl.simulator.client import make_world
     from llmrl.simulator.world import episode_ends
 
-    cpu = time.process_time()
-    config = LlmPpoConfig(**settings(args, model), lora_layers=None)
+    config = LlmPpoConfig(**{**settings(args, model), "num_envs": args.naive_envs,
+                             "total_timesteps": args.naive_envs * args.steps * args.updates},
+                          lora_layers=None)  # fmt: skip
     torch.set_num_threads(args.threads)
     torch.manual_seed(config.seed)
     policy = LlmPolicyModel.load(model, lora=True, lora_r=config.lora_r, bf16=False)
@@ -119,10 +121,10 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
     first = world.reset(seed=config.seed, observations=wanted)
     for i, history in enumerate(histories):
         history.start(str(first["mission"][i]), str(first["text"][i]))
-    rollout_seconds = update_seconds = 0.0
+    rollout_seconds = update_seconds = cpu = 0.0
     next_done = torch.zeros(N)
     for _update in range(config.num_updates):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         prompts: list[list[int]] = []
         actions, logprobs = torch.zeros((T, N), dtype=torch.long), torch.zeros((T, N))
         rewards, dones, values = torch.zeros((T, N)), torch.zeros((T, N)), torch.zeros((T, N))
@@ -157,9 +159,10 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
             )
         advantages, returns = gae(rewards, values, dones, next_value, next_done, config)
         rollout_seconds += time.perf_counter() - started
+        cpu += time.process_time() - cpu_started
         print(f"naive rollout: {rollout_seconds:.1f} s so far", flush=True)
 
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
         b_advantages, b_returns, b_values = (
             advantages.reshape(-1),
@@ -188,11 +191,12 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
                 torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 optimizer.step()
         update_seconds += time.perf_counter() - started
+        cpu += time.process_time() - cpu_started
     world.close()
     return {
         "rollout_seconds": rollout_seconds,
         "update_seconds": update_seconds,
-        "cpu_seconds": time.process_time() - cpu,
+        "cpu_seconds": cpu,
         "env_steps": config.batch_size * config.num_updates,
     }
 
@@ -202,6 +206,7 @@ def summary(figures: dict[str, float]) -> dict[str, float]:
     return {
         **{k: round(v, 2) for k, v in figures.items()},
         "sps": round(figures["env_steps"] / total, 4),
+        "cpu_seconds_per_step": round(figures["cpu_seconds"] / figures["env_steps"], 3),
         "rollout_share": round(figures["rollout_seconds"] / total, 3),
     }
 
@@ -215,6 +220,12 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=1, help="PPO updates per mode")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per update")
     parser.add_argument("--minibatch", type=int, default=16, help="samples per gradient step")
+    parser.add_argument(
+        "--naive-envs",
+        type=int,
+        default=16,
+        help="naive: envs (it scores each env alone, so its steps/s do not depend on this)",
+    )
     parser.add_argument("--lora-layers", type=int, default=4, help="fast: LoRA on the top N")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--modes", default="fast,naive", help="which modes, in order")
@@ -243,9 +254,14 @@ def main() -> None:
     if "fast" in figures and "naive" in figures:
         fast, naive = figures["fast"], figures["naive"]
         report["speedup_sps"] = round(fast["sps"] / naive["sps"], 2)
-        report["speedup_cpu"] = round(naive["cpu_seconds"] / fast["cpu_seconds"], 2)
-        report["speedup_rollout"] = round(naive["rollout_seconds"] / fast["rollout_seconds"], 2)
-        report["speedup_update"] = round(naive["update_seconds"] / fast["update_seconds"], 2)
+        report["speedup_cpu"] = round(
+            naive["cpu_seconds_per_step"] / fast["cpu_seconds_per_step"], 2
+        )
+        per_step = {m: {k: f[k] / f["env_steps"] for k in ("rollout_seconds", "update_seconds")}
+                    for m, f in figures.items()}  # fmt: skip
+        for phase in ("rollout", "update"):
+            key = f"{phase}_seconds"
+            report[f"speedup_{phase}"] = round(per_step["naive"][key] / per_step["fast"][key], 2)
     print(json.dumps(report))
 
 

@@ -239,7 +239,8 @@ def train_llm_ppo(
     dones, values = torch.zeros((T, N)), torch.zeros((T, N))
     started = time.perf_counter()
     steps_at_start = global_step
-    rollout_seconds = update_seconds = 0.0
+    rollout_seconds = update_seconds = 0.0  # wall clock, and this process's CPU time:
+    rollout_cpu = update_cpu = 0.0  # (less sensitive to other processes' load)
     checkpoint = previous
     try:
         for update in range(start_update + 1, config.num_updates + 1):
@@ -247,7 +248,7 @@ def train_llm_ppo(
                 fraction = 1.0 - (update - 1.0) / config.num_updates
                 optimizer.param_groups[0]["lr"] = fraction * config.learning_rate
             finished.clear()
-            rollout_started = time.perf_counter()
+            rollout_started, rollout_cpu_started = time.perf_counter(), time.process_time()
 
             # 3. rollout: T steps of N envs, one batched scoring per step
             for step in range(T):
@@ -287,7 +288,8 @@ def train_llm_ppo(
                 _, next_value, _ = act(next_prompts)
             advantages, returns = gae(rewards, values, dones, next_value, next_done, config)
             rollout_seconds += time.perf_counter() - rollout_started
-            update_started = time.perf_counter()
+            rollout_cpu += time.process_time() - rollout_cpu_started
+            update_started, update_cpu_started = time.perf_counter(), time.process_time()
 
             # 5. PPO: epochs of minibatches over the flattened rollout
             b_samples = [sample for row in samples for sample in row]
@@ -317,6 +319,7 @@ def train_llm_ppo(
                     break
 
             update_seconds += time.perf_counter() - update_started
+            update_cpu += time.process_time() - update_cpu_started
 
             # 6. charts and losses
             sps = (global_step - steps_at_start) / max(time.perf_counter() - started, 1e-9)
@@ -360,6 +363,8 @@ def train_llm_ppo(
                     "sps": sps,  # this run's (since it started or resumed)
                     "rollout_seconds": rollout_seconds,
                     "update_seconds": update_seconds,
+                    "rollout_cpu_seconds": rollout_cpu,
+                    "update_cpu_seconds": update_cpu,
                     **{f"last_{k}": v for k, v in stats.items()},
                 }
                 target = version if last and version is not None else None
