@@ -57,6 +57,14 @@ def test_scores_are_differentiable(policy: LlmPolicyModel) -> None:
     policy.model.zero_grad()
 
 
+def test_nothing_is_frozen_when_every_layer_trains(
+    policy: LlmPolicyModel, tiny_model_dir: Path
+) -> None:
+    assert policy.frozen_layers == 0  # full fine-tuning
+    lora_everywhere = LlmPolicyModel.load(str(tiny_model_dir), lora=True, value_hidden=8)
+    assert lora_everywhere.frozen_layers == 0
+
+
 def test_bad_reduction_is_named(policy: LlmPolicyModel) -> None:
     with pytest.raises(ValueError, match="reduction"):
         score_candidates(policy, [[1]], [[2]], reduction="max")
@@ -92,6 +100,7 @@ def test_lora_on_the_top_layers_only_and_the_value_head(tiny_model_dir: Path) ->
     policy = LlmPolicyModel.load(
         str(tiny_model_dir), lora=True, lora_r=4, lora_layers=1, value_hidden=8, bf16=False
     )
+    assert policy.frozen_layers == 1
     trained = [name for name, p in policy.model.named_parameters() if p.requires_grad]
     assert trained and all("layers.1." in name and "lora_" in name for name in trained)
     head = policy.heads["value"]

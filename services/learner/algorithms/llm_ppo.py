@@ -115,6 +115,13 @@ class LlmPpoConfig:
         for key in ("gamma", "gae_lambda"):
             if getattr(self, key) > 1:
                 raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
+        for key in ("anneal_lr", "norm_adv", "clip_vloss", "lora", "cache_frozen", "resume"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key}: expected true or false, got {getattr(self, key)!r}")
+        if self.bf16 is not None and not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16: expected true, false or null, got {self.bf16!r}")
+        if self.target_kl is not None:
+            _check_number("target_kl", self.target_kl, positive=True)
         action_phrases(self.action_set)  # a ValueError names the key and the known sets
         if self.reduction not in REDUCTIONS:
             raise ValueError(
