@@ -187,6 +187,9 @@ def test_resume_after_a_kill_continues_from_the_last_checkpoint(
         (ENV_ID, {"action_set": "klingon"}, "action_set"),
         (ENV_ID, {"reduction": "max"}, "reduction"),
         (ENV_ID, {"lora_layers": 0}, "lora_layers"),
+        (ENV_ID, {"cache_frozen": "yes"}, "cache_frozen"),
+        (ENV_ID, {"bf16": 1}, "bf16"),
+        (ENV_ID, {"target_kl": -0.1}, "target_kl"),
         (ENV_ID, {"bogus": 1}, "bogus"),
         ("NoSuchEnv", {}, "env"),
     ],
@@ -202,3 +205,76 @@ def test_base_model_is_required_and_every_setting_has_help(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="base_model"):
         registry.get_algorithm("llm-ppo").train(ENV_ID, tmp_path / "line")
     assert all(setting_help().values())
+
+
+def test_the_frozen_layer_cache_trains_as_the_full_forward(
+    flat_model_dir: Path, tmp_path: Path
+) -> None:
+    llm_ppo = registry.get_algorithm("llm-ppo")
+    settings = {**SMALL, "num_envs": 4, "minibatch_size": 4, "total_timesteps": 8 * 2}
+    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4, lora_layers=1)
+    settings.update(learning_rate=1e-2, update_epochs=2)
+    weights = {}
+    for cache in (True, False):
+        checkpoint = llm_ppo.train(
+            ENV_ID, tmp_path / f"line-{cache}", cache_frozen=cache, **settings
+        )
+        assert checkpoint.result["update"] == 2
+        policy = llm_ppo.load(checkpoint)
+        assert policy.frozen_layers == 1
+        weights[cache] = [p.detach() for p in policy.parameters() if p.requires_grad]
+        weights[cache] += [p.detach() for p in policy.heads.parameters()]
+        assert checkpoint.result["rollout_seconds"] > 0 and checkpoint.result["update_seconds"] > 0
+    moved = 0
+    for with_cache, without in zip(weights[True], weights[False], strict=True):
+        assert torch.allclose(with_cache, without, atol=1e-4)
+        moved += int(float(with_cache.abs().sum()) > 0)
+    assert moved > 0
+
+
+TRAIN_IN_A_CHILD = """
+import json, sys
+import support.tiny_text_env
+from llmrl.common.registry import registry
+registry.get_algorithm("llm-ppo").train(
+    support.tiny_text_env.ENV_ID, sys.argv[1], **json.loads(sys.argv[2])
+)
+"""
+
+
+def test_a_killed_training_process_resumes_from_its_last_checkpoint(
+    flat_model_dir: Path, tmp_path: Path
+) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from support.processes import child_env, wait_until
+
+    line = Versions(tmp_path / "line")
+    settings = {**SMALL, "num_envs": 2, "minibatch_size": 4, "total_timesteps": 4 * 5}
+    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4, lora_layers=1)
+    child = subprocess.Popen(
+        [sys.executable, "-c", TRAIN_IN_A_CHILD, str(line.root), json.dumps(settings)],
+        env=child_env({"LLMRL_HOME": str(tmp_path)}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: line.versions() or child.poll() is not None, 120, "a first version")
+        child.send_signal(signal.SIGKILL)  # in the middle of training: no clean-up
+        _, errors = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == -signal.SIGKILL, errors.decode()[-2000:]
+    saved = line.versions()
+    assert saved and len(saved) < 5  # killed before the end, after a checkpoint
+    killed_at = line.latest().result["update"]
+    assert all((line.path(v) / "state.json").is_file() for v in saved)  # no half version
+
+    resumed = registry.get_algorithm("llm-ppo").train(ENV_ID, line, **settings)
+    assert resumed.result["resumed_from"] == killed_at
+    assert resumed.result["update"] == 5 and resumed.result["global_step"] == 5 * 4
+    assert line.versions() == [str(v) for v in range(1, 6)]

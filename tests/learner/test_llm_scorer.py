@@ -9,7 +9,7 @@ import torch
 
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases, glam_prompt
 from llmrl.learner.llm.model import LlmPolicyModel
-from llmrl.learner.llm.scorer import score_candidates
+from llmrl.learner.llm.scorer import score_candidates, score_from_frozen
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,14 @@ def test_scores_are_differentiable(policy: LlmPolicyModel) -> None:
     policy.model.zero_grad()
 
 
+def test_nothing_is_frozen_when_every_layer_trains(
+    policy: LlmPolicyModel, tiny_model_dir: Path
+) -> None:
+    assert policy.frozen_layers == 0  # full fine-tuning
+    lora_everywhere = LlmPolicyModel.load(str(tiny_model_dir), lora=True, value_hidden=8)
+    assert lora_everywhere.frozen_layers == 0
+
+
 def test_bad_reduction_is_named(policy: LlmPolicyModel) -> None:
     with pytest.raises(ValueError, match="reduction"):
         score_candidates(policy, [[1]], [[2]], reduction="max")
@@ -92,6 +100,7 @@ def test_lora_on_the_top_layers_only_and_the_value_head(tiny_model_dir: Path) ->
     policy = LlmPolicyModel.load(
         str(tiny_model_dir), lora=True, lora_r=4, lora_layers=1, value_hidden=8, bf16=False
     )
+    assert policy.frozen_layers == 1
     trained = [name for name, p in policy.model.named_parameters() if p.requires_grad]
     assert trained and all("layers.1." in name and "lora_" in name for name in trained)
     head = policy.heads["value"]
@@ -103,3 +112,50 @@ def test_lora_on_the_top_layers_only_and_the_value_head(tiny_model_dir: Path) ->
         LlmPolicyModel.load(str(tiny_model_dir), lora_layers=3)
     with pytest.raises(ValueError, match="base_model"):
         LlmPolicyModel.load("no-such-model-or-dir")
+
+
+def test_frozen_layer_cache_gives_the_same_scores_values_and_gradients(
+    tiny_model_dir: Path,
+) -> None:
+    torch.manual_seed(0)
+    policy = LlmPolicyModel.load(
+        str(tiny_model_dir), lora=True, lora_r=4, lora_layers=1, value_hidden=8, bf16=False
+    )
+    assert policy.frozen_layers == 1  # LoRA on layer 1 only: layer 0 and the embeddings frozen
+    for p in policy.model.parameters():  # a LoRA that is not zero yet (B starts at 0)
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.3)
+    texts = ("Goal: go to the ball\nObservation 0: a wall\nAction 0:", "Hi\nAction 0:", "A:")
+    prompts = [policy.encode(t) for t in texts]
+    candidates = [policy.encode(" " + p) for p in action_phrases("babyai")]
+    with torch.no_grad():
+        rollout = score_candidates(policy, prompts, candidates, "mean", keep_frozen=True)
+    assert rollout.frozen is not None and len(rollout.frozen) == len(prompts)
+    assert [f.prompt.shape[0] for f in rollout.frozen] == [len(p) for p in prompts]
+    longest = max(len(c) for c in candidates)
+    assert rollout.frozen[0].candidates.shape == (len(candidates), longest - 1, 32)
+
+    def scored_and_grads(cached: bool, order: list[int]) -> tuple[torch.Tensor, ...]:
+        policy.model.zero_grad()
+        policy.heads.zero_grad()
+        if cached:
+            out = score_from_frozen(policy, [rollout.frozen[i] for i in order], candidates, "mean")
+        else:
+            out = score_candidates(policy, [prompts[i] for i in order], candidates, "mean")
+        values = policy.heads["value"](out.hidden).squeeze(-1)
+        logprobs = torch.log_softmax(out.scores, -1)
+        (logprobs[:, 2].sum() + (values**2).sum()).backward()
+        grads = [p.grad.clone() for p in policy.parameters()]
+        assert all(g is not None for g in grads)
+        return out.scores.detach(), values.detach(), *grads
+
+    # a minibatch in another order and padding than the rollout's
+    uncached = scored_and_grads(False, [2, 0])
+    cached = scored_and_grads(True, [2, 0])
+    assert torch.allclose(rollout.scores[[2, 0]], uncached[0], atol=1e-5)
+    for plain, from_cache in zip(uncached, cached, strict=True):
+        assert torch.allclose(plain, from_cache, atol=1e-5, rtol=1e-4)
+    assert float(cached[2].abs().sum()) > 0  # the LoRA gets a gradient
+
+    with pytest.raises(ValueError, match="candidates"):
+        score_from_frozen(policy, rollout.frozen[:1], [[5, 6, 7, 8, 9, 10]])

@@ -13,8 +13,11 @@ It reads top to bottom like CleanRL's ppo.py. At each step every env's GLAM prom
 KV-shared forward (`llmrl.learner.llm.scorer`); the policy is the softmax of the scores, the
 value GLAM's MLP head on the last prompt token's hidden state. After `num_steps` steps:
 GAE, then `update_epochs` epochs of minibatches with the clipped policy loss, the clipped
-value loss and the entropy bonus, gradients clipped. TensorBoard gets CleanRL's `charts/`
-and `losses/` scalars. Every `checkpoint_every` updates a version is saved; a run that finds
+value loss and the entropy bonus, gradients clipped. With LoRA on the top `lora_layers`
+only (`cache_frozen`), the rollout keeps each sample's hidden states entering the first
+trained layer and the epochs run only the layers above (the same gradients, a fraction of
+the forward). TensorBoard gets CleanRL's `charts/` (plus the rollout/update seconds) and
+`losses/` scalars. Every `checkpoint_every` updates a version is saved; a run that finds
 versions in its line continues from the latest one (`resume`), with fresh episodes.
 
     llm_ppo = registry.get_algorithm("llm-ppo")
@@ -83,6 +86,11 @@ class LlmPpoConfig:
     lora_r: int = _setting(16, "LoRA rank")
     lora_alpha: int | None = _setting(None, "LoRA alpha (None: 2 x rank)")
     lora_layers: int | None = _setting(None, "adapt only the top N decoder layers (None: all)")
+    cache_frozen: bool = _setting(
+        True,
+        "with lora_layers: keep the frozen lower layers' hidden states from the rollout and "
+        "run only the top layers in the PPO epochs (~0.4 MB a sample for SmolLM2)",
+    )
     value_hidden: int = _setting(1024, "width of the value head's two hidden layers")
     bf16: bool | None = _setting(None, "bf16 autocast (None: where bf16 is native)")
     checkpoint_every: int = _setting(1, "save a version every this many updates")
@@ -107,6 +115,13 @@ class LlmPpoConfig:
         for key in ("gamma", "gae_lambda"):
             if getattr(self, key) > 1:
                 raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
+        for key in ("anneal_lr", "norm_adv", "clip_vloss", "lora", "cache_frozen", "resume"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key}: expected true or false, got {getattr(self, key)!r}")
+        if self.bf16 is not None and not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16: expected true, false or null, got {self.bf16!r}")
+        if self.target_kl is not None:
+            _check_number("target_kl", self.target_kl, positive=True)
         action_phrases(self.action_set)  # a ValueError names the key and the known sets
         if self.reduction not in REDUCTIONS:
             raise ValueError(
@@ -154,7 +169,7 @@ def train_llm_ppo(
     import torch
 
     from llmrl.learner.llm.model import LlmPolicyModel
-    from llmrl.learner.llm.scorer import score_candidates
+    from llmrl.learner.llm.scorer import score_candidates, score_from_frozen
     from llmrl.simulator.client import make_world
     from llmrl.simulator.world import episode_ends
 
@@ -186,6 +201,8 @@ def train_llm_ppo(
     phrases = action_phrases(config.action_set)
     candidates = [policy.encode(" " + phrase) for phrase in phrases]
     value_head = policy.heads["value"]
+    # LoRA on the top layers only: the rollout keeps what enters them, the epochs start there
+    cached = config.cache_frozen and config.lora and policy.frozen_layers > 0
     generator = torch.Generator().manual_seed(config.seed + start_update)
     writer = _writer(config.tensorboard_dir)
 
@@ -208,17 +225,29 @@ def train_llm_ppo(
     episode_return, episode_length = np.zeros(N), np.zeros(N, dtype=int)
     finished: list[tuple[float, int, bool]] = []  # (return, length, success) this update
 
-    def act(prompts: list[list[int]]) -> tuple[Any, Any]:
-        """(action scores [B, K], values [B]) of prompts, with gradients when enabled."""
-        scored = score_candidates(policy, prompts, candidates, config.reduction)
-        return scored.scores, value_head(scored.hidden).squeeze(-1)
+    def act(prompts: list[list[int]], keep_frozen: bool = False) -> tuple[Any, Any, Any]:
+        """(action scores [B, K], values [B], frozen states or None) of prompts, with
+        gradients when enabled."""
+        scored = score_candidates(policy, prompts, candidates, config.reduction, keep_frozen)
+        return scored.scores, value_head(scored.hidden).squeeze(-1), scored.frozen
 
-    prompts: list[list[list[int]]] = [[] for _ in range(T)]
+    def act_again(samples: list[Any]) -> tuple[Any, Any]:
+        """(scores, values) of rollout samples (prompts, or their frozen states), with
+        gradients: the update's forward."""
+        if cached:
+            scored = score_from_frozen(policy, samples, candidates, config.reduction)
+            return scored.scores, value_head(scored.hidden).squeeze(-1)
+        return act(samples)[:2]
+
+    # per step, per env: what the update scores again (token ids, or frozen hidden states)
+    samples: list[list[Any]] = [[] for _ in range(T)]
     actions = torch.zeros((T, N), dtype=torch.long)
     logprobs, rewards = torch.zeros((T, N)), torch.zeros((T, N))
     dones, values = torch.zeros((T, N)), torch.zeros((T, N))
     started = time.perf_counter()
     steps_at_start = global_step
+    rollout_seconds = update_seconds = 0.0  # wall clock, and this process's CPU time:
+    rollout_cpu = update_cpu = 0.0  # (less sensitive to other processes' load)
     checkpoint = previous
     try:
         for update in range(start_update + 1, config.num_updates + 1):
@@ -226,14 +255,16 @@ def train_llm_ppo(
                 fraction = 1.0 - (update - 1.0) / config.num_updates
                 optimizer.param_groups[0]["lr"] = fraction * config.learning_rate
             finished.clear()
+            rollout_started, rollout_cpu_started = time.perf_counter(), time.process_time()
 
             # 3. rollout: T steps of N envs, one batched scoring per step
             for step in range(T):
                 global_step += N
-                prompts[step] = [policy.encode(history.prompt()) for history in histories]
+                prompts = [policy.encode(history.prompt()) for history in histories]
                 dones[step] = next_done
                 with torch.no_grad():
-                    scores, value = act(prompts[step])
+                    scores, value, frozen = act(prompts, keep_frozen=cached)
+                    samples[step] = frozen if cached else prompts
                     distribution = torch.distributions.Categorical(logits=scores)
                     action = torch.multinomial(distribution.probs, 1, generator=generator)[:, 0]
                 actions[step], values[step] = action, value
@@ -261,21 +292,14 @@ def train_llm_ppo(
             # 4. GAE
             with torch.no_grad():
                 next_prompts = [policy.encode(history.prompt()) for history in histories]
-                _, next_value = act(next_prompts)
-                advantages = torch.zeros((T, N))
-                last_gae = torch.zeros(N)
-                for t in reversed(range(T)):
-                    if t == T - 1:
-                        not_done, following = 1.0 - next_done, next_value
-                    else:
-                        not_done, following = 1.0 - dones[t + 1], values[t + 1]
-                    delta = rewards[t] + config.gamma * following * not_done - values[t]
-                    last_gae = delta + config.gamma * config.gae_lambda * not_done * last_gae
-                    advantages[t] = last_gae
-                returns = advantages + values
+                _, next_value, _ = act(next_prompts)
+            advantages, returns = gae(rewards, values, dones, next_value, next_done, config)
+            rollout_seconds += time.perf_counter() - rollout_started
+            rollout_cpu += time.process_time() - rollout_cpu_started
+            update_started, update_cpu_started = time.perf_counter(), time.process_time()
 
             # 5. PPO: epochs of minibatches over the flattened rollout
-            b_prompts = [p for row in prompts for p in row]
+            b_samples = [sample for row in samples for sample in row]
             b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
             b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
             b_values = values.reshape(-1)
@@ -287,7 +311,7 @@ def train_llm_ppo(
                 for start in range(0, config.batch_size, config.minibatch_size):
                     mb = torch.as_tensor(indices[start : start + config.minibatch_size])
                     stats = ppo_minibatch_step(
-                        act([b_prompts[i] for i in mb]),
+                        act_again([b_samples[i] for i in mb]),
                         b_actions[mb],
                         b_logprobs[mb],
                         b_advantages[mb],
@@ -301,6 +325,9 @@ def train_llm_ppo(
                 if config.target_kl is not None and stats["approx_kl"] > config.target_kl:
                     break
 
+            update_seconds += time.perf_counter() - update_started
+            update_cpu += time.process_time() - update_cpu_started
+
             # 6. charts and losses
             sps = (global_step - steps_at_start) / max(time.perf_counter() - started, 1e-9)
             success_rate = float(np.mean([s for *_, s in finished])) if finished else None
@@ -312,6 +339,8 @@ def train_llm_ppo(
                     writer.add_scalar(f"losses/{name}", stats[name], global_step)
                 writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
                 writer.add_scalar("charts/SPS", sps, global_step)
+                writer.add_scalar("charts/rollout_seconds", rollout_seconds, global_step)
+                writer.add_scalar("charts/update_seconds", update_seconds, global_step)
                 for episodic_return, length, success in finished:
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", length, global_step)
@@ -338,6 +367,11 @@ def train_llm_ppo(
                     "success_rate": success_rate,
                     "mean_return": float(np.mean([r for r, *_ in finished])) if finished else None,
                     "resumed_from": start_update,
+                    "sps": sps,  # this run's (since it started or resumed)
+                    "rollout_seconds": rollout_seconds,
+                    "update_seconds": update_seconds,
+                    "rollout_cpu_seconds": rollout_cpu,
+                    "update_cpu_seconds": update_cpu,
                     **{f"last_{k}": v for k, v in stats.items()},
                 }
                 target = version if last and version is not None else None
@@ -349,6 +383,27 @@ def train_llm_ppo(
             world.close()
     assert checkpoint is not None
     return checkpoint
+
+
+def gae(
+    rewards: Any, values: Any, dones: Any, next_value: Any, next_done: Any, config: LlmPpoConfig
+) -> tuple[Any, Any]:
+    """(advantages, returns) [T, N] by generalised advantage estimation; `dones[t]`: the
+    env's episode started at step t (the previous one ended)."""
+    import torch
+
+    steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae = torch.zeros_like(next_value)
+    for t in reversed(range(steps)):
+        if t == steps - 1:
+            not_done, following = 1.0 - next_done, next_value
+        else:
+            not_done, following = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + config.gamma * following * not_done - values[t]
+        last_gae = delta + config.gamma * config.gae_lambda * not_done * last_gae
+        advantages[t] = last_gae
+    return advantages, advantages + values
 
 
 def ppo_minibatch_step(
@@ -365,6 +420,28 @@ def ppo_minibatch_step(
     """One gradient step of PPO's clipped objective on a minibatch; its statistics."""
     import torch
 
+    if config.norm_adv and len(advantages) > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    loss, stats = ppo_loss(scored, actions, old_logprobs, advantages, returns, old_values, config)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    optimizer.step()
+    return stats
+
+
+def ppo_loss(
+    scored: tuple[Any, Any],
+    actions: Any,
+    old_logprobs: Any,
+    advantages: Any,
+    returns: Any,
+    old_values: Any,
+    config: LlmPpoConfig,
+) -> tuple[Any, dict[str, float]]:
+    """PPO's loss on samples (advantages already normalised) and its statistics."""
+    import torch
+
     scores, new_values = scored
     distribution = torch.distributions.Categorical(logits=scores)
     new_logprobs = distribution.log_prob(actions)
@@ -375,8 +452,6 @@ def ppo_minibatch_step(
         old_approx_kl = (-log_ratio).mean()
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-    if config.norm_adv and len(advantages) > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     # clipped policy loss
     pg_loss = torch.max(
         -advantages * ratio,
@@ -393,11 +468,7 @@ def ppo_minibatch_step(
         v_loss = 0.5 * ((new_values - returns) ** 2).mean()
     entropy_loss = entropy.mean()
     loss = pg_loss - config.ent_coef * entropy_loss + v_loss * config.vf_coef
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-    optimizer.step()
-    return {
+    return loss, {
         "loss": float(loss.detach()),
         "policy_loss": float(pg_loss.detach()),
         "value_loss": float(v_loss.detach()),

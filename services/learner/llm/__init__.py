@@ -5,7 +5,9 @@
   only) or full fine-tuning, fp32 on CPU / bf16 autocast where native, and named heads
   (`heads["value"]`: GLAM's MLP on the last prompt token's final hidden state);
 * `scorer.score_candidates`: B prompts x K candidates in two forwards (the prompts, then
-  every candidate on the prompt's shared KV cache), differentiable or not;
+  every candidate on the prompt's shared KV cache), differentiable or not; with
+  `keep_frozen` also the hidden states entering the first trained layer, from which
+  `scorer.score_from_frozen` scores the same samples again running only the top layers;
 * `glam_prompt`: GLAM's prompt format (a pure function) and the action phrase sets.
 
 The learner holds its own copy of the model: on-policy PPO needs the freshest weights. The

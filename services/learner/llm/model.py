@@ -124,6 +124,22 @@ class LlmPolicyModel:
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
+    @property
+    def frozen_layers(self) -> int:
+        """How many bottom decoder layers (and the embeddings below them) train nothing: their
+        outputs never change during training (LoRA on the top layers only), so the scorer can
+        keep them (`keep_frozen`). 0 when the embeddings or the first layer train."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        decoder = base.get_decoder()
+        if any(p.requires_grad for p in decoder.embed_tokens.parameters()):
+            return 0
+        count = 0
+        for layer in decoder.layers:
+            if any(p.requires_grad for p in layer.parameters()):
+                break
+            count += 1
+        return count
+
     def parameters(self) -> list[Any]:
         """What the optimizer trains: the LoRA (or every weight) and the heads."""
         return [p for p in self.model.parameters() if p.requires_grad] + list(
