@@ -5,8 +5,8 @@ player starting in the middle. Actions: 0 noop, 1 left, 2 right, 3 do (drink the
 chop the tree beside the player, on the side it faces), 4 place a crafting table (needs
 wood, once). Each newly unlocked achievement pays 1, as crafter's own reward does; an
 episode is cut after `length` steps. Observations, as CrafterText's: `caption`,
-`transition_caption` ("collect wood", "drink water", "place crafting table" or ""),
-`local_map` (semantic ids of the strip), `inventory` (wood, sapling, drink) and
+`transition_caption` ("chop tree", "drink water", "place crafting table" or ""),
+`local_map` (crafter's semantic ids of the strip), `inventory` (crafter's 16 entries) and
 `achievements` (22 binary entries in crafter's order). Tests import it
 (`import support.tiny_crafter_text`).
 """
@@ -20,34 +20,13 @@ import numpy as np
 from gymnasium import spaces
 
 from llmrl.common.registry import registry
+from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS, INVENTORY_ITEMS, SEMANTIC_IDS
 from llmrl.simulator.envs.text_spaces import text_space
 
 ENV_ID = "TinyCrafterText"
-ACHIEVEMENTS = (
-    "collect_coal",
-    "collect_diamond",
-    "collect_drink",
-    "collect_iron",
-    "collect_sapling",
-    "collect_stone",
-    "collect_wood",
-    "defeat_skeleton",
-    "defeat_zombie",
-    "eat_cow",
-    "eat_plant",
-    "make_iron_pickaxe",
-    "make_iron_sword",
-    "make_stone_pickaxe",
-    "make_stone_sword",
-    "make_wood_pickaxe",
-    "make_wood_sword",
-    "place_furnace",
-    "place_plant",
-    "place_stone",
-    "place_table",
-    "wake_up",
+GRASS, WATER, TREE, PLAYER, TABLE = (
+    SEMANTIC_IDS[name] for name in ("grass", "water", "tree", "player", "table")
 )
-GRASS, WATER, TREE, PLAYER, TABLE = 1, 2, 3, 4, 5
 NAMES = {GRASS: "grass", WATER: "water", TREE: "tree", TABLE: "table"}
 WIDTH = 7
 NOOP, LEFT, RIGHT, DO, PLACE_TABLE = range(5)
@@ -64,7 +43,7 @@ class TinyCrafterText(gym.Env):
                 "caption": text_space(256),
                 "transition_caption": text_space(64),
                 "local_map": spaces.Box(0, 18, (1, WIDTH), np.int64),
-                "inventory": spaces.Box(0, 9, (3,), np.int64),
+                "inventory": spaces.Box(0, 9, (len(INVENTORY_ITEMS),), np.int64),
                 "achievements": spaces.Box(0, 1, (len(ACHIEVEMENTS),), np.int64),
             }
         )
@@ -95,9 +74,16 @@ class TinyCrafterText(gym.Env):
             "caption": self._caption(),
             "transition_caption": transition,
             "local_map": view,
-            "inventory": np.array([min(self.wood, 9), 0, min(self.drink, 9)], np.int64),
+            "inventory": self._inventory(),
             "achievements": achievements,
         }
+
+    def _inventory(self) -> np.ndarray:
+        inventory = np.zeros(len(INVENTORY_ITEMS), np.int64)
+        inventory[:4] = 9  # healthy, fed, rested
+        inventory[INVENTORY_ITEMS.index("drink")] = 9 if self.drink else 5
+        inventory[INVENTORY_ITEMS.index("wood")] = min(self.wood, 9)
+        return inventory
 
     def reset(self, *, seed: int | None = None, options: Any = None):
         super().reset(seed=seed)
@@ -117,7 +103,7 @@ class TinyCrafterText(gym.Env):
             cell = self.cells[target] if 0 <= target < WIDTH else None
             if cell == TREE:
                 self.wood += 1
-                transition, unlocked = "collect wood", "collect_wood"
+                transition, unlocked = "chop tree", "collect_wood"
             elif cell == WATER:
                 self.drink += 1
                 transition, unlocked = "drink water", "collect_drink"

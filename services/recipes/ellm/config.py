@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.recipes.base import RecipeConfig
 from llmrl.recipes.ellm.intrinsic import CONDITIONING, LLM_SUGGESTERS, METHODS
+from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
 from llmrl.recipes.ellm.training import TASKS
 
 
@@ -32,9 +33,10 @@ class EllmConfig(RecipeConfig):
         None, description="Gateway embedding model (None: the gateway's default, all-MiniLM-L6-v2)."
     )
     threshold: float = Field(
-        0.5,
+        DEFAULT_THRESHOLD,
         description="Cosine similarity between the transition caption and a suggestion above "
-        "which the suggestion pays, in [0, 1].",
+        "which the suggestion pays, in [0, 1] (0.8: measured for all-MiniLM-L6-v2, see "
+        "llmrl.recipes.ellm.reward).",
     )
     conditioning: str = Field(
         "none",

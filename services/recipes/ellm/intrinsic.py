@@ -52,58 +52,59 @@ class NoReward:
 class SuggestionSource:
     """Suggestions per env and ELLM's reward for reaching them (see module docstring).
 
-    `suggesters[i]` and `rewards[i]` belong to env i: a suggester remembers its env's last
-    caption (it asks the LLM only when it changes) and a reward its episode's paid goals.
-    `embed(texts)` gives unit-norm sentence embeddings (goal conditioning only).
+    One suggester serves every env (`suggest_many`: the captions it has not seen go to the
+    gateway together, and each caption is asked once); `rewards[i]` is env i's
+    `SuggestionReward` (its episode's paid goals), all sharing one embedding cache.
+    `embed(texts)` gives sentence embeddings (goal conditioning only).
     """
 
     def __init__(
         self,
         name: str,
-        suggesters: Sequence[Any],
+        suggester: Any,
         rewards: Sequence[Any],
         embed: Callable[[list[str]], np.ndarray] | None = None,
         conditioning: str = "none",
         embedding_dim: int = 0,
     ) -> None:
         self.name = name
-        self.suggesters, self.rewards = list(suggesters), list(rewards)
+        self.suggester, self.rewards = suggester, list(rewards)
         self.embed, self.conditioning, self.embedding_dim = embed, conditioning, embedding_dim
-        n = len(self.suggesters)
-        self.suggestions: list[list[str]] = [[] for _ in range(n)]
-        self.achieved: list[list[str]] = [[] for _ in range(n)]
+        self.suggestions: list[list[str]] = [[] for _ in self.rewards]
         self.paid = 0
         self.seconds = {"suggest": 0.0, "reward": 0.0, "embed": 0.0}
 
-    def _suggest(self, i: int, observations: dict[str, np.ndarray]) -> None:
-        state = {key: observations[key][i] for key in AGENT_KEYS if key in observations}
+    def _suggest(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> None:
+        chosen = np.flatnonzero(envs)
+        if len(chosen) == 0:
+            return
         started = time.perf_counter()
-        self.suggestions[i] = list(
-            self.suggesters[i].suggest(
-                str(observations["caption"][i]), list(self.achieved[i]), state=state
-            )
+        answers = self.suggester.suggest_many(
+            [str(observations["caption"][i]) for i in chosen],
+            [self.rewards[i].achieved for i in chosen],
+            states=[{key: observations[key][i] for key in AGENT_KEYS} for i in chosen],
         )
+        for i, answer in zip(chosen, answers, strict=True):
+            self.suggestions[i] = list(answer)
         self.seconds["suggest"] += time.perf_counter() - started
 
     def start(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> None:
         for i in np.flatnonzero(envs):
             self.rewards[i].reset()
-            self.achieved[i] = []
-            self._suggest(i, observations)
+        self._suggest(observations, envs)
 
     def step(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> np.ndarray:
         rewards = np.zeros(len(envs), np.float32)
+        started = time.perf_counter()
         for i in np.flatnonzero(envs):
             transition = str(observations["transition_caption"][i])
             if transition:
-                started = time.perf_counter()
                 reward, goal = self.rewards[i].reward(transition, self.suggestions[i])
-                self.seconds["reward"] += time.perf_counter() - started
                 if goal is not None:
                     rewards[i] = reward
-                    self.achieved[i].append(goal)
                     self.paid += 1
-            self._suggest(i, observations)
+        self.seconds["reward"] += time.perf_counter() - started
+        self._suggest(observations, envs)
         return rewards
 
     def extra_observations(self, observations: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -111,7 +112,7 @@ class SuggestionSource:
         if self.embed is None or self.conditioning == "none":
             return extra
         started = time.perf_counter()
-        n = len(self.suggesters)
+        n = len(self.rewards)
         if self.conditioning in ("suggestions", "both"):
             goals = np.zeros((n, self.embedding_dim), np.float32)
             for i, suggestions in enumerate(self.suggestions):
@@ -125,11 +126,9 @@ class SuggestionSource:
         return extra
 
     def counters(self) -> dict[str, float]:
-        totals: dict[str, float] = {"rewarded_goals": float(self.paid)}
-        for suggester in self.suggesters:
-            for key, value in suggester.counters().items():
-                totals[key] = totals.get(key, 0.0) + float(value)
-        return totals
+        counters = {key: float(value) for key, value in self.suggester.counters().items()}
+        counters["rewarded_goals"] = float(self.paid)
+        return counters
 
 
 class NoveltySource:

@@ -102,6 +102,7 @@ class Ellm(Recipe):
             "train_frequency": cfg.train_frequency,
             "hidden": cfg.hidden,
             "checkpoint_every": cfg.checkpoint_every,
+            "torch_threads": 1,  # a small MLP: more threads only add contention
         }
 
     # -- phases -----------------------------------------------------------------------------

@@ -57,14 +57,27 @@ def llm_figures(train: dict[str, Any]) -> dict[str, float]:
     usage = train.get("usage") or {}
     requests = usage.get("requests", 0.0)
     counters = train.get("counters") or {}
+    late = train.get("counters_after_warm_up") or {}
     return {
         "llm_requests": requests,
         "llm_model_calls": usage.get("model_calls", 0.0),
         "cache_hit_rate": usage.get("cache_hits", 0.0) / requests if requests else float("nan"),
         "cost_usd": usage.get("cost_usd", 0.0),
         "suggester_asked": float(counters.get("asked", 0.0)),
+        "caption_cache_hit_rate": caption_hit_rate(counters),
+        "caption_cache_hit_rate_after_10pct": caption_hit_rate(late),
         "unparsable": float(counters.get("unparsable", 0.0)),
     }
+
+
+def caption_hit_rate(counters: dict[str, float]) -> float:
+    """Of the suggester's calls, the share answered without the model: from its own cache
+    (a caption seen before) or from the gateway's."""
+    calls = counters.get("calls", 0.0)
+    if not calls:
+        return float("nan")
+    hits = counters.get("cache_hits", 0.0) + counters.get("gateway_cache_hits", 0.0)
+    return float(hits / calls)
 
 
 def ellm_results(

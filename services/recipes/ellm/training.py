@@ -35,33 +35,12 @@ from llmrl.recipes.ellm.intrinsic import (
     NoveltySource,
     SuggestionSource,
 )
+from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD, CachedEmbedder, SuggestionReward
+from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 ALGORITHM = "dqn-ellm"  # a registered learner algorithm (llmrl.learner.algorithms)
 EPISODES_FILE = "episodes.jsonl"
-ACHIEVEMENTS = (  # crafter's 22, in its order (crafter.constants.achievements)
-    "collect_coal",
-    "collect_diamond",
-    "collect_drink",
-    "collect_iron",
-    "collect_sapling",
-    "collect_stone",
-    "collect_wood",
-    "defeat_skeleton",
-    "defeat_zombie",
-    "eat_cow",
-    "eat_plant",
-    "make_iron_pickaxe",
-    "make_iron_sword",
-    "make_stone_pickaxe",
-    "make_stone_sword",
-    "make_wood_pickaxe",
-    "make_wood_sword",
-    "place_furnace",
-    "place_plant",
-    "place_stone",
-    "place_table",
-    "wake_up",
-)
+EARLY_FRACTION = 0.1  # the caption cache hit rate is reported after this share of the frames
 # the fine-tuning tasks (the names) and the achievement that pays each
 TASKS = {
     "place crafting table": "place_table",
@@ -84,7 +63,9 @@ class EllmEnvSettings(BaseModel):
     )
     model: str = Field("smollm2", description="gateway model of the LLM suggester")
     embed_model: str | None = Field(None, description="gateway embedding model (None: default)")
-    threshold: float = Field(0.5, ge=0, le=1, description="cosine similarity that pays")
+    threshold: float = Field(
+        DEFAULT_THRESHOLD, ge=0, le=1, description="cosine similarity that pays"
+    )
     conditioning: Literal[CONDITIONING] = Field("none")  # type: ignore[valid-type]
     intrinsic_scale: float = Field(1.0, ge=0, description="weight of the intrinsic reward")
     extrinsic_scale: float = Field(0.0, ge=0, description="weight of crafter's own reward")
@@ -133,27 +114,23 @@ def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]
         return NoveltySource(novelty(described, seed=settings.seed))
     if method == "none":
         return NoveltySource(NoReward())
-    from llmrl.recipes.ellm.reward import SuggestionReward
     from llmrl.recipes.ellm.suggesters import make_suggester
 
-    def embed(texts: list[str]) -> np.ndarray:
-        return llm.embed(
-            texts, model=settings.embed_model, run_id=settings.run_id, tag=settings.tag
+    embed = CachedEmbedder(
+        lambda texts: llm.embed(
+            list(texts), model=settings.embed_model, run_id=settings.run_id, tag=settings.tag
         )
-
+    )
     name = settings.suggester if method == "ellm" else SUGGESTION_METHODS[method]
     kwargs = {"model": settings.model} if name in LLM_SUGGESTERS else {}
-    suggesters = [
-        make_suggester(
-            {"name": name, "kwargs": kwargs},
-            connect_llm=lambda: llm,
-            llm_defaults={"run_id": settings.run_id, "tag": settings.tag},
-        )
-        for _ in range(settings.num_envs)
-    ]
+    suggester = make_suggester(
+        {"name": name, "kwargs": kwargs},
+        connect_llm=lambda: llm,
+        llm_defaults={"run_id": settings.run_id, "tag": settings.tag},
+    )
     rewards = [SuggestionReward(embed, settings.threshold) for _ in range(settings.num_envs)]
     dim = 0 if settings.conditioning == "none" else int(embed(["a goal"]).shape[1])
-    return SuggestionSource(method, suggesters, rewards, embed, settings.conditioning, dim)
+    return SuggestionSource(method, suggester, rewards, embed, settings.conditioning, dim)
 
 
 def make_env(
@@ -234,12 +211,18 @@ def train_ellm(
         llm = connect(job.llm_gateway)
     envs = make_env(job, llm, job.simulator)
     log_file = (line.root / EPISODES_FILE).open("a")
+    # the counters when 10% of the frames were done (the cache hit rate "after warm-up")
+    warm_up = EARLY_FRACTION * job.frames
+    early: dict[str, float] | None = envs.counters() if done >= warm_up else None
 
     def on_step(frames: int, infos: dict[str, Any]) -> None:
+        nonlocal early
         for episode in infos.get("episodes", []):
             log_file.write(json.dumps({"frames": frames, **episode}) + "\n")
         if infos.get("episodes"):
             log_file.flush()
+        if early is None and frames >= warm_up:
+            early = envs.counters()
 
     try:
         checkpoint = registry.get_algorithm(ALGORITHM).train(
@@ -256,11 +239,13 @@ def train_ellm(
     finally:
         log_file.close()
         envs.close()
+    counters = envs.counters()
     return {
         "checkpoint": str(checkpoint.path),
         "frames": int(checkpoint.result.get("global_step", 0)),
         "gradient_steps": int(checkpoint.result.get("gradient_steps", 0)),
-        "counters": envs.counters(),
+        "counters": counters,
+        "counters_after_warm_up": {k: v - (early or {}).get(k, 0.0) for k, v in counters.items()},
         "timings": envs.timings(),
     }
 

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 import support.tiny_crafter_text  # noqa: F401  (registers TinyCrafterText)
+import yaml
 from support.tiny_crafter_text import ENV_ID
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
+import llmrl.llm_gateway.client as gateway_client
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.ellm.recipe import Ellm
@@ -101,3 +104,42 @@ def test_a_tiny_run_pretrains_evaluates_finetunes_and_reports(tmp_path: Path, mo
     ]
     assert episodes and all(0 < e["frames"] <= 420 for e in episodes)
     assert all(e["extrinsic_return"] >= 0 and e["intrinsic_return"] > 0 for e in episodes)
+
+
+@pytest.fixture
+def tiny_gateway(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's embedded gateway serves the tiny model as "tiny" (and, from the
+    defaults, all-MiniLM-L6-v2 for embeddings), with its cache in tmp."""
+    settings = tiny_gateway_settings(
+        tiny_model_dir, cache={"backend": "sqlite", "sqlite_path": str(tmp_path / "c.sqlite")}
+    )
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(gateway_client, "_shared_gateway", None)
+
+
+def test_ellm_and_the_oracle_are_paid_for_suggested_goals(tiny_gateway, tmp_path: Path):
+    out = tmp_path / "run"
+    config = {
+        **TINY,
+        "methods": ["ellm", "oracle"],
+        "suggester": "llm-score",
+        "model": TINY_MODEL,
+        "conditioning": "suggestions",
+        "learning_starts": 1_000,  # random play throughout: the rewards are the point here
+        "finetune_frames": 0,
+        "finetune_from": [],
+    }
+    run_embedded("ellm", config, out_dir=out, progress=False)
+    rows = {row["method"]: row for row in json.loads((out / "results.json").read_text())["rows"]}
+    oracle = [json.loads(t) for t in (out / "checkpoints/pretrain/oracle/episodes.jsonl").open()]
+    # the oracle suggests "chop tree" and "drink water" in view: random play earns some
+    assert sum(e["intrinsic_return"] for e in oracle) > 0
+    ellm = rows["ellm"]
+    assert ellm["llm_requests"] > 0 and ellm["suggester_asked"] > 0
+    # one score call per distinct caption: the strip has few, so the cache answers the rest
+    assert ellm["caption_cache_hit_rate"] > 0.5
+    assert rows["oracle"]["llm_model_calls"] > 0  # embeddings only: no generation
+    assert rows["oracle"]["suggester_asked"] == 0
