@@ -182,7 +182,13 @@ def read_episodes(line: str | Path) -> list[dict[str, Any]]:
     path = Path(line) / EPISODES_FILE
     if not path.is_file():
         return []
-    return [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+    episodes = []
+    for text in path.read_text().splitlines():
+        try:
+            episodes.append(json.loads(text))
+        except json.JSONDecodeError:  # a line torn by a killed job: that episode is lost
+            continue
+    return episodes
 
 
 def _drop_episodes_after(line: Path, frames: int) -> None:
