@@ -82,8 +82,10 @@ def run_one(method: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
     counters, late = result["counters"], result["counters_after_warm_up"]
 
     def hit_rate(c: dict[str, float]) -> float | None:
-        calls = c.get("calls", 0.0)
-        return (c.get("cache_hits", 0) + c.get("gateway_cache_hits", 0)) / calls if calls else None
+        calls, hits = c.get("calls", 0.0), c.get("cache_hits", 0) + c.get("gateway_cache_hits", 0)
+        if not calls or hits + c.get("asked", 0) == 0:  # no LLM behind the suggester
+            return None
+        return hits / calls
 
     return {
         "frames": result["frames"],

@@ -74,9 +74,9 @@ def caption_hit_rate(counters: dict[str, float]) -> float:
     """Of the suggester's calls, the share answered without the model: from its own cache
     (a caption seen before) or from the gateway's."""
     calls = counters.get("calls", 0.0)
-    if not calls:
-        return float("nan")
     hits = counters.get("cache_hits", 0.0) + counters.get("gateway_cache_hits", 0.0)
+    if not calls or hits + counters.get("asked", 0.0) == 0:  # no LLM behind it (oracle...)
+        return float("nan")
     return float(hits / calls)
 
 
