@@ -142,7 +142,10 @@ class Ellm(Recipe):
     def evaluate(self, ctx: RunContext, method: str) -> dict[str, Any]:
         cfg = self.config
         checkpoint = ctx.phase_outputs(f"pretrain/{method}")["checkpoint"]
-        settings = EllmEnvSettings(**self.settings(ctx, "evaluate", method))
+        values = self.settings(ctx, "evaluate", method)
+        if values["conditioning"] == "none":  # the agent does not read the suggestions:
+            values["method"] = "none"  # evaluating it needs no LLM call
+        settings = EllmEnvSettings(**values)
         phase = f"evaluate/{method}"
         ctx.progress.start(phase, cfg.eval_episodes)
         try:
@@ -151,7 +154,7 @@ class Ellm(Recipe):
                 checkpoint,
                 cfg.eval_episodes,
                 cfg.eval_epsilon,
-                llm=ctx.llm if method not in NOVELTY else None,
+                llm=ctx.llm if settings.method not in NOVELTY else None,
                 simulator=ctx.simulator,
                 on_episode=lambda episode: ctx.progress.advance(1),
             )
