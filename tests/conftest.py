@@ -12,7 +12,23 @@ from support.tiny_llm import make_tiny_llama
 
 
 @pytest.fixture(scope="session", autouse=True)
-def temporary_folders_are_data_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """LLMRL_HOME in a temporary folder for the whole session: nothing a test forgets to place
+    lands in ./.llmrl of the repository (tests that need their own home set it themselves)."""
+    home = tmp_path_factory.mktemp("llmrl-home")
+    previous = os.environ.get("LLMRL_HOME")
+    os.environ["LLMRL_HOME"] = str(home)
+    yield home
+    if previous is None:
+        os.environ.pop("LLMRL_HOME", None)
+    else:
+        os.environ["LLMRL_HOME"] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders_are_data_roots(
+    isolated_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     """Services confine the paths a request names to LLMRL_HOME and LLMRL_DATA_ROOTS: the
     tests' temporary folders join the default roots (services the tests start inherit it)."""
     from llmrl.common.paths import DATA_ROOTS_ENV, data_roots

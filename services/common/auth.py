@@ -47,15 +47,19 @@ def generate_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def bearer_matches(header_value: str | bytes | None, token: str) -> bool:
-    """Whether an Authorization value is `Bearer <token>`, compared in constant time."""
+def presented_bearer(header_value: str | bytes | None) -> bytes | None:
+    """The credential of an Authorization value `Bearer <credential>`, else None."""
     if header_value is None:
-        return False
+        return None
     raw = header_value if isinstance(header_value, bytes) else header_value.encode("utf-8")
     scheme, _, presented = raw.partition(b" ")
-    if scheme.lower() != b"bearer":
-        return False
-    return hmac.compare_digest(presented.strip(), token.encode("utf-8"))
+    return presented.strip() if scheme.lower() == b"bearer" else None
+
+
+def bearer_matches(header_value: str | bytes | None, token: str) -> bool:
+    """Whether an Authorization value is `Bearer <token>`, compared in constant time."""
+    presented = presented_bearer(header_value)
+    return presented is not None and hmac.compare_digest(presented, token.encode("utf-8"))
 
 
 def open_paths(setting: str | None = None) -> frozenset[str]:
@@ -76,42 +80,59 @@ def auth_headers(token: str | None = None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-class BearerAuth:
-    """ASGI middleware: 401 for any HTTP/WebSocket request without the token, except open paths."""
+# A predicate on a presented bearer credential: True leaves the request to an inner check
+# (the gateway's issued keys) instead of refusing it for not being the shared token.
+Delegate = Callable[[bytes], bool]
 
-    def __init__(self, app: Any, token: str, open_paths: frozenset[str]) -> None:
-        self.app, self.token, self.open_paths = app, token, open_paths
+
+class BearerAuth:
+    """ASGI middleware: 401 for any HTTP/WebSocket request without the token, except open paths
+    (and credentials that `delegate` hands to an inner check)."""
+
+    def __init__(
+        self, app: Any, token: str, open_paths: frozenset[str], delegate: Delegate | None = None
+    ) -> None:
+        self.app, self.token, self.open_paths, self.delegate = app, token, open_paths, delegate
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        if bearer_matches(headers.get(b"authorization"), self.token):
+        header = dict(scope.get("headers") or []).get(b"authorization")
+        presented = presented_bearer(header)
+        if bearer_matches(header, self.token) or (
+            presented is not None and self.delegate is not None and self.delegate(presented)
+        ):
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        body = json.dumps({"detail": UNAUTHORIZED_DETAIL}).encode()
-        await send({"type": "http.response.body", "body": body})
+        await refuse(scope, send)
 
 
-def add_bearer_auth(app: Any, token: str | None, open_setting: str | None = None) -> None:
-    """Require `token` on every route of a FastAPI/Starlette app but the open paths (None: open)."""
+async def refuse(
+    scope: dict, send: Callable, status: int = 401, detail: str = UNAUTHORIZED_DETAIL
+) -> None:
+    """Answer an unauthenticated request: a JSON 401 (or `status`), or a closed WebSocket."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    headers = [(b"content-type", b"application/json")]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.body", "body": body})
+
+
+def add_bearer_auth(
+    app: Any, token: str | None, open_setting: str | None = None, delegate: Delegate | None = None
+) -> None:
+    """Require `token` on every route of a FastAPI/Starlette app but the open paths (None: open);
+    credentials `delegate` accepts are left to a check of the app's own."""
     app.state.token = token
     if token:
-        app.add_middleware(BearerAuth, token=token, open_paths=open_paths(open_setting))
+        app.add_middleware(
+            BearerAuth, token=token, open_paths=open_paths(open_setting), delegate=delegate
+        )
 
 
 class TokenInterceptor(grpc.ServerInterceptor):

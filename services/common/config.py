@@ -89,8 +89,10 @@ def grpc_address(service: str) -> str:
 
 def http_url(service: str) -> str:
     """Base URL of the service's HTTP API (env var LLMRL_<S>_URL wins)."""
+    from llmrl.common.tls import http_scheme  # https when the deployment serves TLS
+
     return _env(f"LLMRL_{service.upper()}_URL") or (
-        f"http://{service_host(service)}:{service_port(service)}"
+        f"{http_scheme()}://{service_host(service)}:{service_port(service)}"
     )
 
 

@@ -1,7 +1,8 @@
 """Structured (JSON-lines) logging for every service, with secrets redacted.
 
 Secrets never reach logs: values of environment variables whose name looks secret
-(`*_API_KEY`, `*_TOKEN`, `*SECRET*`, `*PASSWORD*`) and bearer tokens are replaced by
+(`*_API_KEY`, `*_TOKEN`, `*SECRET*`, `*PASSWORD*`), bearer tokens and passwords in URLs
+(`redis://:<password>@host`) are replaced by
 `[REDACTED]` in every record, whatever logger produced it.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 _SECRET_NAME = re.compile(r"(API_KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 _OPENAI_KEY = re.compile(r"sk-[A-Za-z0-9_-]{8,}")
+_URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^:@/\s]*:)[^@/\s]+@", re.IGNORECASE)
 
 
 def secret_values() -> list[str]:
@@ -29,6 +31,7 @@ def redact(text: str, secrets: list[str] | None = None) -> str:
     for value in secrets if secrets is not None else secret_values():
         text = text.replace(value, "[REDACTED]")
     text = _BEARER.sub(r"\1[REDACTED]", text)
+    text = _URL_PASSWORD.sub(r"\1[REDACTED]@", text)  # redis://:<password>@host
     return _OPENAI_KEY.sub("[REDACTED]", text)
 
 

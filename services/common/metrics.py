@@ -87,7 +87,9 @@ def serve_health_and_metrics(
         def log_message(self, *args: Any) -> None:  # keep stderr for structured logs
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    from llmrl.common.tls import wrap_http_server
+
+    server = wrap_http_server(ThreadingHTTPServer((host, port), Handler))  # HTTPS when set
     threading.Thread(target=server.serve_forever, name="health-http", daemon=True).start()
     return server
 
@@ -119,8 +121,12 @@ def serve_app(app: Any, service: str, host: str, port: int) -> None:
     import uvicorn
 
     from llmrl.common.logs import configure_logging, log_event
+    from llmrl.common.tls import uvicorn_options
 
     logger = configure_logging(service)
     log_event(logger, f"{service} listening", host=host, port=port)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5,
+        **uvicorn_options(),  # HTTPS when LLMRL_TLS_CERT/KEY are set
+    )  # fmt: skip
     log_event(logger, f"{service} stopped")

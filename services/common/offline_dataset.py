@@ -143,8 +143,9 @@ class OfflineDataset:
         episodes_seen = int(ids[-1]) + 1 if n else 0
         if episodes_seen != e:
             fail("instructions", f"expected one per episode ({episodes_seen}), got {e}")
-        for name in ("observations", "rewards", "goals"):
-            if not np.isfinite(getattr(self, name)).all():
+        for name in ("observations", "actions", "rewards", "goals", "final_observations"):
+            value = getattr(self, name)
+            if value is not None and value.dtype.kind == "f" and not np.isfinite(value).all():
                 fail(name, "holds non-finite numbers")
 
     # -- conversion ---------------------------------------------------------------------
@@ -364,3 +365,8 @@ class OfflineDataset:
             setattr(dataset, field.name, values.get(field.name, texts.get(field.name)))
         dataset.validate(where=str(path))
         return dataset
+
+
+def concatenate(*datasets: OfflineDataset) -> OfflineDataset:
+    """`OfflineDataset.concatenate` as a function."""
+    return OfflineDataset.concatenate(*datasets)

@@ -217,6 +217,9 @@ class ScoreRequest:
     tag: str = ""
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
+    # set when the caller is gone (disconnect, cancelled RPC): local scoring stops at its next
+    # chunk, or never starts
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     def validate(self, max_candidates: int) -> ScoreRequest:
         if isinstance(self.prompt, list):

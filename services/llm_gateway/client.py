@@ -205,6 +205,7 @@ class GrpcClient(LLMClient):
         import grpc
 
         from llmrl.common.auth import authenticated_channel
+        from llmrl.common.tls import client_channel
         from llmrl.llm_gateway import wire
         from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
         from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
@@ -212,7 +213,7 @@ class GrpcClient(LLMClient):
         self.address = address
         self.timeout_s = timeout_s  # a client-side deadline for every call (None: none)
         self._grpc, self._pb, self._wire = grpc, pb, wire
-        channel = grpc.insecure_channel(
+        channel = client_channel(  # TLS when configured (common.tls)
             address,
             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                      ("grpc.max_send_message_length", 64 * 1024 * 1024)],

@@ -41,6 +41,22 @@ class UnknownModelError(InvalidRequestError):
     kind = "model_not_found"
 
 
+class UnknownResourceError(InvalidRequestError):
+    """A named resource (an issued key's id) does not exist: 404."""
+
+    http_status = 404
+    grpc_code = "NOT_FOUND"
+    kind = "not_found"
+
+
+class PermissionDeniedError(GatewayError):
+    """The credentials are valid but do not allow this (a key limited to other models)."""
+
+    http_status = 403
+    grpc_code = "PERMISSION_DENIED"
+    kind = "permission_denied"
+
+
 class InvalidValueError(InvalidRequestError):
     """A field of the wrong type (a string where a number goes): 422, as FastAPI answers."""
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -47,7 +49,17 @@ from llmrl.llm_gateway.errors import (
     InvalidRequestError,
     RequestTooLargeError,
     RetryableUpstreamError,
+    UnknownResourceError,
     UpstreamError,
+)
+from llmrl.llm_gateway.keys import (
+    KeyRecord,
+    KeyStore,
+    MemoryKeyStore,
+    RedisKeyStore,
+    SqliteKeyStore,
+    digest_of,
+    new_key,
 )
 from llmrl.llm_gateway.ledger import Ledger
 from llmrl.llm_gateway.ledger_store import LedgerStore, RedisLedgerStore, SqliteLedgerStore
@@ -96,6 +108,20 @@ def make_ledger(settings: LedgerSettings, mode: Mode) -> Ledger:
     return Ledger(store, settings.flush_interval_s)
 
 
+def make_key_store(settings: LedgerSettings, mode: Mode) -> KeyStore:
+    """Issued keys live where the ledger does (a SQLite file beside it, or a Redis hash)."""
+    backend = _storage(settings.backend, mode)
+    if backend == "redis":
+        return RedisKeyStore(settings.redis_url or redis_url(), f"{settings.key}:keys")
+    if backend == "sqlite":
+        ledger_path = Path(settings.sqlite_path or home_dir() / "llm_ledger.sqlite")
+        return SqliteKeyStore(ledger_path.with_name("llm_keys.sqlite"))
+    return MemoryKeyStore()
+
+
+MAX_KEY_LIFETIME_S = 10 * 365 * 24 * 3600.0
+
+
 @dataclass
 class _Outcome:
     payload: dict[str, Any]
@@ -120,6 +146,7 @@ class Gateway:
         self.ledger = make_ledger(self.settings.ledger, mode)
         self.metrics = GatewayMetrics(self.ledger)
         self.cache = make_cache(self.settings.cache, mode)
+        self.keys = make_key_store(self.settings.ledger, mode)
         self._backends: dict[str, Backend] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -167,9 +194,10 @@ class Gateway:
         self.settings.model(name)  # UnknownModelError names the configured ones
         if adapter:
             check_adapter(adapter)  # a strict pattern: no path can leave the adapters folder
+        backend_class = registry.get_backend(self.settings.models[name].backend)
+        if op is not None and op not in backend_class.ops:  # refused before loading the model
+            raise backend_class._unsupported_op(name, self.settings.models[name].backend, op)
         backend = self.backend(name)
-        if op is not None and op not in backend.ops:
-            raise backend._unsupported(op)
         return name, adapter, backend
 
     def _fallback_chain(self, name: str) -> list[str]:
@@ -366,6 +394,82 @@ class Gateway:
             raise InvalidRequestError("run_id must be a non-empty string", "run_id")
         self.ledger.set_budget(run_id, usd, calls)
 
+    # -- issued keys -----------------------------------------------------------------------------
+    def create_key(
+        self,
+        budget_usd: float,
+        expires_in_s: float | None = None,
+        models: list[str] | None = None,
+        name: str = "",
+    ) -> tuple[KeyRecord, str]:
+        """Issue a key that may spend `budget_usd` (on `models` only, when given) until it
+        expires: (its record, the key, which is not kept and cannot be shown again)."""
+        if isinstance(budget_usd, bool) or not isinstance(budget_usd, int | float):
+            raise InvalidRequestError("budget_usd must be a number of USD ≥ 0", "budget_usd")
+        if not 0 <= budget_usd < math.inf:
+            raise InvalidRequestError(
+                f"budget_usd must be a finite number ≥ 0; got {budget_usd!r}", "budget_usd"
+            )
+        if expires_in_s is not None and (
+            isinstance(expires_in_s, bool)
+            or not isinstance(expires_in_s, int | float)
+            or not 0 < expires_in_s <= MAX_KEY_LIFETIME_S
+        ):
+            raise InvalidRequestError(
+                f"expires_in_s must be a number of seconds in (0, {MAX_KEY_LIFETIME_S:g}] or "
+                f"null (never); got {expires_in_s!r}",
+                "expires_in_s",
+            )
+        if models is not None:
+            if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+                raise InvalidRequestError("models must be a list of model names", "models")
+            unknown = [m for m in models if m not in self.settings.models]
+            if unknown:
+                raise InvalidRequestError(
+                    f"models: unknown models {unknown}; configured: {list(self.settings.models)}",
+                    "models",
+                )
+        if not isinstance(name, str) or len(name) > 200:
+            raise InvalidRequestError("name must be a string of at most 200 characters", "name")
+        key_id, key = new_key()
+        now = time.time()
+        record = KeyRecord(
+            id=key_id,
+            digest=digest_of(key),
+            budget_usd=float(budget_usd),
+            expires_at=None if expires_in_s is None else now + float(expires_in_s),
+            models=None if models is None else list(dict.fromkeys(models)),
+            name=name,
+            created_at=now,
+        )
+        self.ledger.set_budget(record.run_id, usd=record.budget_usd)
+        self.keys.put(record)
+        return record, key
+
+    def key_rows(self) -> list[dict[str, Any]]:
+        """Every issued key (never the key itself) with what it spent."""
+        rows = []
+        for record in sorted(self.keys.all(), key=lambda r: r.created_at):
+            usage = self.ledger.usage(record.run_id)
+            rows.append(
+                {
+                    **record.public(),
+                    "spent_usd": usage["cost_usd"],
+                    "remaining_usd": usage["budget"]["usd_remaining"],
+                    "requests": usage["requests"],
+                    "usable": record.usable(),
+                }
+            )
+        return rows
+
+    def revoke_key(self, key_id: str) -> KeyRecord:
+        record = self.keys.get(key_id) if isinstance(key_id, str) else None
+        if record is None:
+            raise UnknownResourceError(f"no issued key has the id {key_id!r}", "key_id")
+        record.revoked = True
+        self.keys.put(record)
+        return record
+
     # -- the pipeline ----------------------------------------------------------------------------
     def _execute(
         self,
@@ -455,7 +559,9 @@ class Gateway:
         self, name: str, timeout_s: float | None, call: Callable[[Backend, float], dict[str, Any]]
     ) -> tuple[dict[str, Any], str]:
         """Call model `name`; retry remote failures with backoff, then try its fallbacks."""
-        timeout = timeout_s or self.settings.models[name].timeout_s
+        # a caller may shorten the model's timeout, and lengthen it up to limits.max_timeout_s
+        timeout = min(timeout_s or self.settings.models[name].timeout_s,
+                      self.settings.limits.max_timeout_s)  # fmt: skip
         deadline = time.monotonic() + timeout
         last: RetryableUpstreamError | None = None
         chain = self._fallback_chain(name)
@@ -523,3 +629,4 @@ class Gateway:
         self._backends.clear()
         self.cache.close()
         self.ledger.close()
+        self.keys.close()

@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from llmrl.common.auth import server_interceptors
 from llmrl.common.logs import log_event
+from llmrl.common.tls import add_grpc_port
 from llmrl.llm_gateway import wire
+from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
 from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
@@ -22,30 +24,47 @@ from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 log = logging.getLogger("llmrl.llm_gateway.grpc")
 ERROR_KIND_KEY = "llmrl-error-kind"
 ERROR_FIELD_KEY = "llmrl-error-field"
+MAX_DEADLINE_S = 3600.0  # a longer time remaining means no deadline worth honouring
+ModelRequest = TypeVar("ModelRequest", GenerateRequest, ScoreRequest)
+
+
+def bound(context: grpc.ServicerContext, request: ModelRequest) -> ModelRequest:
+    """`request` tied to its RPC: cancelled when the RPC ends first (the client cancelled or
+    left, or the deadline passed: a local model drops it from its queue or stops it at its
+    next step or chunk), and timed out no later than the client's deadline."""
+    if not context.add_callback(request.abandoned.set):  # runs when the RPC ends, however
+        request.abandoned.set()  # it has ended already
+    remaining = context.time_remaining()
+    if remaining is not None and remaining < MAX_DEADLINE_S:
+        limit = max(remaining, 0.001)
+        request.timeout_s = limit if request.timeout_s is None else min(request.timeout_s, limit)
+    return request
 
 
 class GatewayServicer(pb_grpc.LlmGatewayServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self._handlers: dict[str, Callable[[Any], pb.GatewayResponse]] = {
-            "chat": lambda m: pb.GatewayResponse(
-                chat=wire.chat_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
+        self._handlers: dict[str, Callable[[Any, grpc.ServicerContext], pb.GatewayResponse]] = {
+            "chat": lambda m, c: pb.GatewayResponse(
+                chat=wire.chat_result_to_pb(gateway.generate(bound(c, wire.generate_from_pb(m))))
             ),
-            "completion": lambda m: pb.GatewayResponse(
-                completion=wire.completion_result_to_pb(gateway.generate(wire.generate_from_pb(m)))
+            "completion": lambda m, c: pb.GatewayResponse(
+                completion=wire.completion_result_to_pb(
+                    gateway.generate(bound(c, wire.generate_from_pb(m)))
+                )
             ),
-            "score": lambda m: pb.GatewayResponse(
-                score=wire.score_result_to_pb(gateway.score(wire.score_from_pb(m)))
+            "score": lambda m, c: pb.GatewayResponse(
+                score=wire.score_result_to_pb(gateway.score(bound(c, wire.score_from_pb(m))))
             ),
-            "embed": lambda m: pb.GatewayResponse(
+            "embed": lambda m, c: pb.GatewayResponse(
                 embed=wire.embed_result_to_pb(gateway.embed(wire.embed_from_pb(m)))
             ),
-            "count_tokens": self._count_tokens,
-            "usage": lambda m: pb.GatewayResponse(
+            "count_tokens": lambda m, _c: self._count_tokens(m),
+            "usage": lambda m, _c: pb.GatewayResponse(
                 usage=wire.usage_to_pb(gateway.usage(m.run_id or "default"))
             ),
-            "set_budget": self._set_budget,
-            "list_models": lambda m: pb.GatewayResponse(
+            "set_budget": lambda m, _c: self._set_budget(m),
+            "list_models": lambda m, _c: pb.GatewayResponse(
                 list_models=wire.models_to_pb(gateway.models())
             ),
         }
@@ -78,7 +97,7 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
                     + ", ".join(self._handlers),
                     "payload",
                 )
-            return self._handlers[kind](getattr(request, kind))
+            return self._handlers[kind](getattr(request, kind), context)
         except GatewayError as exc:
             self._abort(context, exc)
         except Exception as exc:  # a bug must not take the server down
@@ -107,7 +126,7 @@ def start_grpc_server(
         interceptors=server_interceptors(token),
     )  # fmt: skip
     pb_grpc.add_LlmGatewayServicer_to_server(GatewayServicer(gateway), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = add_grpc_port(server, f"{host}:{port}")  # TLS when configured (common.tls)
     if bound == 0:
         raise OSError(f"cannot bind the gRPC port {host}:{port}")
     server.start()

@@ -11,7 +11,9 @@ Run, tag and cache policy travel in headers (so an unmodified OpenAI client can 
     X-LLMRL-Cache: auto|bypass|always
     X-LLMRL-Timeout: <seconds>
 Gateway endpoints: POST /v1/score, POST /v1/count_tokens, GET /v1/usage/{run_id},
-PUT /v1/budgets/{run_id} ({"usd": .., "calls": ..}), GET /health, GET /metrics.
+PUT /v1/budgets/{run_id} ({"usd": .., "calls": ..}), GET /health, GET /metrics; issued keys:
+POST /v1/keys, GET /v1/keys, DELETE /v1/keys/{key_id} (routes_keys; a client holding a key
+spends only its budget, under the run `key:<id>`).
 
 Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}: 400 for a malformed
 request (param names the field), 404 for an unknown model, 429 when the run's budget is spent
@@ -33,9 +35,17 @@ from fastapi.responses import JSONResponse
 
 from llmrl.common.auth import add_bearer_auth
 from llmrl.common.http import ERROR_RESPONSES, guard_app
-from llmrl.llm_gateway import routes_accounting, routes_openai, routes_scoring, routes_service
+from llmrl.llm_gateway import (
+    routes_accounting,
+    routes_keys,
+    routes_openai,
+    routes_scoring,
+    routes_service,
+)
 from llmrl.llm_gateway.errors import GatewayError
 from llmrl.llm_gateway.gateway import Gateway
+from llmrl.llm_gateway.key_auth import GatewayKeyAuth
+from llmrl.llm_gateway.keys import looks_like_key
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
@@ -69,12 +79,17 @@ def create_app(gateway: Gateway, token: str | None = None) -> FastAPI:
         title="llmrl LLM gateway",
         description="OpenAI-compatible API with caching, cost ledger and budgets.",
         version="1",
-        responses=ERROR_RESPONSES,
+        responses={
+            **ERROR_RESPONSES,
+            403: {"description": "An issued key may not call this endpoint or model"},
+        },
         exception_handlers={GatewayError: _gateway_error},
     )
     guard_app(app, gateway.settings.limits.max_body_bytes, openai_error_body)
     app.state.gateway = gateway  # what the routers' GatewayDep reads
-    for routes in (routes_service, routes_openai, routes_scoring, routes_accounting):
+    for routes in (routes_service, routes_openai, routes_scoring, routes_accounting, routes_keys):
         app.include_router(routes.router)
-    add_bearer_auth(app, token)
+    # outermost first: the shared token (keys left to the next), the issued keys, the body guard
+    app.add_middleware(GatewayKeyAuth, keys=gateway.keys)
+    add_bearer_auth(app, token, delegate=looks_like_key)
     return app

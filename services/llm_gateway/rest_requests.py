@@ -4,14 +4,19 @@ the `llmrl` extras every model answer carries."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from llmrl.llm_gateway.api_types import GenerateRequest, cache_policy
-from llmrl.llm_gateway.errors import InvalidRequestError
+from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest, cache_policy
+from llmrl.llm_gateway.errors import InvalidRequestError, PermissionDeniedError
 from llmrl.llm_gateway.gateway import Gateway
+from llmrl.llm_gateway.key_auth import STATE_FIELD
+from llmrl.llm_gateway.keys import KeyRecord
 
 
 def gateway_of(request: Request) -> Gateway:
@@ -52,23 +57,58 @@ MESSAGES: dict[str, Any] = {
 METADATA: dict[str, Any] = {"type": "object", "properties": {"run_id": STRING, "tag": STRING}}
 
 
-def request_context(request: Request, body: dict[str, Any]) -> dict[str, Any]:
-    """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body."""
+def request_context(
+    request: Request, body: dict[str, Any], default_model: str | None = None
+) -> dict[str, Any]:
+    """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body. A request
+    made with an issued key runs as the key's run (its budget), on the models it allows
+    (`default_model`: the model the route uses when the body names none)."""
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidRequestError("metadata must be an object", "metadata")
     run_id = request.headers.get("x-llmrl-run") or metadata.get("run_id") or "default"
+    key: KeyRecord | None = getattr(request.state, STATE_FIELD, None)
+    if key is not None:
+        run_id = key.run_id
+        _check_key_model(key, body.get("model") or default_model)
     tag = request.headers.get("x-llmrl-tag") or metadata.get("tag") or ""
     cache: Any = request.headers.get("x-llmrl-cache") or body.get("cache", True)
-    timeout: Any = request.headers.get("x-llmrl-timeout")
-    if timeout is not None:
-        try:
-            timeout = float(timeout)
-        except ValueError:
-            raise InvalidRequestError(
-                f"X-LLMRL-Timeout must be a number of seconds; got {timeout!r}", "X-LLMRL-Timeout"
-            ) from None
+    timeout = _timeout_header(request)
     return {"run_id": run_id, "tag": tag, "cache": cache_policy(cache), "timeout_s": timeout}
+
+
+def _timeout_header(request: Request) -> float | None:
+    """X-LLMRL-Timeout in seconds, capped at the gateway's `limits.max_timeout_s`."""
+    raw = request.headers.get("x-llmrl-timeout")
+    if raw is None:
+        return None
+    cap = gateway_of(request).settings.limits.max_timeout_s
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = math.nan
+    if not timeout > 0 or math.isinf(timeout):
+        raise InvalidRequestError(
+            f"X-LLMRL-Timeout must be a number of seconds > 0 (at most {cap:g} are used, "
+            f"limits.max_timeout_s); got {raw!r}",
+            "X-LLMRL-Timeout",
+        )
+    return min(timeout, cap)
+
+
+def key_models(request: Request) -> list[str] | None:
+    """The models the request's issued key may call (None: no key, or every model)."""
+    key: KeyRecord | None = getattr(request.state, STATE_FIELD, None)
+    return None if key is None else key.models
+
+
+def _check_key_model(key: KeyRecord, model: Any) -> None:
+    if key.models is None or not isinstance(model, str):
+        return  # every model; a malformed name is refused later, naming the field
+    if model.partition(":")[0] not in key.models:
+        raise PermissionDeniedError(
+            f"model: this key may only call the models {key.models}", "model"
+        )
 
 
 def text_content(messages: Any) -> Any:
@@ -118,18 +158,17 @@ async def in_thread(fn: Any, *args: Any) -> Any:
 DISCONNECT_POLL_S = 0.25
 
 
-async def generate_unless_disconnected(
-    request: Request, gateway: Gateway, generate: GenerateRequest
+async def unless_disconnected(
+    request: Request, operation: Callable[[Any], Any], model_request: GenerateRequest | ScoreRequest
 ) -> Any:
-    """`gateway.generate(generate)` off the event loop; when the client disconnects first,
-    the request is marked abandoned, so a local model stops generating it at its next step
-    instead of holding the model for a caller that is gone."""
-    import asyncio
-
-    call = asyncio.ensure_future(in_thread(gateway.generate, generate))
+    """`operation(model_request)` (a gateway's generate or score) off the event loop; when the
+    client disconnects first, the request is marked abandoned, so a local model drops it from
+    its queue, or stops it at its next decoding step or scoring chunk, instead of holding the
+    model for a caller that is gone."""
+    call = asyncio.ensure_future(in_thread(operation, model_request))
     while not call.done():
         await asyncio.wait({call}, timeout=DISCONNECT_POLL_S)
         if not call.done() and await request.is_disconnected():
-            generate.abandoned.set()
+            model_request.abandoned.set()
             break
     return await call

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from llmrl.llm_gateway.api_types import ChatResult, EmbedRequest, GenerateRequest, GuidedLines
 from llmrl.llm_gateway.errors import InvalidRequestError
+from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.rest_requests import (
     MESSAGES,
     METADATA,
@@ -21,12 +23,13 @@ from llmrl.llm_gateway.rest_requests import (
     GatewayDep,
     cache_header,
     declared_body,
-    generate_unless_disconnected,
     in_thread,
     json_body,
+    key_models,
     llmrl_extra,
     request_context,
     text_content,
+    unless_disconnected,
 )
 
 router = APIRouter()
@@ -112,14 +115,47 @@ def _reasons(result: ChatResult) -> list[str]:
 
 
 @router.get("/v1/models")
-def list_models(gateway: GatewayDep) -> dict[str, Any]:
+def list_models(request: Request, gateway: GatewayDep) -> dict[str, Any]:
+    allowed = key_models(request)  # an issued key sees the models it may call
     return {
         "object": "list",
         "data": [
             {"id": m["id"], "object": "model", "created": 0, "owned_by": "llmrl", **m}
             for m in gateway.models()
+            if allowed is None or m["id"] in allowed
         ],
     }
+
+
+async def _generation_answer(
+    request: Request,
+    gateway: Gateway,
+    body: dict[str, Any],
+    prompt: dict[str, Any],
+    kind: str,
+    choice: Callable[[str], dict[str, Any]],
+) -> JSONResponse:
+    """What chat and plain completions share: generate from `prompt` (messages or a prompt) and
+    the body's generation fields, then answer in OpenAI's shape, `choice(text)` giving each
+    choice's content (a message or a text)."""
+    context = request_context(request, body, gateway.settings.default_model)
+    generate = GenerateRequest(**prompt, **_generation_fields(body), **context)
+    result = await unless_disconnected(request, gateway.generate, generate)
+    choices = [
+        {"index": i, **choice(text), "finish_reason": reason, "logprobs": None}
+        for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))
+    ]
+    prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
+    response = {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": result.model,
+        "choices": choices,
+        "usage": _usage(result),
+        "llmrl": llmrl_extra(result, context["run_id"]),
+    }
+    return JSONResponse(response, headers=cache_header(result))
 
 
 @router.post(
@@ -131,30 +167,10 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     _refuse_unsupported(body)
     if "messages" not in body:
         raise InvalidRequestError("messages is required", "messages")
-    context = request_context(request, body)
-    generate = GenerateRequest(
-        messages=text_content(body["messages"]), **_generation_fields(body), **context
-    )
-    result = await generate_unless_disconnected(request, gateway, generate)
-    choices = [
-        {
-            "index": i,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": reason,
-            "logprobs": None,
-        }
-        for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))
-    ]
-    response = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": result.model,
-        "choices": choices,
-        "usage": _usage(result),
-        "llmrl": llmrl_extra(result, context["run_id"]),
-    }
-    return JSONResponse(response, headers=cache_header(result))
+    return await _generation_answer(
+        request, gateway, body, {"messages": text_content(body["messages"])}, "chat.completion",
+        lambda text: {"message": {"role": "assistant", "content": text}},
+    )  # fmt: skip
 
 
 @router.post(
@@ -168,23 +184,10 @@ async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise InvalidRequestError("prompt must be a string (or a list of one string)", "prompt")
-    context = request_context(request, body)
-    generate = GenerateRequest(prompt=prompt, **_generation_fields(body), **context)
-    result = await generate_unless_disconnected(request, gateway, generate)
-    choices = [
-        {"index": i, "text": text, "finish_reason": reason, "logprobs": None}
-        for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))
-    ]
-    response = {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": result.model,
-        "choices": choices,
-        "usage": _usage(result),
-        "llmrl": llmrl_extra(result, context["run_id"]),
-    }
-    return JSONResponse(response, headers=cache_header(result))
+    return await _generation_answer(
+        request, gateway, body, {"prompt": prompt}, "text_completion",
+        lambda text: {"text": text},
+    )  # fmt: skip
 
 
 @router.post(
@@ -211,7 +214,7 @@ async def embeddings(request: Request, gateway: GatewayDep) -> JSONResponse:
         )
     if body.get("dimensions") is not None:
         raise InvalidRequestError("dimensions is not supported; leave it unset", "dimensions")
-    context = request_context(request, body)
+    context = request_context(request, body, gateway.settings.default_embedding_model)
     embed = EmbedRequest(texts=texts, model=body.get("model"), **context)  # type: ignore[arg-type]
     result = await in_thread(gateway.embed, embed)
     vectors = np.ascontiguousarray(result.vectors, dtype="<f4")

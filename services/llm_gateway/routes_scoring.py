@@ -22,6 +22,7 @@ from llmrl.llm_gateway.rest_requests import (
     llmrl_extra,
     request_context,
     text_content,
+    unless_disconnected,
 )
 
 router = APIRouter()
@@ -41,14 +42,14 @@ router = APIRouter()
 )
 async def score(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
-    context = request_context(request, body)
+    context = request_context(request, body, gateway.settings.default_model)
     score_request = ScoreRequest(
         prompt=text_content(body.get("prompt")),
         candidates=body.get("candidates"),  # type: ignore[arg-type]
         model=body.get("model"),
         **context,
     )
-    result = await in_thread(gateway.score, score_request)
+    result = await unless_disconnected(request, gateway.score, score_request)
     response = {
         "object": "score",
         "model": result.model,

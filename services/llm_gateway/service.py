@@ -15,6 +15,7 @@ import uvicorn
 
 from llmrl.common.auth import configured_token
 from llmrl.common.logs import configure_logging, log_event
+from llmrl.common.tls import server_tls, uvicorn_options
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.grpc_server import start_grpc_server
 from llmrl.llm_gateway.rest import create_app
@@ -32,7 +33,8 @@ class RestServer:
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind((host, port))
         self.host, self.port = host, self.socket.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, **uvicorn_options())
+        self.scheme = "https" if server_tls() else "http"
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
@@ -40,7 +42,7 @@ class RestServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def start(self) -> RestServer:
         self.thread.start()
@@ -67,7 +69,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     )  # fmt: skip
     config = uvicorn.Config(
         create_app(gateway, token), host=host, port=port, log_level="warning", access_log=False,
-        timeout_graceful_shutdown=int(GRACE_S),
+        timeout_graceful_shutdown=int(GRACE_S), **uvicorn_options(),
     )  # fmt: skip
     # uvicorn catches SIGTERM/SIGINT, shuts down gracefully, then re-raises the signal to the
     # handler that was installed before it: make that one a no-op so we can clean up and exit 0.

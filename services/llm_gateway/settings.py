@@ -63,6 +63,9 @@ class ModelConfig(_Strict):
     max_batch_size: int = Field(8, ge=1)
     max_wait_ms: float = Field(5.0, ge=0)
     max_context_tokens: int = Field(4096, ge=16)
+    # hf scoring: candidate rows × (prompt + candidate) tokens per forward pass (bounds memory;
+    # a cancelled score stops between passes)
+    score_chunk_tokens: int = Field(32_768, ge=16)
     # LoRA adapters: name -> version -> directory (peft save_pretrained output)
     adapters: dict[str, dict[str, str]] = Field(default_factory=dict)
 
@@ -91,6 +94,8 @@ class Limits(_Strict):
     max_body_bytes: int = Field(4 << 20, ge=1024)  # REST request bodies (413)
     max_prompt_tokens: int = Field(32_768, ge=16)  # prompt + candidates of one score/chat (413)
     max_embed_chars: int = Field(1 << 20, ge=1)  # all texts of one embedding request (413)
+    # the longest timeout a request may ask for (X-LLMRL-Timeout, timeout_s, a gRPC deadline)
+    max_timeout_s: float = Field(600.0, gt=0, le=3600)
 
 
 class GatewaySettings(_Strict):

@@ -8,6 +8,12 @@ orchestrator and N rollout workers, each with the same command as its docker-com
 in this version is reported and skipped, never imitated. Logs go to LLMRL_HOME/logs/<name>.log.
 Ctrl-C or SIGTERM stops everything: workers first, Redis last.
 
+The Redis it starts requires a password (LLMRL_REDIS_PASSWORD when set, else one generated per
+`llmrl up`), written to a config file only its owner can read (never on a command line), and
+passed to every process inside LLMRL_REDIS_URL (`redis://:<password>@host:port/0`) and as
+LLMRL_REDIS_PASSWORD, whose value the services' log formatter redacts; what `llmrl up` prints
+shows the URL masked.
+
 The deployment is closed: every service requires one shared token (LLMRL_TOKEN; the user's
 when set, else one generated per `llmrl up` and printed), which every process gets in its
 environment. Children die with the launcher, even when it is SIGKILLed (launcher_safety), and
@@ -19,6 +25,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 from rich.console import Console
@@ -36,6 +44,7 @@ from rich.table import Table
 from llmrl.common import config as cfg
 from llmrl.common.auth import TOKEN_VAR, configured_token, generate_token
 from llmrl.common.console import output_console
+from llmrl.common.tls import http_scheme, http_verify
 from llmrl.orchestrator.launcher_safety import die_with_parent, port_holder, port_listened
 
 # Start order; shutdown goes the other way.
@@ -51,6 +60,7 @@ class ProcessSpec:
     health_url: str | None = None
     program: str = "llmrl"
     ports: dict[str, int] = field(default_factory=dict)  # what it listens on, e.g. {"HTTP": 8000}
+    password: str | None = field(default=None, repr=False)  # Redis: its requirepass
 
     def argv(self) -> list[str]:
         if self.program == "llmrl":
@@ -83,6 +93,44 @@ def redis_command(port: int, data_dir: Path) -> list[str]:
     ]
 
 
+REDIS_PASSWORD_VAR = "LLMRL_REDIS_PASSWORD"
+
+
+def redis_url_with_password(port: int, password: str, host: str = "127.0.0.1") -> str:
+    return f"redis://:{quote(password, safe='')}@{host}:{port}/0"
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password (if any) replaced by ***, for printing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def check_redis_password(password: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{16,}", password):
+        raise SystemExit(
+            f"llmrl up: {REDIS_PASSWORD_VAR} must be at least 16 characters of letters, digits "
+            "and ._~+/=- (try: openssl rand -hex 32)"
+        )
+    return password
+
+
+def write_redis_config(data_dir: Path, password: str) -> Path:
+    """A config file with `requirepass`, readable by its owner only (a password given on the
+    command line would show in `ps`)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / "llmrl-redis.conf"
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(f'requirepass "{password}"\n')
+    return path
+
+
 def service_available(service: str) -> bool:
     return importlib.util.find_spec(f"llmrl.{service}.service") is not None
 
@@ -103,13 +151,21 @@ def free_port() -> int:
 
 
 def plan_processes(
-    workers: int, redis_url: str, home: Path, console: Console, token: str | None = None
+    workers: int,
+    redis_url: str,
+    home: Path,
+    console: Console,
+    token: str | None = None,
+    redis_password: str | None = None,
 ) -> tuple[list[ProcessSpec], list[str]]:
-    """The processes to start (each given `token` as LLMRL_TOKEN) and notes on what is skipped."""
+    """The processes to start (each given `token` as LLMRL_TOKEN and the Redis password, whose
+    value their logs redact) and notes on what is skipped."""
     notes: list[str] = []
     env = {"LLMRL_REDIS_URL": redis_url, "LLMRL_HOME": str(home)}
     if token:
         env[TOKEN_VAR] = token
+    if redis_password:
+        env[REDIS_PASSWORD_VAR] = redis_password
     if not service_available("simulator"):
         env["LLMRL_SIMULATOR_ADDRESS"] = "local"
         notes.append("workers and recipes play in-process worlds (no simulator service)")
@@ -119,7 +175,7 @@ def plan_processes(
         if not service_available(service):
             notes.append(f"{service}: not implemented in this version of llmrl (skipped)")
             continue
-        url = f"http://{cfg.service_host(service)}:{cfg.service_port(service)}/health"
+        url = f"{http_scheme()}://{cfg.service_host(service)}:{cfg.service_port(service)}/health"
         ports = {"HTTP": cfg.service_port(service)}
         if cfg.DEFAULT_PORTS[service].grpc is not None:
             ports["gRPC"] = cfg.service_grpc_port(service)
@@ -127,7 +183,7 @@ def plan_processes(
     base_port = cfg.service_port("worker")
     for i in range(1, workers + 1):
         worker_env = {**env, "LLMRL_WORKER_PORT": str(base_port + i - 1)}
-        url = f"http://127.0.0.1:{base_port + i - 1}/health"
+        url = f"{http_scheme()}://127.0.0.1:{base_port + i - 1}/health"
         ports = {"HTTP": base_port + i - 1}
         specs.append(
             ProcessSpec(f"worker-{i}", commands[f"worker-{i}"], worker_env, url, ports=ports)
@@ -183,7 +239,8 @@ class Launcher:
             if spec.health_url is None:
                 return "started"
             try:
-                if httpx.get(spec.health_url, timeout=1.0).status_code == 200:
+                answer = httpx.get(spec.health_url, timeout=1.0, verify=http_verify())
+                if answer.status_code == 200:
                     return "ready"
             except httpx.HTTPError:
                 pass
@@ -202,8 +259,9 @@ class Launcher:
                     proc.wait()
 
 
-def redis_spec(home: Path, port: int | None = None) -> ProcessSpec:
-    """Redis on `port` (default 6379 when free, else any free port), AOF under home/redis."""
+def redis_spec(home: Path, port: int | None = None, password: str | None = None) -> ProcessSpec:
+    """Redis on `port` (default 6379 when free, else any free port), AOF under home/redis,
+    requiring `password` (given in its config file, see `start_redis`)."""
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not on PATH; install Redis or pass --redis-url")
     if port is None:
@@ -211,13 +269,20 @@ def redis_spec(home: Path, port: int | None = None) -> ProcessSpec:
     data_dir = home / "redis"
     spec = ProcessSpec("redis", redis_command(port, data_dir), program="redis-server")
     spec.ports = {"Redis": port}
+    spec.password = password
     return spec
 
 
 def start_redis(launcher: Launcher, spec: ProcessSpec) -> tuple[str, subprocess.Popen]:
-    (launcher.home / "redis").mkdir(parents=True, exist_ok=True)
+    """Start the Redis of `spec` and wait for it; its URL (with the password) and process."""
+    data_dir = launcher.home / "redis"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    password = spec.password
+    port = spec.ports["Redis"]
+    if password:  # the config file comes first on redis-server's command line
+        spec.args = [str(write_redis_config(data_dir, password)), *redis_command(port, data_dir)]
     proc = launcher.start(spec)
-    url = f"redis://127.0.0.1:{spec.ports['Redis']}/0"
+    url = redis_url_with_password(port, password) if password else f"redis://127.0.0.1:{port}/0"
     import redis
 
     client = redis.Redis.from_url(url)
@@ -248,10 +313,15 @@ def up(
     home_dir.mkdir(parents=True, exist_ok=True)
     generated = configured_token() is None
     token = configured_token() or generate_token()  # a user-set LLMRL_TOKEN wins
-    own_redis = redis_spec(home_dir, redis_port) if redis_url is None else None
-    if own_redis is not None:
-        redis_url = f"redis://127.0.0.1:{own_redis.ports['Redis']}/0"
-    specs, notes = plan_processes(workers, redis_url, home_dir, console, token)
+    redis_password = None
+    own_redis = None
+    if redis_url is None:
+        redis_password = check_redis_password(
+            os.environ.get(REDIS_PASSWORD_VAR) or generate_token()
+        )
+        own_redis = redis_spec(home_dir, redis_port, redis_password)
+        redis_url = redis_url_with_password(own_redis.ports["Redis"], redis_password)
+    specs, notes = plan_processes(workers, redis_url, home_dir, console, token, redis_password)
     problems = taken_ports(([own_redis] if own_redis else []) + specs)
     if problems:
         raise SystemExit("llmrl up: cannot start:\n  " + "\n  ".join(problems))
@@ -269,7 +339,7 @@ def up(
         if own_redis is not None:
             redis_url, proc = start_redis(launcher, own_redis)
             state = "ready" if proc.poll() is None else f"exited ({proc.returncode})"
-            table.add_row("redis", str(proc.pid), state, redis_url + " (AOF)")
+            table.add_row("redis", str(proc.pid), state, masked_url(redis_url) + " (AOF)")
         # All at once (each connects to the others lazily), then wait for each to be healthy.
         started = [(spec, launcher.start(spec)) for spec in specs]
         for spec, proc in started:

@@ -7,6 +7,7 @@ LLMRL_ORCHESTRATOR_TOKEN).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from llmrl.common.auth import auth_headers
 from llmrl.common.console import output_console
+from llmrl.common.tls import http_verify
 
 FINAL_STATES = ("completed", "failed", "cancelled")
 
@@ -23,7 +25,9 @@ FINAL_STATES = ("completed", "failed", "cancelled")
 class OrchestratorClient:
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         headers = auth_headers(token)
-        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout, verify=http_verify()
+        )
 
     def _json(self, response: httpx.Response) -> Any:
         if response.is_error:
@@ -72,23 +76,25 @@ class OrchestratorClient:
     def wait_experiment(
         self, experiment_id: str, timeout: float = 3600.0, interval: float = 0.5
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            experiment = self.experiment(experiment_id)
-            if experiment["status"] in FINAL_STATES or time.monotonic() > deadline:
-                return experiment
-            time.sleep(interval)
+        return _until_final(lambda: self.experiment(experiment_id), timeout, interval)
 
     def wait(self, run_id: str, timeout: float = 3600.0, interval: float = 0.5) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            run = self.run(run_id)
-            if run["status"] in FINAL_STATES or time.monotonic() > deadline:
-                return run
-            time.sleep(interval)
+        return _until_final(lambda: self.run(run_id), timeout, interval)
 
     def close(self) -> None:
         self.http.close()
+
+
+def _until_final(
+    fetch: Callable[[], dict[str, Any]], timeout: float, interval: float
+) -> dict[str, Any]:
+    """Poll a run's or an experiment's state until it is final (or `timeout` passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = fetch()
+        if state["status"] in FINAL_STATES or time.monotonic() > deadline:
+            return state
+        time.sleep(interval)
 
 
 class OrchestratorError(click.ClickException):
@@ -115,22 +121,38 @@ def _print_run(console: Console, run: dict[str, Any]) -> None:
     console.print(table)
 
 
-def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False) -> None:
+def _submit_and_follow(
+    url: str,
+    kind: str,
+    submit: Callable[[OrchestratorClient], dict[str, Any]],
+    follow: Callable[[OrchestratorClient, str], dict[str, Any]],
+    show: Callable[[Console, dict[str, Any]], None],
+    wait: bool,
+) -> None:
+    """Submit a run or an experiment (`kind`) and print its id; with `wait`, follow it to a
+    final state, show it, and fail unless it completed."""
     console = output_console()
     client = _connect(url)
+    id_key = f"{kind}_id"
     try:
-        run = client.submit(recipe, config)
-        console.print(run["run_id"])
+        submitted = submit(client)
+        console.print(submitted[id_key])
         if wait:
-            with console.status(f"waiting for {run['run_id']}"):
-                final = client.wait(run["run_id"])
-            _print_run(console, final)
+            with console.status(f"waiting for {submitted[id_key]}"):
+                final = follow(client, submitted[id_key])
+            show(console, final)
             if final["status"] != "completed":
-                raise click.ClickException(f"run {final['run_id']} {final['status']}")
+                raise click.ClickException(f"{kind} {final[id_key]} {final['status']}")
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc
     finally:
         client.close()
+
+
+def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False) -> None:
+    _submit_and_follow(
+        url, "run", lambda c: c.submit(recipe, config), OrchestratorClient.wait, _print_run, wait
+    )
 
 
 def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
@@ -170,21 +192,14 @@ def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
 
 
 def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) -> None:
-    console = output_console()
-    client = _connect(url)
-    try:
-        experiment = client.submit_experiment(spec)
-        console.print(experiment["experiment_id"])
-        if wait:
-            with console.status(f"waiting for {experiment['experiment_id']}"):
-                final = client.wait_experiment(experiment["experiment_id"])
-            print_experiment(console, final)
-            if final["status"] != "completed":
-                raise click.ClickException(f"experiment {final['experiment_id']} {final['status']}")
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc
-    finally:
-        client.close()
+    _submit_and_follow(
+        url,
+        "experiment",
+        lambda c: c.submit_experiment(spec),
+        OrchestratorClient.wait_experiment,
+        print_experiment,
+        wait,
+    )
 
 
 def cli_status(run_id: str | None, url: str) -> None:

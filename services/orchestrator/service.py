@@ -153,6 +153,8 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     """Serve the REST API until SIGTERM/SIGINT (runs in flight resume at the next start)."""
     import uvicorn
 
+    from llmrl.common.tls import uvicorn_options
+
     configure_logging("orchestrator")
     load_plugins()
     manager = build_manager(settings)
@@ -160,4 +162,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     max_body = configured_max_body_bytes(settings.get("max_body_bytes"), DEFAULT_MAX_BODY_BYTES)
     app = create_app(manager, token, max_body)
     log_event(log, "orchestrator listening", host=host, port=port, auth=token is not None)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5,
+        **uvicorn_options(),  # HTTPS when LLMRL_TLS_CERT/KEY are set
+    )  # fmt: skip

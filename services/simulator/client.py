@@ -22,6 +22,7 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
 from gymnasium import spaces
 
 from llmrl.common.auth import authenticated_channel
+from llmrl.common.tls import client_channel
 from llmrl.simulator.actions import as_box_dtype
 from llmrl.simulator.specs import (
     ACTION_UIDS,
@@ -56,7 +57,7 @@ class RemoteWorld:
         self.num_envs = num_envs
         self.seed = seed
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        self._channel = authenticated_channel(grpc.insecure_channel(address, options=options))
+        self._channel = authenticated_channel(client_channel(address, options))  # TLS if set
         self._connection = dm_connection.Connection(self._channel)
         self.world_name: str | None = None
         settings = {"env": env, "num_envs": num_envs, **env_kwargs}

@@ -52,6 +52,7 @@ from google.rpc import status_pb2
 from llmrl.common.auth import server_interceptors
 from llmrl.common.logs import log_event
 from llmrl.common.registry import UnavailableError
+from llmrl.common.tls import add_grpc_port
 from llmrl.simulator.actions import describe_action_space
 from llmrl.simulator.specs import ACTION_UIDS, unpack_tensor, world_specs
 from llmrl.simulator.world import World, WorldError
@@ -469,7 +470,7 @@ def create_server(
     )
     dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(servicer, server)
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = add_grpc_port(server, f"{host}:{port}")  # TLS when configured
     except RuntimeError:
         bound = 0
     if bound == 0:

@@ -58,9 +58,13 @@ def _shard_main(
 
 
 def _portable(exc: BaseException) -> BaseException:
-    """The exception itself when it pickles, else a RuntimeError with its traceback."""
-    if isinstance(exc, WorldError | ValueError | TypeError | KeyError):
+    """The exception itself when its kind tells the caller what to fix (a setting refused, a
+    file missing, memory exhausted: the server answers INVALID_ARGUMENT naming the setting, as
+    for a world in one process), else a RuntimeError with its traceback."""
+    if isinstance(exc, WorldError | ValueError | TypeError | KeyError | MemoryError):
         return exc
+    if isinstance(exc, OSError):  # rebuilt: a subclass's extra state may not pickle
+        return OSError(exc.errno, exc.strerror, exc.filename) if exc.errno else OSError(str(exc))
     return RuntimeError("".join(traceback.format_exception(exc)))
 
 

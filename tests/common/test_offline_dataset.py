@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmrl.common.offline_dataset import DatasetFormatError, OfflineDataset
+from llmrl.common.offline_dataset import DatasetFormatError, OfflineDataset, concatenate
 
 
 def make_dataset(lengths=(3, 2), obs_dim=4, discrete=True, seed=0, source="scripted"):
@@ -95,6 +95,7 @@ def rewrite(path, **changes):
         ({"final_observations": np.zeros((2, 3), np.float32)}, "final_observations", "columns"),
         ({"instructions": None}, "instructions", "missing"),
         ({"source": np.array("dreamed")}, "source", "imagined"),
+        ({"rewards": np.array([0, 1, np.nan, 0, 0], np.float32)}, "rewards", "non-finite"),
     ],
 )
 def test_a_wrong_file_names_the_file_and_the_field(tmp_path, change, field, problem):
@@ -136,7 +137,7 @@ def test_building_in_memory_checks_too():
 
 def test_episodes_and_concatenate():
     a, b = make_dataset((3, 2), seed=1), make_dataset((4,), seed=2, source="imagined")
-    both = OfflineDataset.concatenate(a, b)
+    both = concatenate(a, b)
     assert len(both) == 9 and both.num_episodes == 3 and both.source == "scripted"
     assert both.episode_ids.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
     episodes = list(both.episodes())

@@ -4,7 +4,6 @@ provider and a private Redis, all on 127.0.0.1."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -19,19 +18,6 @@ from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.service import RestServer
-
-
-@pytest.fixture(scope="session", autouse=True)
-def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """LLMRL_HOME in a temporary folder: nothing a test forgets to place lands in ./.llmrl."""
-    home = tmp_path_factory.mktemp("llmrl-home")
-    previous = os.environ.get("LLMRL_HOME")
-    os.environ["LLMRL_HOME"] = str(home)
-    yield home
-    if previous is None:
-        os.environ.pop("LLMRL_HOME", None)
-    else:
-        os.environ["LLMRL_HOME"] = previous
 
 
 @pytest.fixture(scope="session")

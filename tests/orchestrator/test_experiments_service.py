@@ -221,3 +221,16 @@ def test_bad_experiments_get_a_4xx_naming_the_field_and_start_nothing(
     assert field in response.text
     assert len(client.runs()) == runs_before
     assert len(client.experiments()) == experiments_before
+
+
+def test_cli_submit_with_wait_follows_a_run_and_an_experiment_to_their_end(stack, capsys):
+    from llmrl.orchestrator.rest_client import cli_submit, cli_submit_experiment
+
+    config = {"env": "SimpleDoorKey", "planner": "oracle", "episodes": 2}
+    cli_submit("evaluate", config, stack.url, wait=True)
+    shown = capsys.readouterr().out
+    assert "status" in shown and "completed" in shown and "summary.success_rate" in shown
+    spec = door_key_experiment(name="cli", grid={"episodes": [2]}, seeds="0..0")
+    cli_submit_experiment(spec, stack.url, wait=True)
+    shown = capsys.readouterr().out
+    assert "experiment cli-" in shown and ": completed" in shown and "1 completed" in shown

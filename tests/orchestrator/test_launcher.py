@@ -10,6 +10,8 @@ import subprocess
 import sys
 
 import httpx
+import pytest
+import redis
 from support.net import free_port
 from support.processes import REPO, child_env, wait_until
 
@@ -26,6 +28,7 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
     )
     env = child_env({**ports, "LLMRL_TOKEN": TOKEN})
     home = tmp_path / "home"
+    redis_port = free_port()
     up = subprocess.Popen(
         [
             sys.executable,
@@ -37,7 +40,7 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
             "--home",
             str(home),
             "--redis-port",
-            str(free_port()),
+            str(redis_port),
         ],
         env=env,
         cwd=REPO,
@@ -82,6 +85,11 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
             timeout=5,
         ).text
         assert "llmrl_simulator_env_steps_total" in simulator_metrics  # stepped over gRPC
+        with pytest.raises(redis.AuthenticationError):  # its Redis requires a password
+            redis.Redis(port=redis_port).ping()
+        served = [simulator_metrics] + [
+            httpx.get(address, timeout=5).text for address in health
+        ]  # what /health and /metrics show
     finally:
         up.send_signal(signal.SIGTERM)
         output, _ = up.communicate(timeout=90)
@@ -89,6 +97,10 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
     for name in ("redis", "simulator", "orchestrator", "worker-1", "worker-2"):
         assert re.search(rf"{name}\s.*\bready\b", output), (name, output)
     assert "stopped" in output
+    password = re.search(r'requirepass "(.+)"', (home / "redis" / "llmrl-redis.conf").read_text())
+    logs = [path.read_text() for path in (home / "logs").glob("*.log")]
+    assert password and all(password[1] not in text for text in [output, *logs, *served])
+    assert f"redis://:***@127.0.0.1:{redis_port}/0" in output
     assert f"token (from LLMRL_TOKEN; every service requires it): {TOKEN}" in output
     for port in (ports["LLMRL_ORCHESTRATOR_PORT"], ports["LLMRL_SIMULATOR_PORT"]):
         try:

@@ -42,7 +42,29 @@ def test_costly_worlds_are_refused_naming_the_setting(address, settings, field, 
         assert world.num_envs == 2
 
 
-def test_a_missing_data_directory_is_invalid_argument_naming_it(address, tmp_path):
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_missing_data_directory_is_invalid_argument_naming_it(address, tmp_path, num_workers):
+    # inside the data roots (tests' temporary folders are), but not there
     with pytest.raises(WorldError) as refused:
-        RemoteWorld(address, "Housekeep", data_dir=str(tmp_path / "nowhere"))
-    assert refused.value.field == "data_dir"
+        RemoteWorld(
+            address, "Housekeep", data_dir=str(tmp_path / "nowhere"), num_workers=num_workers
+        )
+    assert refused.value.field == "data_dir" and "nowhere" in str(refused.value)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("settings", "field", "says"),
+    [({"gib": 512}, "settings", "more memory"), ({"needs_file": "/no/such/file"}, "needs_file",
+      "No such file")],
+)  # fmt: skip
+def test_a_world_out_of_memory_or_files_is_invalid_argument_in_workers_too(
+    address, num_workers, settings, field, says
+):
+    """A worker's MemoryError or OSError while building its envs is the same
+    INVALID_ARGUMENT naming the setting as in one process, not INTERNAL."""
+    with pytest.raises(WorldError) as refused:
+        RemoteWorld(address, "SimTestCostly", num_envs=2, num_workers=num_workers, **settings)
+    assert refused.value.field == field and says in str(refused.value)
+    with RemoteWorld(address, "SimTestCostly", num_envs=2, num_workers=num_workers) as world:
+        assert world.num_envs == 2  # still serving

@@ -7,6 +7,8 @@ sides of the wire.
 
 from __future__ import annotations
 
+import errno
+import os
 import string
 from typing import Any
 
@@ -136,3 +138,16 @@ class Slider(gym.Env):
             False,
             {},
         )
+
+
+@registry.register_env("SimTestCostly", max_episode_steps=5, kwargs={"needs_file": "", "gib": 0})
+class Costly(Slider):
+    """A slider whose construction fails as a costly or misconfigured env's does: `gib` > 0
+    exhausts memory (MemoryError), a missing `needs_file` is a FileNotFoundError."""
+
+    def __init__(self, needs_file: str = "", gib: float = 0) -> None:
+        if gib > 0:
+            raise MemoryError(f"cannot allocate {gib} GiB")
+        if needs_file and not os.path.exists(needs_file):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", needs_file)
+        super().__init__()

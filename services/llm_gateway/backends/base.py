@@ -76,9 +76,13 @@ class Backend:
         """Release threads and connections."""
 
     def _unsupported(self, op: str) -> UnsupportedOperationError:
+        return self._unsupported_op(self.name, self.config.backend, op)
+
+    @classmethod
+    def _unsupported_op(cls, name: str, backend: str, op: str) -> UnsupportedOperationError:
         return UnsupportedOperationError(
-            f"model {self.name!r} (backend {self.config.backend!r}) does not support {op}; "
-            f"it supports: {', '.join(sorted(self.ops))}",
+            f"model {name!r} (backend {backend!r}) does not support {op}; "
+            f"it supports: {', '.join(sorted(cls.ops))}",
             "model",
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import re
 import threading
+import time
 from collections.abc import Hashable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from llmrl.llm_gateway.names import check_adapter
 from llmrl.llm_gateway.sampling import RowSampler, RowSampling
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
+CANCEL_POLL_S = 0.05  # how often a waiting caller checks whether its request was abandoned
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
@@ -78,6 +80,8 @@ class _GenGroup(NamedTuple):
 class _ScoreJob:
     prompt_ids: list[int]
     candidate_ids: list[list[int]]
+    # set when its caller is gone (timeout, disconnect): its remaining chunks are skipped
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 class _StopAbandonedRows:
@@ -96,9 +100,12 @@ class _StopAbandonedRows:
 class LocalCausalLM:
     """A model and its tokenizer, with the two batched primitives the backend needs."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, score_chunk_tokens: int = 32_768) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
+        # candidate rows × (prompt + candidate) tokens per scoring pass: bounds its memory, and
+        # a cancelled job stops between passes
+        self.score_chunk_tokens = score_chunk_tokens
         self.closing = threading.Event()  # set on close: every generation stops at its next step
         eos = model.generation_config.eos_token_id
         if eos is None:
@@ -212,7 +219,14 @@ class LocalCausalLM:
         that shares a prefix with a recent one (a planner's system prompt and few-shot
         examples) only runs its new suffix in pass 1 (`PrefixCache`; `cache_key` keeps
         adapters apart).
+
+        Pass 2 runs in chunks of candidate rows (`score_chunk_tokens`); before each chunk the
+        rows of abandoned jobs are dropped, so a caller that left stops costing work at the
+        next chunk (its result is left empty: nobody reads it).
         """
+        results: list[list[list[float]]] = [[] for _ in jobs]
+        if self._stopped(jobs):
+            return results
         prompt_len = torch.tensor([len(job.prompt_ids) for job in jobs])
         if len(jobs) == 1:
             first_logits, cache = self._prompt_pass_reusing_prefix(jobs[0].prompt_ids, cache_key)
@@ -221,13 +235,52 @@ class LocalCausalLM:
             first_logits, cache, prompt_mask = self._prompt_pass(jobs)
         next_logprobs = torch.log_softmax(first_logits.float(), dim=-1)
 
-        owner = [i for i, job in enumerate(jobs) for _ in job.candidate_ids]
-        candidates = [c for job in jobs for c in job.candidate_ids]
-        owner_index = torch.tensor(owner)
-        cache.reorder_cache(owner_index.to(self.device))  # one copy of the prompt per candidate
-        cand_ids, cand_mask = pad(candidates, self.pad_id, left=False)
-        cand_width = cand_ids.shape[1]
-        cand_positions = prompt_len[owner_index].unsqueeze(1) + torch.arange(cand_width)
+        rows = [(i, c) for i, job in enumerate(jobs) for c in job.candidate_ids]
+        chunks = self._score_chunks(rows, jobs)
+        for number, chunk in enumerate(chunks):
+            chunk = [(i, c) for i, c in chunk if not jobs[i].abandoned.is_set()]
+            if self.closing.is_set() or not chunk:
+                continue
+            # the last chunk may take the prompt cache; the others expand a copy of it
+            chunk_cache = cache if number == len(chunks) - 1 else copy.deepcopy(cache)
+            logprobs = self._candidate_pass(chunk, chunk_cache, prompt_len, prompt_mask)
+            for row, (i, tokens) in enumerate(chunk):
+                target = torch.tensor(tokens, device=logprobs.device)
+                head = next_logprobs[i, target[0]].unsqueeze(0)
+                tail = logprobs[row, : len(tokens) - 1].gather(1, target[1:, None]).squeeze(1)
+                results[i].append(torch.cat([head, tail]).tolist())
+        return results
+
+    def _stopped(self, jobs: list[_ScoreJob]) -> bool:
+        return self.closing.is_set() or all(job.abandoned.is_set() for job in jobs)
+
+    def _score_chunks(
+        self, rows: list[tuple[int, list[int]]], jobs: list[_ScoreJob]
+    ) -> list[list[tuple[int, list[int]]]]:
+        """Consecutive candidate rows, as many per chunk as `score_chunk_tokens` allows."""
+        chunks: list[list[tuple[int, list[int]]]] = [[]]
+        widest = 0
+        for owner, tokens in rows:
+            width = max(widest, len(jobs[owner].prompt_ids) + len(tokens))
+            if chunks[-1] and width * (len(chunks[-1]) + 1) > self.score_chunk_tokens:
+                chunks.append([])
+                width = len(jobs[owner].prompt_ids) + len(tokens)
+            chunks[-1].append((owner, tokens))
+            widest = width
+        return chunks
+
+    def _candidate_pass(
+        self,
+        chunk: list[tuple[int, list[int]]],
+        cache: Any,
+        prompt_len: torch.Tensor,
+        prompt_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One forward pass of candidate rows on their prompt's KV cache: log-probs [R, C, V]."""
+        owner_index = torch.tensor([i for i, _ in chunk])
+        cache.reorder_cache(owner_index.to(self.device))  # one copy of the prompt per row
+        cand_ids, cand_mask = pad([tokens for _, tokens in chunk], self.pad_id, left=False)
+        cand_positions = prompt_len[owner_index].unsqueeze(1) + torch.arange(cand_ids.shape[1])
         second = self.model(
             input_ids=cand_ids.to(self.device),
             attention_mask=torch.cat([prompt_mask[owner_index], cand_mask], dim=1).to(self.device),
@@ -235,14 +288,7 @@ class LocalCausalLM:
             past_key_values=cache,
             use_cache=True,
         )
-        logprobs = torch.log_softmax(second.logits.float(), dim=-1)  # [R, C, V]
-        results: list[list[list[float]]] = [[] for _ in jobs]
-        for row, tokens in enumerate(candidates):
-            target = torch.tensor(tokens, device=logprobs.device)
-            head = next_logprobs[owner[row], target[0]].unsqueeze(0)
-            tail = logprobs[row, : len(tokens) - 1].gather(1, target[1:, None]).squeeze(1)
-            results[owner[row]].append(torch.cat([head, tail]).tolist())
-        return results
+        return torch.log_softmax(second.logits.float(), dim=-1)
 
     def _prompt_pass(self, jobs: list[_ScoreJob]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Every prompt of the batch, left-padded: (last logits, KV cache, attention mask)."""
@@ -410,7 +456,7 @@ class TransformersBackend(Backend):
         path = resolve_path(config.path)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))
-        self.lm = LocalCausalLM(model, tokenizer)
+        self.lm = LocalCausalLM(model, tokenizer, config.score_chunk_tokens)
         self.adapters = Adapters(model, name, config.adapters)
         self.batcher = DynamicBatcher(
             self._run_group, config.max_batch_size, config.max_wait_ms / 1000, f"hf-{name}"
@@ -462,13 +508,13 @@ class TransformersBackend(Backend):
                 prompt_ids, request.n, request.max_tokens, request.stop, request.guided_lines,
                 request.temperature, request.top_p, request.seed, request.abandoned,
             )  # fmt: skip
-            return self._wait(self.batcher.submit("generate", group, job), timeout_s, job)
+            return self._wait(self.batcher.submit("generate", group, job), timeout_s, job.abandoned)
         # greedy: the n answers are identical, so compute one and repeat it
         job = _GenJob(
             prompt_ids, 1, request.max_tokens, request.stop, request.guided_lines,
             abandoned=request.abandoned,
         )  # fmt: skip
-        one = self._wait(self.batcher.submit("generate", group, job), timeout_s, job)
+        one = self._wait(self.batcher.submit("generate", group, job), timeout_s, job.abandoned)
         n = request.n
         return Generation(
             one.texts * n, one.prompt_tokens, one.completion_tokens * n, one.finish_reasons * n
@@ -487,23 +533,35 @@ class TransformersBackend(Backend):
         self._check_context(len(prompt_ids) + max(map(len, candidate_ids)), "candidates")
         if adapter:
             self.adapters.path(adapter)
-        future = self.batcher.submit("score", (adapter,), _ScoreJob(prompt_ids, candidate_ids))
-        token_logprobs = self._wait(future, timeout_s)
+        job = _ScoreJob(prompt_ids, candidate_ids, request.abandoned)
+        token_logprobs = self._wait(
+            self.batcher.submit("score", (adapter,), job), timeout_s, job.abandoned
+        )
         return Scores(token_logprobs, len(prompt_ids))
 
-    def _wait(self, future: Any, timeout_s: float, job: _GenJob | None = None) -> Any:
-        """The job's result; on timeout it is dropped from the queue, or (generation already
-        running) its rows stop at the next step, so it cannot hold the model."""
-        try:
-            result = future.result(timeout=timeout_s)
-        except FutureTimeout:
-            future.cancel()
-            if job is not None:
-                job.abandoned.set()
-            raise GatewayTimeoutError(
-                f"model {self.name!r} did not answer within {timeout_s:g} s", "timeout_s"
-            ) from None
-        if self.lm.closing.is_set() or (job is not None and job.abandoned.is_set()):
+    def _wait(self, future: Any, timeout_s: float, abandoned: threading.Event) -> Any:
+        """The job's result. When it times out or its caller leaves (`abandoned` is set by the
+        REST or gRPC layer), a queued job is dropped from the queue and a running one stops
+        at its next decoding step or scoring chunk, so it cannot hold the model."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or abandoned.is_set():
+                left = abandoned.is_set()
+                future.cancel()
+                abandoned.set()
+                raise GatewayTimeoutError(
+                    f"model {self.name!r}: the request was cancelled (its caller left)"
+                    if left
+                    else f"model {self.name!r} did not answer within {timeout_s:g} s",
+                    "timeout_s",
+                )
+            try:
+                result = future.result(timeout=min(remaining, CANCEL_POLL_S))
+                break
+            except FutureTimeout:
+                continue
+        if self.lm.closing.is_set() or abandoned.is_set():
             # cut short: an answer that must never be cached
             raise GatewayTimeoutError(
                 f"model {self.name!r} stopped before the answer was complete (the caller left "

@@ -8,9 +8,10 @@ examples are this project's own, on Crafter situations.
 
 The parser takes what a model writes: bullets ("-", "*", "•"), numbers ("1.", "2)"), or bare
 lines, items separated by newlines, commas, semicolons or " and "; an item is kept when it
-starts with a valid verb. Items are lower-cased, stripped of articles and trailing
-punctuation, put in their canonical phrasing ("eat cow" -> "attack cow") and de-duplicated in
-order. An answer without any such item is unparsable (an empty list).
+starts with a valid verb once in its canonical phrasing (`vocabulary.canonical_goal`: lower
+case, no articles or punctuation, "eat cow" -> "attack cow", "kill zombie" -> "attack zombie",
+"collect wood" -> "chop tree"). Goals are de-duplicated in order. An answer without any such
+item is unparsable (an empty list).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ EXAMPLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 _BULLET = re.compile(r"^\s*(?:[-*•·]+|\(?\d+[.)]|[a-z][.)](?=\s))\s*")
 _SEPARATORS = re.compile(r"[,;]|\band\b|\bthen\b")
-_ARTICLES = re.compile(r"\b(?:a|an|the|some)\b")
 _KEEP = re.compile(r"[^a-z ]+")
 
 
@@ -93,7 +93,8 @@ def parse_suggestions(
     for line in lines:
         body = _BULLET.sub("", line.lower(), count=1)
         for item in _SEPARATORS.split(body):
-            words = _KEEP.sub(" ", _ARTICLES.sub(" ", item)).split()
+            goal = canonical_goal(_KEEP.sub(" ", item))
+            words = goal.split()
             if words and words[0] in verb_set and len(words) <= 4:
-                goals.append(canonical_goal(" ".join(words)))
+                goals.append(goal)
     return list(dict.fromkeys(goals))

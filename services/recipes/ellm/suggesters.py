@@ -387,6 +387,19 @@ class AllGoalsSuggester(Suggester):
         return list(self.goals)
 
 
+STATE_ENTRIES = ("inventory", "local_map", "known_house", "correct_receptacles")
+
+
+def batch_states(observation: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One `state` per env from a world's batched observation: the entries suggesters read
+    (`STATE_ENTRIES`) that the observation has, row by row."""
+    present = [key for key in STATE_ENTRIES if key in observation]
+    if not present:
+        raise ValueError(f"observation: none of the entries {list(STATE_ENTRIES)}")
+    rows = len(observation[present[0]])
+    return [{key: observation[key][i] for key in present} for i in range(rows)]
+
+
 def make_suggester(
     spec: str | Mapping[str, Any],
     /,

@@ -80,12 +80,12 @@ def test_group_goals_of_the_hard_level():
     row, column, ordered, gathered = (
         g for g in cr.goals("unseen-hard") if set(np.flatnonzero(g[:5] == 3)) == {0, 1, 2}
     )
-    lined = place(red=(-0.4, 0.1), blue=(0.0, 0.15), green=(0.4, 0.05))
+    lined = place(red=(-0.4, 0.1), blue=(0.0, 0.14), green=(0.4, 0.06))
     assert cr.success(lined, row) and cr.success(lined, ordered)
     assert not cr.success(lined, column) and not cr.success(lined, gathered)
     crooked = place(red=(-0.4, 0.1), blue=(0.0, 0.3), green=(0.4, 0.05))
     assert not cr.success(crooked, row)
-    swapped = place(red=(0.0, 0.15), blue=(-0.4, 0.1), green=(0.4, 0.05))
+    swapped = place(red=(0.0, 0.14), blue=(-0.4, 0.1), green=(0.4, 0.06))
     assert cr.success(swapped, row) and not cr.success(swapped, ordered)
     stacked = place(red=(0.0, 0.0), blue=(0.02, 0.2), green=(-0.03, -0.15))
     assert cr.success(stacked, column) and cr.success(stacked, gathered)

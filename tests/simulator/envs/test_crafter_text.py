@@ -250,3 +250,41 @@ def test_remote_world_equals_in_process_world(sim_server):
 def test_remote_world_refuses_a_bad_setting_naming_it(sim_server):
     with pytest.raises(WorldError, match="length: expected"):
         RemoteWorld(sim_server.address, "CrafterText", num_envs=1, length=-1)
+
+
+HIDE_CRAFTER = """
+import importlib.abc, json, sys
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "crafter":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Missing())
+from llmrl.common.registry import UnavailableError, registry
+from llmrl.simulator.world import World
+
+entry = registry.entry("env", "CrafterText")
+try:
+    World("CrafterText", num_envs=1)
+    error = ""
+except UnavailableError as exc:
+    error = str(exc)
+print(json.dumps({"available": entry.available, "hint": entry.install_hint, "error": error,
+                  "others": "PointReach" in registry.names("env")}))
+"""
+
+
+def test_without_crafter_the_env_is_listed_unavailable_with_the_install_hint():
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-c", HIDE_CRAFTER], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report["available"] is False and report["others"] is True
+    assert report["hint"] == "pip install 'llmrl[crafter]'"
+    assert "pip install 'llmrl[crafter]'" in report["error"]

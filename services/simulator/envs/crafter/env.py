@@ -235,6 +235,8 @@ class CrafterTextEnv(gym.Env):
         if not 0 <= action < len(ACTION_NAMES):
             raise ValueError(f"action: expected an integer in [0, {len(ACTION_NAMES) - 1}], "
                              f"got {action}")  # fmt: skip
+        if self.player is None:
+            raise RuntimeError("call reset() before step()")
         before = dict(self.player.achievements)
         was_sleeping = bool(self.player.sleeping)
         name, obj = self.target()
@@ -243,8 +245,8 @@ class CrafterTextEnv(gym.Env):
         after = self.player.achievements
         achieved = [key for key in ACHIEVEMENTS if after[key] > before[key]]
         hit = None
-        if creature_health is not None and ACTION_NAMES[action] == "do" and not was_sleeping:
-            hit = name if obj.health < creature_health else None
+        if creature_health is not None and ACTION_NAMES[action] == "do":
+            hit = name if obj.health < creature_health else None  # asleep: no hit
         fell_asleep = self.player.sleeping and not was_sleeping
         transition = transition_caption(achieved, hit, fell_asleep)
         dead = info["discount"] == 0

@@ -135,6 +135,10 @@ ACHIEVEMENT_PHRASES: dict[str, str] = {
 EQUIVALENT_GOALS: dict[str, str] = {
     "eat cow": "attack cow",
     "make crafting table": "place crafting table",
+    "place table": "place crafting table",
+    "make table": "place crafting table",
+    "place sapling": "place plant",
+    "plant sapling": "place plant",
 }
 
 # The verbs ELLM's prompt lists as valid.
@@ -185,8 +189,48 @@ GOAL_PREREQUISITES: dict[str, Prerequisites] = {
 GOALS: tuple[str, ...] = tuple(GOAL_PREREQUISITES)
 
 
+# Other verbs for the valid ones, as models write them ("kill zombie", "craft wood pickaxe").
+VERB_SYNONYMS: dict[str, str] = {
+    "kill": "attack",
+    "fight": "attack",
+    "defeat": "attack",
+    "hit": "attack",
+    "hunt": "attack",
+    "craft": "make",
+    "build": "place",
+    "cut": "chop",
+    "dig": "mine",
+}
+# What collecting a thing means in Crafter ("collect wood" is "chop tree").
+COLLECT_VERBS = frozenset({"collect", "get", "gather", "harvest"})
+COLLECTED: dict[str, str] = {
+    "wood": "chop tree",
+    "sapling": "chop grass",
+    "stone": "mine stone",
+    "coal": "mine coal",
+    "iron": "mine iron",
+    "diamond": "mine diamond",
+    "water": "drink water",
+    "drink": "drink water",
+}
+_ARTICLES = frozenset({"a", "an", "the", "some"})
+WORD_SYNONYMS: dict[str, str] = {"wooden": "wood", "rock": "stone", "rocks": "stone"}
+
+
 def canonical_goal(phrase: str) -> str:
-    """The canonical phrasing of a goal ("eat cow" -> "attack cow"); other text is returned
-    lower-cased, with single spaces and without a trailing full stop."""
-    text = " ".join(phrase.lower().strip().rstrip(".").split())
+    """The canonical phrasing of a goal: lower case, single spaces, no articles or trailing
+    full stop, ELLM's equivalences ("eat cow" -> "attack cow"), common synonyms of the valid
+    verbs ("kill zombie" -> "attack zombie", "craft wood pickaxe" -> "make wood pickaxe") and
+    collecting as Crafter does it ("collect wood" -> "chop tree"). Other text is returned
+    in the same normal form."""
+    words = [
+        WORD_SYNONYMS.get(word, word)
+        for word in phrase.lower().strip().rstrip(".!").split()
+        if word not in _ARTICLES
+    ]
+    if len(words) >= 2 and words[0] in COLLECT_VERBS and " ".join(words[1:]) in COLLECTED:
+        return COLLECTED[" ".join(words[1:])]
+    if words and words[0] in VERB_SYNONYMS:
+        words[0] = VERB_SYNONYMS[words[0]]
+    text = " ".join(words)
     return EQUIVALENT_GOALS.get(text, text)
