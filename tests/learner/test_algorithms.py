@@ -49,7 +49,7 @@ def test_every_family_is_registered_under_the_contract():
 
 def test_an_unknown_algorithm_names_the_registered_ones():
     with pytest.raises(
-        UnknownNameError, match=r"unknown algorithm 'ppo2'.*a2c, dqn, llm-ppo, ppo, sft"
+        UnknownNameError, match=r"unknown algorithm 'ppo2'.*a2c, dqn, dqn-ellm, llm-ppo, ppo, sft"
     ):
         registry.get_algorithm("ppo2")
     with pytest.raises(UnknownNameError, match="registered algorithms"):

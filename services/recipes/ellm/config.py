@@ -1,0 +1,140 @@
+"""The recipe `ellm`'s config: every key with its description; bad values name the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from llmrl.recipes.base import RecipeConfig
+from llmrl.recipes.ellm.intrinsic import CONDITIONING, LLM_SUGGESTERS, METHODS
+from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
+from llmrl.recipes.ellm.training import TASKS
+
+
+class EllmConfig(RecipeConfig):
+    env: str = Field("CrafterText", description="Registered CrafterText-like env to train in.")
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="The env's own settings (e.g. {length: 10000})."
+    )
+    methods: list[str] = Field(
+        ["ellm", "oracle", "none"],
+        description=f"Intrinsic rewards to pretrain with and compare: any of {', '.join(METHODS)}"
+        " (ellm: LLM suggestions; oracle, all-goals: scripted suggestions; rnd, knn: novelty;"
+        " none: no reward at all).",
+    )
+    suggester: str = Field(
+        "llm-score",
+        description=f"The LLM suggester of the method ellm: {' or '.join(LLM_SUGGESTERS)} "
+        "(llm: the model writes goals; llm-score: it ranks the goal list by log-likelihood).",
+    )
+    model: str = Field("smollm2", description="Gateway model name of the LLM suggester.")
+    embed_model: str | None = Field(
+        None, description="Gateway embedding model (None: the gateway's default, all-MiniLM-L6-v2)."
+    )
+    threshold: float = Field(
+        DEFAULT_THRESHOLD,
+        description="Cosine similarity between the transition caption and a suggestion above "
+        "which the suggestion pays, in [0, 1] (0.8: measured for all-MiniLM-L6-v2, see "
+        "llmrl.recipes.ellm.reward).",
+    )
+    conditioning: str = Field(
+        "none",
+        description=f"Goal conditioning of the agent: {', '.join(CONDITIONING)} (suggestions: "
+        "the mean embedding of the current suggestions; caption: the state caption's).",
+    )
+    pretrain_frames: int = Field(
+        200_000, ge=1, description="Pretraining budget per method, in frames (env steps)."
+    )
+    num_envs: int = Field(8, ge=1, le=256, description="Envs stepped together.")
+    eval_episodes: int = Field(20, ge=1, description="Episodes per evaluation.")
+    eval_epsilon: float = Field(0.05, ge=0, le=1, description="Epsilon of evaluation episodes.")
+    finetune_task: str = Field(
+        "place crafting table",
+        description=f"The fine-tuning task (task reward only): {', '.join(TASKS)}.",
+    )
+    finetune_frames: int = Field(
+        50_000, ge=0, description="Fine-tuning budget, in frames (0: no fine-tuning)."
+    )
+    finetune_from: list[str] = Field(
+        ["ellm"],
+        description="Pretrained methods to fine-tune (each beside one agent from scratch).",
+    )
+    learning_rate: float = Field(6.25e-5, gt=0, description="DQN's Adam learning rate.")
+    buffer_size: int = Field(100_000, ge=1, description="DQN's replay buffer, in transitions.")
+    learning_starts: int = Field(5_000, ge=0, description="Frames of random play first.")
+    exploration_fraction: float = Field(
+        0.5, ge=0, le=1, description="Fraction of the frames over which epsilon falls 1 -> 0.01."
+    )
+    target_network_frequency: int = Field(
+        8_000, ge=1, description="Frames between target network copies."
+    )
+    train_frequency: int = Field(4, ge=1, description="Frames per DQN gradient step.")
+    hidden: int = Field(256, ge=1, description="Width of the Q-network's hidden layers.")
+    checkpoint_every: int = Field(
+        20_000, ge=1, description="Frames between checkpoints (a killed run resumes there)."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the worlds, the agents and the evaluations.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_registered(cls, value: str) -> str:
+        from llmrl.common.plugins import load_plugins
+        from llmrl.common.registry import registry
+
+        load_plugins()
+        names = registry.names("env")
+        if value not in names:
+            raise ValueError(f"unknown env {value!r}; registered envs: {', '.join(sorted(names))}")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _methods_are_known(cls, value: list[str]) -> list[str]:
+        unknown = [m for m in value if m not in METHODS]
+        if unknown or not value or len(set(value)) != len(value):
+            raise ValueError(
+                f"expected a non-empty list of distinct methods among {', '.join(METHODS)}, "
+                f"got {value}"
+            )
+        return value
+
+    @field_validator("suggester")
+    @classmethod
+    def _suggester_is_known(cls, value: str) -> str:
+        if value not in LLM_SUGGESTERS:
+            raise ValueError(
+                f"unknown suggester {value!r}; the method ellm takes one of "
+                f"{', '.join(LLM_SUGGESTERS)} (oracle and all-goals are methods of their own)"
+            )
+        return value
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold_in_unit_interval(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"expected a cosine similarity in [0, 1], got {value}")
+        return value
+
+    @field_validator("conditioning")
+    @classmethod
+    def _conditioning_is_known(cls, value: str) -> str:
+        if value not in CONDITIONING:
+            raise ValueError(f"expected one of {', '.join(CONDITIONING)}, got {value!r}")
+        return value
+
+    @field_validator("finetune_task")
+    @classmethod
+    def _task_is_known(cls, value: str) -> str:
+        if value not in TASKS:
+            raise ValueError(f"unknown fine-tune task {value!r}; tasks: {', '.join(TASKS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _finetune_from_pretrained(self) -> EllmConfig:
+        unknown = [m for m in self.finetune_from if m not in self.methods]
+        if unknown:
+            raise ValueError(
+                f"finetune_from: {unknown} are not among the pretrained methods {self.methods}"
+            )
+        return self

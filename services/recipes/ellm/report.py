@@ -1,0 +1,229 @@
+"""The recipe `ellm`'s results: one row per method (pretraining, evaluation, LLM use, fine-tuning)
+and the plots: achievements unlocked over frames per method, per-achievement success rates (as
+in Crafter's paper, log scale) and the fine-tuning curves.
+
+Crafter score (Hafner 2021): S = exp(mean_i ln(1 + s_i)) - 1 over the 22 success rates s_i in
+percent (the share of episodes in which achievement i was unlocked at least once).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmrl.recipes.base import Results
+from llmrl.recipes.ellm.config import EllmConfig
+from llmrl.recipes.ellm.training import ACHIEVEMENTS, TASKS, read_episodes
+
+SUCCESS_RATES_FILE = "success_rates.json"
+LAST_FRACTION = 0.1  # "the last 10% of pretraining"
+# ELLM's paper (Du et al., ICML 2023): Crafter, 5M frames of pretraining; not transcribed as
+# numbers here (see the README's ellm section for the figures we could cite and how).
+PAPER_NOTE = (
+    "paper: Du et al. 2023 pretrain 5M frames per method (DQN on pixels + text) and report "
+    "ELLM and the oracle unlocking more achievements per episode than RND, APT and no reward"
+)
+
+
+def success_rates(episodes: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Per achievement, the percentage of episodes in which it was unlocked."""
+    if not episodes:
+        return np.zeros(len(ACHIEVEMENTS))
+    unlocked = np.array([e["achievements"] for e in episodes], dtype=np.float64)
+    return 100.0 * unlocked.mean(axis=0)
+
+
+def crafter_score(rates: np.ndarray) -> float:
+    """exp(mean ln(1 + s_i)) - 1 over success rates in percent."""
+    return float(np.exp(np.mean(np.log1p(rates))) - 1.0)
+
+
+def last_fraction(episodes: Sequence[dict[str, Any]], frames: int) -> list[dict[str, Any]]:
+    """The episodes that ended in the last 10% of `frames`."""
+    return [e for e in episodes if e["frames"] > (1.0 - LAST_FRACTION) * frames]
+
+
+def mean_of(episodes: Sequence[dict[str, Any]], key: str) -> float:
+    return float(np.mean([e[key] for e in episodes])) if episodes else float("nan")
+
+
+def llm_figures(train: dict[str, Any]) -> dict[str, float]:
+    """LLM calls, gateway cache hit rate and cost of a training phase."""
+    usage = train.get("usage") or {}
+    requests = usage.get("requests", 0.0)
+    counters = train.get("counters") or {}
+    late = train.get("counters_after_warm_up") or {}
+    return {
+        "llm_requests": requests,
+        "llm_model_calls": usage.get("model_calls", 0.0),
+        "cache_hit_rate": usage.get("cache_hits", 0.0) / requests if requests else float("nan"),
+        "cost_usd": usage.get("cost_usd", 0.0),
+        "suggester_asked": float(counters.get("asked", 0.0)),
+        "caption_cache_hit_rate": caption_hit_rate(counters),
+        "caption_cache_hit_rate_after_10pct": caption_hit_rate(late),
+        "unparsable": float(counters.get("unparsable", 0.0)),
+    }
+
+
+def caption_hit_rate(counters: dict[str, float]) -> float:
+    """Of the suggester's calls, the share answered without the model: from its own cache
+    (a caption seen before) or from the gateway's."""
+    calls = counters.get("calls", 0.0)
+    hits = counters.get("cache_hits", 0.0) + counters.get("gateway_cache_hits", 0.0)
+    if not calls or hits + counters.get("asked", 0.0) == 0:  # no LLM behind it (oracle...)
+        return float("nan")
+    return float(hits / calls)
+
+
+def ellm_results(
+    cfg: EllmConfig,
+    out_dir: Path,
+    pretrain: dict[str, dict[str, Any]],
+    evaluations: dict[str, dict[str, Any]],
+    finetune: dict[str, dict[str, Any]],
+) -> Results:
+    rows, curves, rates = [], {}, {}
+    finetune_curves = {}
+    for start, train in finetune.items():
+        finetune_curves[start] = read_episodes(Path(train["checkpoint"]).parent)
+    for method in cfg.methods:
+        episodes = read_episodes(Path(pretrain[method]["checkpoint"]).parent)
+        curves[method] = episodes
+        evaluated = evaluations[method]["episodes"]
+        rates[method] = success_rates(evaluated)
+        row: dict[str, Any] = {
+            "method": method,
+            "frames": pretrain[method]["frames"],
+            "episodes": len(episodes),
+            "achievements_last10": mean_of(
+                last_fraction(episodes, cfg.pretrain_frames), "unlocked"
+            ),
+            "eval_achievements": mean_of(evaluated, "unlocked"),
+            "crafter_score": crafter_score(rates[method]),
+            **llm_figures(pretrain[method]),
+            "finetune_success": float("nan"),
+        }
+        rows.append(row)
+    for start, episodes in finetune_curves.items():
+        late = last_fraction(episodes, cfg.finetune_frames)
+        success = float(np.mean([e["task_return"] > 0 for e in late])) if late else float("nan")
+        target = next((r for r in rows if r["method"] == start), None)
+        if target is None:  # from scratch: a row of its own
+            target = {key: float("nan") for key in rows[0]} if rows else {}
+            target.update({"method": start, "frames": 0, "episodes": 0})
+            rows.append(target)
+        target["finetune_success"] = success
+    plots = []
+    if plot_achievement_curves(curves, cfg.pretrain_frames, out_dir / "achievements.png"):
+        plots.append("achievements.png")
+    if rates and plot_success_rates(rates, out_dir / "success_rates.png"):
+        plots.append("success_rates.png")
+    if finetune_curves and plot_finetune(
+        finetune_curves, cfg.finetune_frames, cfg.finetune_task, out_dir / "finetune.png"
+    ):
+        plots.append("finetune.png")
+    notes = [
+        f"env {cfg.env}; {cfg.pretrain_frames} pretraining frames per method, seed {cfg.seed}; "
+        f"suggester {cfg.suggester} ({cfg.model}), threshold {cfg.threshold}, "
+        f"conditioning {cfg.conditioning}",
+        "achievements_last10: distinct achievements unlocked per training episode, mean over "
+        "the episodes that ended in the last 10% of pretraining",
+        f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "
+        "exp(mean ln(1 + s_i)) - 1 over the 22 success rates s_i in %",
+        f"finetune_success: share of episodes unlocking '{cfg.finetune_task}' "
+        f"({TASKS[cfg.finetune_task]}) in the last 10% of {cfg.finetune_frames} fine-tuning "
+        "frames (task reward only)",
+        PAPER_NOTE,
+    ]
+    per_achievement = {
+        m: dict(zip(ACHIEVEMENTS, r.round(2).tolist(), strict=True)) for m, r in rates.items()
+    }
+    (out_dir / SUCCESS_RATES_FILE).write_text(json.dumps(per_achievement, indent=2) + "\n")
+    notes.append(f"success rates (%) per achievement and method: {SUCCESS_RATES_FILE}")
+    return Results(title=f"ellm on {cfg.env}", rows=rows, notes=notes, plots=plots)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def binned(
+    episodes: Sequence[dict[str, Any]], key: str, frames: int, bins: int = 20
+) -> tuple[list[float], list[float]]:
+    """The mean of `key` over the episodes ending in each of `bins` equal spans of frames."""
+    edges = np.linspace(0, frames, bins + 1)
+    xs, ys = [], []
+    for low, high in itertools.pairwise(edges):
+        inside = [float(e[key]) for e in episodes if low < e["frames"] <= high]
+        if inside:
+            xs.append(float(high))
+            ys.append(float(np.mean(inside)))
+    return xs, ys
+
+
+def plot_achievement_curves(
+    curves: dict[str, list[dict[str, Any]]], frames: int, path: Path
+) -> bool:
+    if not any(curves.values()):
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for method, episodes in curves.items():
+        xs, ys = binned(episodes, "unlocked", frames)
+        ax.plot(xs, ys, marker=".", label=method)
+    ax.set_xlabel("pretraining frames")
+    ax.set_ylabel("achievements unlocked per episode")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def plot_success_rates(rates: dict[str, np.ndarray], path: Path) -> bool:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    width = 0.8 / max(len(rates), 1)
+    x = np.arange(len(ACHIEVEMENTS))
+    for k, (method, values) in enumerate(rates.items()):
+        ax.bar(x + k * width, np.maximum(values, 1e-2), width, label=method)
+    ax.set_yscale("log")
+    ax.set_ylim(1e-2, 100)
+    ax.set_xticks(x + 0.4 - width / 2, [a.replace("_", " ") for a in ACHIEVEMENTS], rotation=60)
+    ax.set_ylabel("success rate (%)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def plot_finetune(
+    curves: dict[str, list[dict[str, Any]]], frames: int, task: str, path: Path
+) -> bool:
+    if not any(curves.values()):
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for start, episodes in curves.items():
+        marked = [{**e, "success": float(e["task_return"] > 0)} for e in episodes]
+        xs, ys = binned(marked, "success", frames)
+        label = "from scratch" if start == "scratch" else f"pretrained with {start}"
+        ax.plot(xs, ys, marker=".", label=label)
+    ax.set_xlabel("fine-tuning frames")
+    ax.set_ylabel(f"episodes that {task}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

@@ -1,0 +1,288 @@
+"""ELLM's training as a self-contained job: the learner service runs it in service mode (the
+policy job kind "ellm", `POST /policy-jobs`), the recipe runs it in-process in embedded mode;
+either way the same function trains, with the learner's `dqn-ellm` on a world of CrafterText
+envs (in-process, or the simulator service over gRPC) under the method's intrinsic reward
+(`intrinsic.py`), its LLM calls going to the gateway (in-process, or the service).
+
+A job pretrains (intrinsic reward only, crafter's reward ignored) or fine-tunes (the task
+reward only: 1 when the task's achievement is unlocked; from a pretrained checkpoint or from
+scratch). Its checkpoint line is `model_path`; every finished training episode is appended to
+`model_path/episodes.jsonl` with the frame it ended at (the curves); a resumed job first drops
+the episodes logged after its latest version, then continues from that version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmrl.common.paths import confined_field
+from llmrl.common.registry import registry
+from llmrl.recipes.ellm.intrinsic import (
+    AGENT_KEYS,
+    CONDITIONING,
+    LLM_SUGGESTERS,
+    METHODS,
+    SUGGESTION_METHODS,
+    TEXT_KEYS,
+    IntrinsicRewardWrapper,
+    NoReward,
+    NoveltySource,
+    SuggestionSource,
+)
+from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD, CachedEmbedder, SuggestionReward
+from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
+
+ALGORITHM = "dqn-ellm"  # a registered learner algorithm (llmrl.learner.algorithms)
+EPISODES_FILE = "episodes.jsonl"
+EARLY_FRACTION = 0.1  # the caption cache hit rate is reported after this share of the frames
+# the fine-tuning tasks (the issue's names) and the achievement that pays each
+TASKS = {
+    "place crafting table": "place_table",
+    "attack cow": "eat_cow",
+    "collect stone": "collect_stone",
+}
+
+
+class EllmEnvSettings(BaseModel):
+    """How the agent's vector env and its reward are built (shared by training and evaluation)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str = Field(..., description="registered CrafterText-like env id")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="the env's settings")
+    num_envs: int = Field(8, ge=1, le=256, description="envs stepped together")
+    method: Literal[METHODS] = Field(..., description="the intrinsic reward")  # type: ignore[valid-type]
+    suggester: Literal[LLM_SUGGESTERS] = Field(  # type: ignore[valid-type]
+        "llm-score", description="the LLM suggester of the method `ellm`"
+    )
+    model: str = Field("smollm2", description="gateway model of the LLM suggester")
+    embed_model: str | None = Field(None, description="gateway embedding model (None: default)")
+    threshold: float = Field(
+        DEFAULT_THRESHOLD, ge=0, le=1, description="cosine similarity that pays"
+    )
+    conditioning: Literal[CONDITIONING] = Field("none")  # type: ignore[valid-type]
+    intrinsic_scale: float = Field(1.0, ge=0, description="weight of the intrinsic reward")
+    extrinsic_scale: float = Field(0.0, ge=0, description="weight of crafter's own reward")
+    task: str | None = Field(None, description="fine-tuning task paying 1 (None: no task)")
+    seed: int = Field(0, ge=0)
+    run_id: str = Field("default", description="the run LLM calls are billed to")
+    tag: str = Field("ellm", description="the ledger tag of the LLM calls")
+
+
+class EllmTrainingJob(EllmEnvSettings):
+    """Everything needed to pretrain or fine-tune one ELLM agent anywhere."""
+
+    kind: Literal["ellm"] = Field("ellm", description="the learner's policy job kind")
+    frames: int = Field(..., ge=1, description="frames to train for (env steps, all envs)")
+    dqn: dict[str, Any] = Field(default_factory=dict, description="dqn-ellm settings")
+    model_path: str = Field(..., description="the checkpoint line (a directory)")
+    init_from: str | None = Field(None, description="a pretrained checkpoint to fine-tune")
+    tensorboard_dir: str | None = None
+    simulator: str | None = Field(None, description="simulator address; None: in-process")
+    llm_gateway: str | None = Field(None, description="gateway address; None: in-process")
+
+    _init_from_confined = field_validator("init_from")(confined_field)
+
+
+class _Scaled:
+    """A reward source whose intrinsic reward is multiplied by `scale` (0 when fine-tuning
+    keeps a goal-conditioned agent's observations but not its intrinsic reward)."""
+
+    def __init__(self, source: Any, scale: float) -> None:
+        self.source, self.scale = source, scale
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.source, name)
+
+    def step(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> np.ndarray:
+        return self.scale * self.source.step(observations, envs)
+
+
+def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]) -> Any:
+    """The method's reward source for `settings.num_envs` envs."""
+    method = settings.method
+    if method in ("rnd", "knn"):
+        from llmrl.recipes.ellm.novelty import KnnNoveltyReward, RndReward
+
+        novelty = RndReward if method == "rnd" else KnnNoveltyReward
+        return NoveltySource(novelty(described, seed=settings.seed))
+    if method == "none":
+        return NoveltySource(NoReward())
+    from llmrl.recipes.ellm.suggesters import make_suggester
+
+    embed = CachedEmbedder(
+        lambda texts: llm.embed(
+            list(texts), model=settings.embed_model, run_id=settings.run_id, tag=settings.tag
+        )
+    )
+    name = settings.suggester if method == "ellm" else SUGGESTION_METHODS[method]
+    kwargs = {"model": settings.model} if name in LLM_SUGGESTERS else {}
+    suggester = make_suggester(
+        {"name": name, "kwargs": kwargs},
+        connect_llm=lambda: llm,
+        llm_defaults={"run_id": settings.run_id, "tag": settings.tag},
+    )
+    rewards = [SuggestionReward(embed, settings.threshold) for _ in range(settings.num_envs)]
+    dim = 0 if settings.conditioning == "none" else int(embed(["a goal"]).shape[1])
+    return SuggestionSource(method, suggester, rewards, embed, settings.conditioning, dim)
+
+
+def make_env(
+    settings: EllmEnvSettings, llm: Any = None, simulator: str | None = None
+) -> IntrinsicRewardWrapper:
+    """The agent's vector env: a world of `num_envs` (at `simulator`, else in-process) under
+    the method's reward; `llm`: a gateway client (None: connect in-process)."""
+    from llmrl.learner.algorithms.dqn_ellm import describe_space
+    from llmrl.simulator.client import make_world
+    from llmrl.simulator.vector import WorldVectorEnv
+
+    world = make_world(
+        settings.env, settings.num_envs, settings.seed, simulator, **settings.env_kwargs
+    )
+    try:
+        keys = [*AGENT_KEYS, *TEXT_KEYS]
+        missing = [key for key in keys if key not in world.observation_space.spaces]
+        if missing:
+            raise ValueError(
+                f"env: {settings.env} lacks the observations {', '.join(missing)} that ELLM "
+                "needs (a CrafterText-like env)"
+            )
+        vector = WorldVectorEnv(world, keys=keys)
+        numeric = {key: world.observation_space[key] for key in AGENT_KEYS}
+        from gymnasium import spaces
+
+        described = describe_space(spaces.Dict(numeric), ("local_map",))
+        if llm is None and settings.method not in ("rnd", "knn", "none"):
+            from llmrl.llm_gateway.client import connect
+
+            llm = connect()
+        source = reward_source(settings, llm, described)
+        if settings.intrinsic_scale != 1.0:
+            source = _Scaled(source, settings.intrinsic_scale)
+        task_index = ACHIEVEMENTS.index(TASKS[settings.task]) if settings.task else None
+        return IntrinsicRewardWrapper(
+            vector,
+            source,
+            extrinsic_scale=settings.extrinsic_scale,
+            task_index=task_index,
+            embedding_dim=getattr(source, "embedding_dim", 0),
+        )
+    except BaseException:
+        world.close()
+        raise
+
+
+def read_episodes(line: str | Path) -> list[dict[str, Any]]:
+    path = Path(line) / EPISODES_FILE
+    if not path.is_file():
+        return []
+    episodes = []
+    for text in path.read_text().splitlines():
+        try:
+            episodes.append(json.loads(text))
+        except json.JSONDecodeError:  # a line torn by a killed job: that episode is lost
+            continue
+    return episodes
+
+
+def _drop_episodes_after(line: Path, frames: int) -> None:
+    """A resumed job forgets the episodes logged after its latest version."""
+    kept = [e for e in read_episodes(line) if e["frames"] <= frames]
+    path = line / EPISODES_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in kept))
+
+
+@registry.register_policy_job("ellm", request=EllmTrainingJob)
+def train_ellm(
+    job: EllmTrainingJob, on_progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Pretrain or fine-tune with dqn-ellm; resumes the line where a killed job left it.
+    Returns the checkpoint, the frames done, the suggesters' counters and the timings."""
+    from llmrl.learner.versions import Versions
+
+    line = Versions(job.model_path)
+    done = int(line.latest().result.get("global_step", 0)) if line.versions() else 0
+    _drop_episodes_after(line.root, done)
+    llm = None
+    if job.method not in ("rnd", "knn", "none"):
+        from llmrl.llm_gateway.client import connect
+
+        llm = connect(job.llm_gateway)
+    envs = make_env(job, llm, job.simulator)
+    log_file = (line.root / EPISODES_FILE).open("a")
+    # the counters when 10% of the frames were done (the cache hit rate "after warm-up")
+    warm_up = EARLY_FRACTION * job.frames
+    early: dict[str, float] | None = envs.counters() if done >= warm_up else None
+
+    def on_step(frames: int, infos: dict[str, Any]) -> None:
+        nonlocal early
+        for episode in infos.get("episodes", []):
+            log_file.write(json.dumps({"frames": frames, **episode}) + "\n")
+        if infos.get("episodes"):
+            log_file.flush()
+        if early is None and frames >= warm_up:
+            early = envs.counters()
+
+    try:
+        checkpoint = registry.get_algorithm(ALGORITHM).train(
+            envs,
+            line,
+            on_progress=on_progress,
+            on_step=on_step,
+            init_from=job.init_from,
+            total_timesteps=job.frames,
+            seed=job.seed,
+            tensorboard_dir=job.tensorboard_dir,
+            **job.dqn,
+        )
+    finally:
+        log_file.close()
+        envs.close()
+    counters = envs.counters()
+    return {
+        "checkpoint": str(checkpoint.path),
+        "frames": int(checkpoint.result.get("global_step", 0)),
+        "gradient_steps": int(checkpoint.result.get("gradient_steps", 0)),
+        "counters": counters,
+        "counters_after_warm_up": {k: v - (early or {}).get(k, 0.0) for k, v in counters.items()},
+        "timings": envs.timings(),
+    }
+
+
+def evaluate_agent(
+    settings: EllmEnvSettings,
+    checkpoint: str | Path,
+    episodes: int,
+    epsilon: float = 0.05,
+    llm: Any = None,
+    simulator: str | None = None,
+    on_episode: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """`episodes` episodes of the checkpoint's policy (epsilon-greedy, seeded) in the
+    method's env (goal-conditioned agents see their suggestions); each episode's figures."""
+    from llmrl.learner.algorithms import load_cached
+
+    policy = load_cached(ALGORITHM, checkpoint)
+    envs = make_env(settings, llm, simulator)
+    rng = np.random.default_rng(settings.seed)
+    finished: list[dict[str, Any]] = []
+    try:
+        observations, _ = envs.reset(seed=settings.seed)
+        while len(finished) < episodes:
+            actions = policy.act(observations, epsilon=epsilon, rng=rng)
+            observations, _, _, _, infos = envs.step(actions)
+            for episode in infos["episodes"]:
+                if len(finished) < episodes:
+                    finished.append(episode)
+                    if on_episode is not None:
+                        on_episode(episode)
+    finally:
+        envs.close()
+    return finished
