@@ -84,8 +84,8 @@ class Glam(Recipe):
 
     def _trainer(self, method: str) -> Any:
         return {
-            "glam": self.train,
-            "npae": self.train,
+            "glam": lambda ctx: self.train(ctx, "glam"),
+            "npae": lambda ctx: self.train(ctx, "npae"),
             "symbolic-ppo": self.train_symbolic,
             "bc": self.train_bc,
         }[method]

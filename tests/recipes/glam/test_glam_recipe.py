@@ -10,11 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
-import yaml
-from support.tiny_llm import TINY_MODEL, make_tiny_llama, tiny_gateway_settings
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
-import llmrl.llm_gateway.client as gateway_client
 from llmrl.agents import EpisodeJob, RolloutResources
 from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory
@@ -22,22 +20,6 @@ from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.glam.recipe import Glam
-
-
-@pytest.fixture(scope="module")
-def flat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_llama(tmp_path_factory.mktemp("flat-llama"), initializer_range=0.02)
-
-
-@pytest.fixture
-def tiny_gateway(flat_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The process's embedded gateway serves the tiny model as "tiny"; adapters in tmp."""
-    config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump(tiny_gateway_settings(flat_model_dir)))
-    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
-    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(gateway_client, "_shared_gateway", None)
-    return flat_model_dir
 
 
 def eval_scalars(out: Path, tag: str) -> list[tuple[int, float]]:
