@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from llmrl.common.stats import estimate
 from llmrl.common.store import RunStore
@@ -35,7 +38,31 @@ from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
 
 TARGET_POINTS = 0.20  # GLAM's success above the zero-shot model's, on held-out seeds
-RUNNER_OPTIONS = ("seeds", "out", "strict", "name")  # not part of the recipe's config
+# not part of the recipe's config
+RUNNER_OPTIONS = ("seeds", "out", "strict", "name", "torch_threads", "gateway_timeout_s")
+
+
+def local_gateway_config(out: Path, model: str, timeout_s: float, threads: int | None) -> None:
+    """Unless LLMRL_LLM_GATEWAY_CONFIG names one already: a gateway config serving `model`
+    (SmolLM2's built-in weights when it is "smollm2") in float32 with a long request timeout,
+    since one score of a loaded shared CPU can take longer than the default 60 s."""
+    if os.environ.get("LLMRL_LLM_GATEWAY_CONFIG") or model != "smollm2":
+        return
+    settings = {
+        "torch_threads": threads,
+        "models": {
+            model: {
+                "backend": "hf",
+                "path": "builtin:smollm2-135m-instruct",
+                "dtype": "float32",
+                "timeout_s": timeout_s,
+            }
+        },
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "gateway.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    os.environ["LLMRL_LLM_GATEWAY_CONFIG"] = str(path)
 
 
 def seed_results(out: Path, experiment: str) -> dict[int, Any]:
@@ -111,6 +138,12 @@ def main() -> int:
     parser.add_argument("--minibatch-size", type=int, default=32, help="PPO minibatch")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="LoRA learning rate")
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
+    parser.add_argument(
+        "--reduction",
+        choices=["sum", "mean"],
+        default="mean",
+        help="phrase score: sum (GLAM's) or per-token mean of its token log-probs",
+    )
     parser.add_argument("--eval-every", type=int, default=2, help="updates between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=20, help="held-out episodes")
     parser.add_argument("--bc-steps", type=int, default=100, help="SFT steps of BC")
@@ -118,7 +151,19 @@ def main() -> int:
     parser.add_argument("--name", default="eval-glam", help="experiment name")
     parser.add_argument("--out", type=Path, default=Path("runs/eval-glam"), help="sweep dir")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
+    parser.add_argument(
+        "--torch-threads", type=int, default=1, help="torch threads (0: torch's default)"
+    )
+    parser.add_argument(
+        "--gateway-timeout-s", type=float, default=900, help="gateway request timeout"
+    )
     args = parser.parse_args()
+
+    if args.torch_threads:  # on a busy shared CPU, one thread is much faster (FACTS.md)
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    local_gateway_config(args.out, args.model, args.gateway_timeout_s, args.torch_threads or None)
 
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
     spec = ExperimentSpec(name=args.name, recipe="glam", config=config, seeds=args.seeds)

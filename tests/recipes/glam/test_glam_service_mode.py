@@ -100,7 +100,7 @@ def test_submitted_glam_trains_on_the_learner_against_the_simulator_service(glam
     jobs = httpx.get(f"{learner.health_url.rsplit('/', 1)[0]}/policy-jobs", timeout=5).json()
     (job,) = [j for j in jobs if j["request"]["kind"] == "glam"]
     assert job["request"]["simulator"] == stack.env["LLMRL_SIMULATOR_ADDRESS"]
-    assert job["status"] == "completed"
+    assert job["status"] == "succeeded"
     assert job["result"]["global_step"] == 16
 
     # the worker evaluated the adapter version the learner saved, through its gateway
