@@ -3,9 +3,10 @@
     # the target budget (~2 h per seed on a quiet 2-core CPU, by estimate)
     .venv/bin/python evaluation/glam.py --train-steps 5120 --num-envs 16 --rollout-steps 40 \
         --eval-episodes 50 --eval-every 2 --seeds 0 1 2
-    # the reduced budget the README reports (a shared, loaded CPU)
-    .venv/bin/python evaluation/glam.py --train-steps 640 --num-envs 8 --rollout-steps 16 \
-        --update-epochs 2 --minibatch-size 32 --eval-episodes 20 --eval-every 2 --seeds 0
+    # the reduced budget the README reports (a CPU shared by seven sessions, load 12-26)
+    .venv/bin/python evaluation/glam.py --methods zero-shot random symbolic-ppo glam \
+        --train-steps 128 --num-envs 8 --rollout-steps 8 --update-epochs 1 \
+        --minibatch-size 32 --lora-layers 8 --eval-every 1 --eval-episodes 10 --seeds 0
 
 Runs the `glam` recipe once per seed as an experiment (`llmrl.orchestrator.sweep`: resumable,
 every run in `--out`), then writes one table over the seeds (`glam_table.md` in `--out`,

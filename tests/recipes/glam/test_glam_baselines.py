@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from support.tiny_llm import TINY_MODEL
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
 from llmrl.learner.llm.model import LlmPolicyModel
+from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
 from llmrl.learner.versions import Checkpoint
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.glam.driver import CheckpointGlamDriver
@@ -96,3 +99,11 @@ def test_npae_has_the_architecture_but_not_the_weights(flat_model_dir: Path):
     assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
     assert all(p.requires_grad for p in npae.parameters())
     assert not torch.equal(ours["model.embed_tokens.weight"], theirs["model.embed_tokens.weight"])
+
+
+def test_a_bad_init_names_the_key():
+    with pytest.raises(ValueError, match="init: expected one of pretrained, random"):
+        LlmPpoConfig(base_model="tiny", init="scratch")
+    body = {"kind": "glam", "env": "TinyTextGoForward", "model": "t", "adapter": "a", "steps": 8}
+    with pytest.raises(PolicyJobError, match="init"):
+        parse_policy_job({**body, "init": "scratch"})
