@@ -85,7 +85,10 @@ def table_over_seeds(tables: list[Any]) -> list[dict[str, Any]]:
     rows = []
     for (method, test), seed_rows in by_key.items():
         if seed_rows[0]["success_rate"] is None:  # a method that was not run (DRRN)
-            rows.append({"method": method, "test": test, "success": "not run", "seeds": 0})
+            paper = paper_success(method, test)
+            rows.append(
+                {"method": method, "test": test, "success": "not run", "seeds": 0, "paper": paper}
+            )
             continue
         success = estimate(r["success_rate"] for r in seed_rows)
         rows.append(
@@ -148,6 +151,7 @@ def main() -> int:
     parser.add_argument("--eval-every", type=int, default=2, help="updates between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=20, help="held-out episodes")
     parser.add_argument("--bc-steps", type=int, default=100, help="SFT steps of BC")
+    parser.add_argument("--bc-batch-size", type=int, default=8, help="examples per SFT step")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed")
     parser.add_argument("--name", default="eval-glam", help="experiment name")
     parser.add_argument("--out", type=Path, default=Path("runs/eval-glam"), help="sweep dir")
