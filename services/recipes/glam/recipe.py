@@ -31,7 +31,7 @@ from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RunContext
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.glam import driver  # also registers the drivers
-from llmrl.recipes.glam.config import RL_METHODS, TEST_MIXES, GlamConfig
+from llmrl.recipes.glam.config import RL_METHODS, TEST_MIXES, TRAINED_METHODS, GlamConfig
 from llmrl.recipes.glam.report import glam_results, plot_eval_curves, plot_learning_curve
 from llmrl.recipes.glam.training import (
     GlamTrainingJob,
@@ -65,7 +65,7 @@ class Glam(Recipe):
         for method in cfg.methods:
             if method == "bc":
                 phases.append(Phase(DEMOS, self.demonstrations, "BabyAI bot demonstrations"))
-            if method in (*RL_METHODS, "bc"):
+            if method in TRAINED_METHODS:
                 description = f"train {method}"
                 phases.append(Phase(train_phase(method), self._trainer(method), description))
             phases.append(self._evaluation(method, "train"))
@@ -302,7 +302,7 @@ class Glam(Recipe):
             plots.append("learning_curve.png")
         trained = {
             method: ctx.phase_outputs(train_phase(method))
-            for method in (*RL_METHODS, "bc")
+            for method in TRAINED_METHODS
             if method in cfg.methods
         }
         if "bc" in cfg.methods:
