@@ -7,6 +7,9 @@
     .venv/bin/python evaluation/glam.py --methods zero-shot random symbolic-ppo glam \
         --train-steps 128 --num-envs 8 --rollout-steps 8 --update-epochs 1 \
         --minibatch-size 32 --lora-layers 8 --eval-every 1 --eval-episodes 10 --seeds 0
+    .venv/bin/python evaluation/glam.py --methods bc --train-steps 128 --num-envs 8 \
+        --lora-layers 8 --eval-episodes 10 --bc-steps 8 --bc-batch-size 4 --seeds 0 \
+        --name eval-glam-bc --out runs/eval-glam-bc
 
 Runs the `glam` recipe once per seed as an experiment (`llmrl.orchestrator.sweep`: resumable,
 every run in `--out`), then writes one table over the seeds (`glam_table.md` in `--out`,
