@@ -46,6 +46,7 @@ log = logging.getLogger("llmrl.learner.llm_ppo")
 LLM_PPO = "llm-ppo"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"
+INITS = ("pretrained", "random")
 
 
 def _setting(default: Any, help: str) -> Any:
@@ -83,6 +84,9 @@ class LlmPpoConfig:
     action_set: str = _setting("babyai", "the action phrases (llmrl.learner.llm.glam_prompt)")
     reduction: str = _setting("sum", "candidate score: sum or mean of its token log-probs")
     lora: bool = _setting(True, "train a LoRA (False: fine-tune every weight)")
+    init: str = _setting(
+        "pretrained", "the LLM's weights: pretrained, or random (NPAE: the architecture only)"
+    )
     lora_r: int = _setting(16, "LoRA rank")
     lora_alpha: int | None = _setting(None, "LoRA alpha (None: 2 x rank)")
     lora_layers: int | None = _setting(None, "adapt only the top N decoder layers (None: all)")
@@ -122,6 +126,8 @@ class LlmPpoConfig:
             raise ValueError(f"bf16: expected true, false or null, got {self.bf16!r}")
         if self.target_kl is not None:
             _check_number("target_kl", self.target_kl, positive=True)
+        if self.init not in INITS:
+            raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
         action_phrases(self.action_set)  # a ValueError names the key and the known sets
         if self.reduction not in REDUCTIONS:
             raise ValueError(
@@ -192,6 +198,7 @@ def train_llm_ppo(
         value_hidden=config.value_hidden,
         bf16=config.bf16,
         init_from=previous.path if previous else None,
+        random_init=config.init == "random",
     )
     policy.train()
     params = policy.parameters()

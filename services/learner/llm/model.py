@@ -76,9 +76,12 @@ class LlmPolicyModel:
         value_hidden: int = 1024,
         bf16: bool | None = None,
         init_from: str | Path | None = None,
+        random_init: bool = False,
     ) -> LlmPolicyModel:
         """The base model with a fresh LoRA (or trainable whole, `lora=False`) and a fresh
-        value head; `init_from`: a checkpoint directory `save` wrote, to continue from."""
+        value head; `init_from`: a checkpoint directory `save` wrote, to continue from.
+        `random_init`: the base model's architecture with fresh random weights instead of
+        its pretrained ones (GLAM's NPAE baseline; ignored when continuing a checkpoint)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,7 +90,13 @@ class LlmPolicyModel:
         directory = resolve_base_model(base_model)
         tokenizer = AutoTokenizer.from_pretrained(directory)
         full_dir = Path(init_from) if init_from and not lora else directory
-        model = AutoModelForCausalLM.from_pretrained(full_dir, dtype=torch.float32)
+        if random_init and not init_from:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(directory)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(full_dir, dtype=torch.float32)
         if lora:
             from peft import LoraConfig, PeftModel, get_peft_model
 

@@ -6,7 +6,10 @@ from pydantic import Field, field_validator
 
 from llmrl.recipes.base import RecipeConfig
 
-METHODS = ("zero-shot", "glam", "random")
+METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "bc", "random")
+# methods that train on the env's reward (a learning curve each) and the ones that learn at all
+RL_METHODS = ("glam", "npae", "symbolic-ppo")
+TRAINED_METHODS = (*RL_METHODS, "bc")
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
 
 
@@ -25,6 +28,23 @@ class GlamConfig(RecipeConfig):
     lora_layers: int | None = Field(
         None, ge=1, description="Adapt only the top N decoder layers (None: all)."
     )
+    eval_every: int = Field(
+        2,
+        ge=1,
+        description="Evaluate every trained method on the held-out seeds every this many PPO "
+        "updates (num_envs x rollout_steps env steps each): the learning curve.",
+    )
+    npae_learning_rate: float = Field(
+        1e-4, gt=0, description="Adam learning rate of NPAE (random weights, full fine-tuning)."
+    )
+    symbolic_learning_rate: float = Field(
+        3e-4, gt=0, description="Adam learning rate of Symbolic-PPO (SB3 PPO on the grid)."
+    )
+    bc_steps: int = Field(
+        200, ge=1, description="SFT optimizer steps of behaviour cloning (batch bc_batch_size)."
+    )
+    bc_batch_size: int = Field(8, ge=1, description="Examples per SFT step of behaviour cloning.")
+    bc_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the BC LoRA.")
     reduction: str = Field("sum", description="Candidate score: sum or mean of token log-probs.")
     greedy: bool = Field(True, description="Evaluate greedily (argmax); False: sample, seeded.")
     eval_episodes: int = Field(50, ge=1, description="Episodes per evaluation.")

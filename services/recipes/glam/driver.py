@@ -1,4 +1,5 @@
-"""Episode drivers of the recipe `glam`: the LLM policy through the gateway, and random.
+"""Episode drivers of the recipe `glam`: the LLM policy (through the gateway, or from an
+LLM-PPO checkpoint), Symbolic-PPO's SB3 policy, and random.
 
 Policy specs:
 * `{"kind": "glam", "model": <gateway model name or "<model>:<adapter>@<version>">,
@@ -7,13 +8,23 @@ Policy specs:
   continuations of GLAM's prompt (`llmrl.learner.llm.glam_prompt`) by the gateway's `score`;
   the policy is the softmax of the scores (summed token log-probs, or their mean), played
   greedily (argmax) or sampled with a generator seeded by the episode's seed. Every score
-  call is recorded as an `LlmCall`.
+  call is recorded as an `LlmCall`. With `"chat": true` the prompt is sent as one user turn
+  of the model's chat template and the phrases (no leading space) are the assistant's answer:
+  the form behaviour cloning trains through the learner's chat SFT.
+* `{"kind": "glam-checkpoint", "checkpoint": <llm-ppo version directory>, "reduction": ...,
+  "greedy": bool}`: the same policy, scored in this process by the learner's scorer from an
+  LLM-PPO checkpoint (NPAE's fully fine-tuned model, which the gateway cannot serve as an
+  adapter).
+* `{"kind": "glam-sb3", "model": <SB3 .zip>}`: Symbolic-PPO's policy on the grid
+  (`image`, `direction`, `mission_tokens`), deterministic.
 * `{"kind": "glam-random"}`: a uniformly random phrase (seeded by the episode's seed), the
   baseline a small BabyAI level already reaches ~35% with.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -23,7 +34,7 @@ from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 
-GLAM, RANDOM = "glam", "glam-random"
+GLAM, RANDOM, CHECKPOINT, SYMBOLIC = "glam", "glam-random", "glam-checkpoint", "glam-sb3"
 REDUCTIONS = ("sum", "mean")
 
 
@@ -55,13 +66,21 @@ class GlamDriver(EpisodeDriver):
     optional_observations = ("action_phrases", "success")
 
     def __init__(
-        self, llm: Any, model: str, reduction: str, greedy: bool, seed: int, run_id: str
+        self,
+        llm: Any,
+        model: str,
+        reduction: str,
+        greedy: bool,
+        seed: int,
+        run_id: str,
+        chat: bool = False,
     ) -> None:
         if reduction not in REDUCTIONS:
             raise ValueError(
                 f"reduction: expected one of {', '.join(REDUCTIONS)}, got {reduction!r}"
             )
         self.llm, self.model, self.reduction, self.greedy = llm, model, reduction, greedy
+        self.chat = chat
         self.rng = np.random.default_rng(seed)
         self.run_id = run_id
         self.history: PromptHistory | None = None
@@ -69,6 +88,29 @@ class GlamDriver(EpisodeDriver):
 
     def reset(self) -> None:
         self.history = None
+
+    def score(self, prompt: str, phrases: tuple[str, ...]) -> tuple[Any, LlmCall]:
+        """The phrases' policy probabilities after `prompt`, and the call's record."""
+        result = self.llm.score(
+            [{"role": "user", "content": prompt}] if self.chat else prompt,
+            list(phrases) if self.chat else [" " + phrase for phrase in phrases],
+            model=self.model,
+            run_id=self.run_id,
+            tag="glam",
+        )
+        counts = [len(tokens) for tokens in result.token_logprobs]
+        probabilities = policy_distribution(result.logprobs, counts, self.reduction)
+        call = LlmCall(
+            t=0,
+            messages=[{"role": "user", "content": prompt}],
+            response="",
+            model=result.model,
+            prompt_tokens=result.prompt_tokens,
+            cost_usd=result.cost_usd,
+            cached=result.cached,
+            info={"logprobs": list(result.logprobs), "probabilities": probabilities.tolist()},
+        )
+        return probabilities, call
 
     def act(self, observation: dict[str, Any], t: int) -> Decision:
         phrases = env_phrases(observation)
@@ -78,33 +120,72 @@ class GlamDriver(EpisodeDriver):
             self.history.start(mission, text)
         else:
             self.history.advance(self.last_phrase, text)
-        prompt = self.history.prompt()
-        result = self.llm.score(
-            prompt,
-            [" " + phrase for phrase in phrases],
-            model=self.model,
-            run_id=self.run_id,
-            tag="glam",
-        )
-        counts = [len(tokens) for tokens in result.token_logprobs]
-        probabilities = policy_distribution(result.logprobs, counts, self.reduction)
+        probabilities, call = self.score(self.history.prompt(), phrases)
         if self.greedy:
             index = int(np.argmax(probabilities))
         else:
             index = int(self.rng.choice(len(phrases), p=probabilities))
         self.last_phrase = phrases[index]
-        call = LlmCall(
-            t=t,
-            messages=[{"role": "user", "content": prompt}],
-            response=self.last_phrase,
-            parsed=[self.last_phrase],
-            model=result.model,
-            prompt_tokens=result.prompt_tokens,
-            cost_usd=result.cost_usd,
-            cached=result.cached,
-            info={"logprobs": list(result.logprobs), "probabilities": probabilities.tolist()},
-        )
+        call.t, call.response, call.parsed = t, self.last_phrase, [self.last_phrase]
         return Decision(skill=self.last_phrase, llm_calls=[call])
+
+
+class CheckpointGlamDriver(GlamDriver):
+    """GLAM's policy scored in this process from an LLM-PPO checkpoint (no gateway)."""
+
+    def __init__(
+        self, checkpoint: str, reduction: str, greedy: bool, seed: int, run_id: str
+    ) -> None:
+        super().__init__(None, checkpoint, reduction, greedy, seed, run_id)
+        self.policy = _checkpoint_policy(checkpoint)
+
+    def score(self, prompt: str, phrases: tuple[str, ...]) -> tuple[Any, LlmCall]:
+        import torch
+
+        from llmrl.learner.llm.scorer import score_candidates
+
+        policy = self.policy
+        with _SCORING, torch.no_grad():
+            candidates = [policy.encode(" " + phrase) for phrase in phrases]
+            prompt_ids = policy.encode(prompt)
+            scores = score_candidates(policy, [prompt_ids], candidates, self.reduction).scores
+        probabilities = policy_distribution(scores[0].double().tolist(), [1] * len(phrases), "sum")
+        call = LlmCall(
+            t=0,
+            messages=[{"role": "user", "content": prompt}],
+            response="",
+            model=self.model,
+            prompt_tokens=len(prompt_ids),
+            info={"probabilities": probabilities.tolist()},
+        )
+        return probabilities, call
+
+
+_SCORING = threading.Lock()  # one checkpoint model may serve episodes on several threads
+
+
+@functools.lru_cache(maxsize=2)
+def _checkpoint_policy(checkpoint: str) -> Any:
+    """An LLM-PPO checkpoint's model, loaded once per process (evaluations play many
+    episodes of the same version)."""
+    return registry.get_algorithm("llm-ppo").load(checkpoint)
+
+
+class SymbolicDriver(EpisodeDriver):
+    """Symbolic-PPO: an SB3 policy on BabyAI's grid view and mission word ids."""
+
+    optional_observations = ("success",)
+
+    def __init__(self, model: Any, keys: tuple[str, ...]) -> None:
+        self.model = model
+        self.keys = keys
+        self.observations = keys
+
+    def act(self, observation: dict[str, Any], t: int) -> Decision:
+        # float32, as it was trained (llmrl.learner.wrappers.FloatObservations)
+        obs = {key: np.asarray(observation[key], np.float32)[None] for key in self.keys}
+        action, _ = self.model.predict(obs, deterministic=True)
+        return Decision(action=int(np.asarray(action).reshape(-1)[0]))
 
 
 class RandomPhraseDriver(EpisodeDriver):
@@ -132,7 +213,31 @@ def _glam_driver(policy: dict[str, Any], resources: RolloutResources, job: Episo
         bool(policy.get("greedy", True)),
         seed=job.seed,
         run_id=job.run_id,
+        chat=bool(policy.get("chat", False)),
     )
+
+
+@registry.register_driver(CHECKPOINT, "GLAM's policy from an LLM-PPO checkpoint, in-process")
+def _checkpoint_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    if not policy.get("checkpoint"):
+        raise ValueError("policy.checkpoint: an llm-ppo checkpoint directory is required")
+    return CheckpointGlamDriver(
+        str(policy["checkpoint"]),
+        str(policy.get("reduction", "sum")),
+        bool(policy.get("greedy", True)),
+        seed=job.seed,
+        run_id=job.run_id,
+    )
+
+
+@registry.register_driver(SYMBOLIC, "Symbolic-PPO: an SB3 policy on BabyAI's grid (GLAM)")
+def _symbolic_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    from llmrl.learner.algorithms import load_cached
+    from llmrl.recipes.glam.training import SYMBOLIC_KEYS
+
+    if not policy.get("model"):
+        raise ValueError("policy.model: the path of an SB3 model (.zip) is required")
+    return SymbolicDriver(load_cached("ppo", str(policy["model"])), SYMBOLIC_KEYS)
 
 
 @registry.register_driver(RANDOM, "a uniformly random action phrase (GLAM's baseline)")

@@ -1,4 +1,5 @@
-"""The recipe `glam`'s results table: method x test, with the change relative to training."""
+"""The recipe `glam`'s results table (method x test, with the change relative to the training
+vocabulary and the paper's figures beside ours) and its plots."""
 
 from __future__ import annotations
 
@@ -7,23 +8,22 @@ from typing import Any
 
 from llmrl.recipes.base import Results
 from llmrl.recipes.glam.config import GlamConfig
+from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
+from llmrl.recipes.glam.paper import paper_success
 
-# Figures we can cite only second-hand (issue 11's summary of the paper; not checked against
-# the paper itself).
-PAPER_NOTES = (
-    "paper (second-hand, issue 11): GFlan-T5-large (780M) ~0.8 success on the mixed "
-    "BabyAI-Text tasks after ~250k steps; the maintainer reports Flan-T5-small ~0.2 after "
-    "~10k steps with 32 envs",
-)
+DRRN_NOTE = "not run (DRRN is not implemented here)"
 
 
 def glam_results(
     cfg: GlamConfig,
     evaluations: list[dict[str, Any]],
-    train: dict[str, Any] | None,
+    env_steps: dict[str, int],
+    trained: dict[str, dict[str, Any]],
     plots: list[str] | None = None,
 ) -> Results:
-    """One row per (method, test): success, return, length, success change vs training."""
+    """One row per (method, test): success, its change vs the training vocabulary (the
+    paper's form), return, length, the env steps the method learned from, the paper's
+    figure; then a "not run" row for DRRN."""
     on_train = {e["method"]: e["success_rate"] for e in evaluations if e["test"] == "train"}
     rows = []
     for e in evaluations:
@@ -37,17 +37,73 @@ def glam_results(
                 "success_change": change,
                 "mean_return": e["mean_return"],
                 "mean_length": e["mean_length"],
+                "env_steps": env_steps.get(e["method"], 0),
                 "episodes": e["episodes"],
+                "paper": paper_success(e["method"], e["test"]),
             }
         )
-    notes = [f"env {cfg.env}, model {cfg.model}, {cfg.eval_episodes} held-out episodes each"]
-    if train is not None:
-        notes.append(
-            f"glam: {train['served_model']} after {train['global_step']} env steps "
-            f"({train['update']} updates)"
-        )
+    empty = dict.fromkeys(("success_rate", "success_change", "mean_return", "mean_length"))
+    rows.append(
+        {
+            "method": "drrn",
+            "test": "train",
+            **empty,
+            "env_steps": None,
+            "episodes": None,
+            "paper": f"{paper_success('drrn', 'train')} — {DRRN_NOTE}",
+        }
+    )
+    notes = [
+        f"env {cfg.env}, model {cfg.model}, budget {cfg.train_steps} env steps, "
+        f"{cfg.eval_episodes} held-out episodes each (seeds from "
+        f"{cfg.seed + cfg.eval_seed_offset}), evaluated every {cfg.eval_every} updates"
+    ]
+    for method, out in trained.items():
+        if method == "bc":
+            demos = out["demos"]
+            notes.append(
+                f"bc: {out['served_model']} after {out['sft_steps']} SFT steps on "
+                f"{demos['examples']} bot steps ({demos['env_steps']} env steps; bot success "
+                f"{demos['bot_success_rate']}); SFT loss {out['first_loss']:.3g} -> "
+                f"{out['last_loss']:.3g}"
+            )
+        elif method == "symbolic-ppo":
+            notes.append(
+                f"symbolic-ppo: SB3 PPO after {out['global_step']} env steps "
+                f"({out['update']} updates)"
+            )
+        else:
+            name = out["served_model"] if method == "glam" else out["checkpoint"]
+            notes.append(
+                f"{method}: {name} after {out['global_step']} env steps ({out['update']} updates)"
+            )
     notes += list(PAPER_NOTES)
     return Results(title=f"glam on {cfg.env}", rows=rows, notes=notes, plots=plots or [])
+
+
+def plot_eval_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title: str) -> bool:
+    """Held-out success against env steps, one line per trained method; False when no
+    method has a point."""
+    if not any(curves.values()):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, points in curves.items():
+        steps = [p["global_step"] for p in points]
+        ax.plot(steps, [p["success_rate"] for p in points], marker="o", label=method)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("success on held-out seeds")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend()
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def plot_learning_curve(tb_dir: Path, path: Path, title: str) -> bool:

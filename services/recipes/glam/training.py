@@ -1,14 +1,28 @@
-"""GLAM's training as a self-contained job: the learner service runs it in service mode (the
-policy job kind "glam", `POST /policy-jobs`), the recipe runs it in-process in embedded mode;
-either way the same function trains, with the learner's `llm-ppo` algorithm stepping the
-simulator (in-process, or the service at `simulator` over gRPC). The adapter line is
-`adapter_versions(model, adapter)` under the process's LLMRL_HOME, which the gateway serves as
-`<model>:<adapter>@<version>`: in service mode the learner and the gateway must share it.
+"""GLAM's training and its baselines' training.
+
+`train_glam` is GLAM's (and NPAE's) training as a self-contained job: the learner service
+runs it in service mode (the policy job kind "glam", `POST /policy-jobs`), the recipe runs
+it in-process in embedded mode; either way the same function trains, with the learner's
+`llm-ppo` algorithm stepping the simulator (in-process, or the service at `simulator` over
+gRPC). The adapter line is `adapter_versions(model, adapter)` under the process's
+LLMRL_HOME, which the gateway serves as `<model>:<adapter>@<version>`: in service mode the
+learner and the gateway must share it. NPAE is the same job with `init="random"` and
+`lora=False` (the whole model is trained and saved; it is evaluated from its checkpoint,
+not through the gateway).
+
+The baselines train where the recipe runs (their envs in-process, or at the simulator service):
+* `train_symbolic_ppo`: Stable-Baselines3 PPO (MultiInputPolicy) on BabyAI's symbolic view
+  (`image`, `direction`, `mission_tokens`), saved every `eval_every` updates;
+* `collect_demonstrations`: BabyAI's bot (`oracle_plan` of an env made with `expert=True`)
+  plays; every step becomes a chat example, GLAM's prompt -> the bot's action phrase, which
+  behaviour cloning learns with the learner's `sft` algorithm (`train_behaviour_cloning`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +47,11 @@ class GlamTrainingJob(BaseModel):
     learning_rate: float = Field(1e-4, gt=0)
     lora_layers: int | None = Field(None, ge=1)
     reduction: Literal["sum", "mean"] = "sum"
+    lora: bool = Field(True, description="train a LoRA (False: every weight)")
+    init: Literal["pretrained", "random"] = Field(
+        "pretrained", description="the LLM's weights: pretrained, or random (NPAE)"
+    )
+    checkpoint_every: int = Field(1, ge=1, description="a version every this many updates")
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
     simulator: str | None = Field(None, description="simulator address; None: in-process")
@@ -43,12 +62,14 @@ def train_glam(
     job: GlamTrainingJob, on_progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
     """LLM-PPO on the job's env; resumes the adapter line where a killed run left it.
-    Returns the served model name of the last version and where training stood."""
+    Returns the served model name of the last version, where training stood, and every
+    version of the line (`points`: version, served model, checkpoint, update, env steps)."""
     from llmrl.learner.adapters import adapter_versions
 
+    line = adapter_versions(job.model, job.adapter)
     checkpoint = registry.get_algorithm("llm-ppo").train(
         job.env,
-        adapter_versions(job.model, job.adapter),
+        line,
         on_progress=on_progress,
         base_model=job.model,
         total_timesteps=job.steps,
@@ -59,13 +80,219 @@ def train_glam(
         learning_rate=job.learning_rate,
         lora_layers=job.lora_layers,
         reduction=job.reduction,
+        lora=job.lora,
+        init=job.init,
+        checkpoint_every=job.checkpoint_every,
         seed=job.seed,
         address=job.simulator,
         tensorboard_dir=job.tensorboard_dir,
     )
+    points = []
+    for version in line.versions():
+        saved = line.get(version)
+        points.append(
+            {
+                "version": version,
+                "served_model": f"{job.model}:{job.adapter}@{version}",
+                "checkpoint": str(saved.path),
+                "update": saved.result.get("update"),
+                "global_step": saved.result.get("global_step"),
+            }
+        )
     return {
         "served_model": f"{job.model}:{job.adapter}@{checkpoint.path.name}",
         "checkpoint": str(checkpoint.path),
         "update": checkpoint.result.get("update"),
         "global_step": checkpoint.result.get("global_step"),
+        "points": points,
+    }
+
+
+# -- Symbolic-PPO ------------------------------------------------------------------------------
+SYMBOLIC_KEYS = ("image", "direction", "mission_tokens")
+
+
+def train_symbolic_ppo(
+    env: str,
+    out_dir: Path,
+    *,
+    steps: int,
+    num_envs: int,
+    rollout_steps: int,
+    minibatch_size: int,
+    update_epochs: int,
+    learning_rate: float,
+    eval_every: int,
+    seed: int,
+    simulator: str | None = None,
+    tensorboard_dir: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """SB3 PPO on the grid with GLAM's PPO settings where SB3 has them (same envs x steps
+    per update, epochs, minibatch, gamma, lambda, clip, entropy, value, grad norm). A model
+    file every `eval_every` updates and at the end: `points` (path, update, env steps)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from llmrl.learner.wrappers import FloatObservations
+    from llmrl.simulator.client import make_world
+    from llmrl.simulator.vector import WorldVecEnv
+
+    class Progress(BaseCallback):
+        def _on_step(self) -> bool:
+            if on_progress is not None:
+                on_progress(num_envs)
+            return True
+
+    per_update = num_envs * rollout_steps
+    updates = max(1, steps // per_update)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 5_000, address=simulator)
+    venv = VecMonitor(FloatObservations(WorldVecEnv(world, keys=SYMBOLIC_KEYS)))
+    points = []
+    try:
+        model = PPO(
+            "MultiInputPolicy",
+            venv,
+            learning_rate=learning_rate,
+            n_steps=rollout_steps,
+            batch_size=min(minibatch_size, per_update),
+            n_epochs=update_epochs,
+            gamma=0.99,
+            gae_lambda=0.99,
+            clip_range=0.2,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+            seed=seed,
+            device="cpu",
+            verbose=0,
+            tensorboard_log=tensorboard_dir,
+        )
+        done = 0
+        while done < updates:
+            chunk = min(eval_every, updates - done)
+            model.learn(chunk * per_update, callback=Progress(), reset_num_timesteps=done == 0)
+            done += chunk
+            path = out_dir / f"update-{done}.zip"
+            model.save(str(path))
+            points.append({"model": str(path), "update": done, "global_step": model.num_timesteps})
+    finally:
+        venv.close()
+    last = points[-1]
+    return {
+        "model": last["model"],
+        "update": last["update"],
+        "global_step": last["global_step"],
+        "points": points,
+    }
+
+
+# -- behaviour cloning ----------------------------------------------------------------------------
+def collect_demonstrations(
+    env: str,
+    path: Path,
+    *,
+    steps: int,
+    num_envs: int,
+    seed: int,
+    simulator: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """BabyAI's bot plays `steps` env steps (all envs); each of its steps is written to `path`
+    as a chat example: GLAM's prompt (user) -> the bot's action phrase (assistant). A step
+    where the bot has given up is played by "turn left" and not recorded."""
+    import numpy as np
+
+    from llmrl.learner.llm.glam_prompt import PromptHistory
+    from llmrl.recipes.glam.driver import env_phrases
+    from llmrl.simulator.client import make_world
+    from llmrl.simulator.world import episode_ends
+
+    wanted = ["text", "mission", "oracle_plan", "action_phrases", "reward", "discount", "step_type"]
+    world = make_world(env, num_envs=num_envs, seed=seed, address=simulator, expert=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    examples, episodes, successes, taken_steps = 0, 0, 0, 0
+    try:
+        first = world.reset(seed=seed, observations=wanted)
+        phrases = [env_phrases({"action_phrases": p}) for p in first["action_phrases"]]
+        histories = [PromptHistory(phrases[i]) for i in range(num_envs)]
+        for i, history in enumerate(histories):
+            history.start(str(first["mission"][i]), str(first["text"][i]))
+        plan = [str(p) for p in first["oracle_plan"]]
+        with path.open("w", encoding="utf-8") as handle:
+            while taken_steps < steps:
+                chosen = []
+                for i, history in enumerate(histories):
+                    phrase = plan[i] if plan[i] in phrases[i] else ""
+                    if phrase:
+                        example = [
+                            {"role": "user", "content": history.prompt()},
+                            {"role": "assistant", "content": phrase},
+                        ]
+                        handle.write(json.dumps({"messages": example}) + "\n")
+                        examples += 1
+                    chosen.append(phrase or phrases[i][0])
+                result = world.step(skill=chosen, observations=wanted)
+                taken_steps += num_envs
+                if on_progress is not None:
+                    on_progress(num_envs)
+                terminated, truncated = episode_ends(result)
+                ended = terminated | truncated
+                plan = [str(p) for p in result["oracle_plan"]]
+                for i, history in enumerate(histories):
+                    history.advance(chosen[i], str(result["text"][i]))
+                if ended.any():
+                    restarted = world.step(observations=wanted, active=ended)
+                    for i in np.flatnonzero(ended):
+                        episodes += 1
+                        successes += int(bool(terminated[i]) and result["reward"][i] > 0)
+                        histories[i].start(str(restarted["mission"][i]), str(restarted["text"][i]))
+                        plan[i] = str(restarted["oracle_plan"][i])
+    finally:
+        world.close()
+    return {
+        "path": str(path),
+        "examples": examples,
+        "env_steps": taken_steps,
+        "episodes": episodes,
+        "bot_success_rate": successes / episodes if episodes else None,
+    }
+
+
+def train_behaviour_cloning(
+    data: str,
+    model: str,
+    adapter: str,
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    lora_layers: int | None,
+    seed: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """LoRA SFT (the learner's `sft`) of gateway model `model` on the demonstrations; the
+    adapter is served as `<model>:<adapter>@<version>`."""
+    from llmrl.learner.adapters import adapter_versions, base_model_dir
+
+    checkpoint = registry.get_algorithm("sft").train(
+        data,
+        adapter_versions(model, adapter),
+        on_progress=on_progress,
+        base_model=str(base_model_dir(model)),
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        lora_layers=lora_layers,
+        seed=seed,
+    )
+    result = checkpoint.result
+    return {
+        "served_model": f"{model}:{adapter}@{checkpoint.path.name}",
+        "checkpoint": str(checkpoint.path),
+        "sft_steps": result.get("steps"),
+        "first_loss": result.get("first_loss"),
+        "last_loss": result.get("last_loss"),
     }

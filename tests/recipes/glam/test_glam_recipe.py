@@ -10,11 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
-import yaml
-from support.tiny_llm import TINY_MODEL, make_tiny_llama, tiny_gateway_settings
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
-import llmrl.llm_gateway.client as gateway_client
 from llmrl.agents import EpisodeJob, RolloutResources
 from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory
@@ -24,20 +22,17 @@ from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.glam.recipe import Glam
 
 
-@pytest.fixture(scope="module")
-def flat_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_llama(tmp_path_factory.mktemp("flat-llama"), initializer_range=0.02)
+def eval_scalars(out: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tb")).Reload()
+    return [(int(s.step), float(s.value)) for s in events.Scalars(tag)]
 
 
-@pytest.fixture
-def tiny_gateway(flat_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The process's embedded gateway serves the tiny model as "tiny"; adapters in tmp."""
-    config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump(tiny_gateway_settings(flat_model_dir)))
-    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
-    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(gateway_client, "_shared_gateway", None)
-    return flat_model_dir
+def stored_success(episodes: Path) -> float:
+    records = [json.loads(line) for line in episodes.open()]
+    assert records
+    return sum(bool(r["success"]) for r in records) / len(records)
 
 
 def phase_names(**config) -> list[str]:
@@ -45,9 +40,9 @@ def phase_names(**config) -> list[str]:
 
 
 def test_phase_plan_follows_methods_and_variants():
-    assert phase_names(variants=["nouns"]) == [
+    assert phase_names(methods=["zero-shot", "glam", "random"], variants=["nouns"]) == [
         "evaluate/zero-shot",
-        "train",
+        "train/glam",
         "evaluate/glam",
         "evaluate/random",
         "generalise/zero-shot/nouns",
@@ -56,6 +51,16 @@ def test_phase_plan_follows_methods_and_variants():
         "report",
     ]
     assert phase_names(methods=["random"]) == ["evaluate/random", "report"]
+    assert phase_names(methods=["npae", "symbolic-ppo", "bc"]) == [
+        "train/npae",
+        "evaluate/npae",
+        "train/symbolic-ppo",
+        "evaluate/symbolic-ppo",
+        "demos/bc",
+        "train/bc",
+        "evaluate/bc",
+        "report",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -69,6 +74,11 @@ def test_phase_plan_follows_methods_and_variants():
         ({"eval_episodes": -1}, "eval_episodes"),
         ({"reduction": "max"}, "reduction"),
         ({"lora_layers": 0}, "lora_layers"),
+        ({"eval_every": 0}, "eval_every"),
+        ({"eval_every": -2}, "eval_every"),
+        ({"methods": ["glam", "drrn"]}, "methods"),
+        ({"bc_steps": 0}, "bc_steps"),
+        ({"npae_learning_rate": 0}, "npae_learning_rate"),
     ],
 )
 def test_bad_config_names_the_key(config, key):
@@ -100,6 +110,8 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
     config = {
         "env": ENV_ID,
         "model": TINY_MODEL,
+        "methods": ["zero-shot", "glam", "random"],
+        "eval_every": 5,
         "train_steps": 16 * 10,
         "num_envs": 8,
         "rollout_steps": 2,
@@ -113,15 +125,22 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
     run_embedded("glam", config, out_dir=out, progress=False)
     results = json.loads((out / "results.json").read_text())
     by_method = {row["method"]: row for row in results["rows"]}
-    assert sorted(by_method) == ["glam", "random", "zero-shot"]
+    assert sorted(by_method) == ["drrn", "glam", "random", "zero-shot"]
     assert all(row["test"] == "train" for row in results["rows"])
+    assert by_method["drrn"]["success_rate"] is None and "not run" in by_method["drrn"]["paper"]
+    assert by_method["glam"]["env_steps"] == 160 and by_method["zero-shot"]["env_steps"] == 0
     assert any(re.search(r"tiny:glam-\S+@\d+ after 160 env steps", n) for n in results["notes"])
     # the trained policy goes forward at once; the random baseline does not always
     assert by_method["glam"]["success_rate"] == 1.0
     assert by_method["glam"]["mean_length"] == 1.0
     assert CORRECT in PHRASES
-    assert results["plots"] == ["learning_curve.png"]
+    assert results["plots"] == ["eval_curve.png", "learning_curve.png"]
     assert (out / "learning_curve.png").stat().st_size > 0
+    # held-out evaluations every 5 updates of 16 steps: after 80 and 160 env steps
+    assert eval_scalars(out, "eval/glam/success_rate") == [
+        (80, pytest.approx(stored_success(out / "episodes" / "curve-glam-5.jsonl"))),
+        (160, 1.0),
+    ]
 
 
 def test_random_baseline_plays_babyai_text_variants_and_test_mixes(tmp_path: Path):
@@ -133,6 +152,7 @@ def test_random_baseline_plays_babyai_text_variants_and_test_mixes(tmp_path: Pat
     }
     run_embedded("glam", config, out_dir=tmp_path, progress=False)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    rows = [row for row in rows if row["method"] != "drrn"]
     assert [row["test"] for row in rows] == [
         "train",
         "actions",
