@@ -115,6 +115,8 @@ def main() -> int:
     parser.add_argument(
         "--never-ask-steps", type=int, default=None, help="PPO steps, baseline (sweep: 0)"
     )
+    parser.add_argument("--learning-rate", type=float, default=None, help="PPO (default 3e-4)")
+    parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="default runs/eval-when2ask-<p>")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
@@ -130,6 +132,10 @@ def main() -> int:
     }
     if args.envs:
         config["envs"] = args.envs
+    if args.learning_rate is not None:
+        config["learning_rate"] = args.learning_rate
+    if args.n_steps is not None:
+        config["n_steps"] = args.n_steps
     if args.noise is not None:
         return sweep(args, config, parse_noise(args.noise))
 
@@ -166,20 +172,35 @@ def sweep(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) 
                 verdicts.append(f"p={p:g}: {note}")
                 if p > 0 and note.endswith(": met"):
                     beaten.add(note.removeprefix("beats the rules on ").split(":")[0])
+        text = write_sweep(out, args, rows, verdicts, beaten)  # after every p: partial results
+    print(text)
+    print(f"table, plot and rows in {out}/noise_sweep.{{md,png,json}}")
+    return 0
+
+
+def write_sweep(
+    out: Path,
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    verdicts: list[str],
+    beaten: set[str],
+) -> str:
+    """noise_sweep.md, .png and .json in `out`; returns the markdown."""
     verdict = "met" if len(beaten) >= 2 else "NOT met"
+    ppo = f"PPO {args.train_steps} steps"
+    if args.learning_rate is not None or args.n_steps is not None:
+        ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "
-        f"PPO {args.train_steps} steps, seed {args.seed}.\n\n{sweep_table(rows)}\n\n"
+        f"{ppo}, seed {args.seed}.\n\n{sweep_table(rows)}\n\n"
         + "\n".join(f"- {v}" for v in verdicts)
-        + f"\n\ntarget (learned beats every fixed rule at some p > 0 on at least two tasks): "
+        + "\n\ntarget (learned beats every fixed rule at some p > 0 on at least two tasks): "
         f"{verdict} (tasks: {', '.join(sorted(beaten)) or 'none'})\n"
     )
     (out / "noise_sweep.md").write_text(text)
     plot_sweep(rows, out / "noise_sweep.png")
     (out / "noise_sweep.json").write_text(json.dumps(rows, default=float, indent=1))
-    print(text)
-    print(f"table, plot and rows in {out}/noise_sweep.{{md,png,json}}")
-    return 0
+    return text
 
 
 if __name__ == "__main__":
