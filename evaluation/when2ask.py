@@ -32,7 +32,7 @@ from llmrl.recipes.base import read_results
 from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
 
 SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
-SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep")
+SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep", "return_penalised")
 
 
 def parse_noise(text: str) -> list[float]:
