@@ -87,6 +87,7 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
             axes[1, column].plot(ps, queries, marker="o", label=method)
         axes[0, column].set_title(task)
         axes[0, column].set_ylabel("success %")
+        axes[0, column].set_ylim(-2, 102)
         axes[1, column].set_ylabel("planner queries / episode")
         axes[1, column].set_yscale("log")
         axes[1, column].set_xlabel("planner error rate p")
