@@ -1,12 +1,22 @@
-"""When2Ask evaluation: the four MiniGrid tasks, every method, the issue's target checked.
+"""When2Ask evaluation: the four MiniGrid tasks, every method, the targets checked.
 
     .venv/bin/python evaluation/when2ask.py --planner oracle
     .venv/bin/python evaluation/when2ask.py --planner local --episodes 30 --train-steps 4000
+    .venv/bin/python evaluation/when2ask.py --noise 0,0.1,0.2,0.3   # the noisy oracle, swept
 
 Runs the `when2ask` recipe in embedded mode and prints its table (the paper's Table 1 beside
-the measured figures) and, per task, whether the learned mediator's success is within 2 points
-of always-ask while using at most 20% of its queries. The figures are reported as measured;
-the exit status is 0 whether or not the target holds (use --strict to fail when it does not).
+the measured figures) and its verdicts: per task, whether the learned mediator's success is
+within 2 points of always-ask with at most 20% of its queries, and whether it beats every
+fixed rule (always, forced-only, news-or-skill-end) by at least 5 points with no more queries
+than news-or-skill-end (the paper's hard-coded rule).
+
+`--noise p1,p2,...` runs one recipe per planner error rate p (the `noisy` planner: the
+oracle's plan replaced, with probability p per query, by a plausible wrong one) with the
+learned, always, forced-only, news-or-skill-end and random methods, and writes
+`noise_sweep.md` (one row per p, task and method) and `noise_sweep.png` (success and queries
+per episode against p, one column per task) to the output directory. The figures are
+reported as measured; the exit status is 0 whether or not a target holds (use --strict to
+fail when the first one does not).
 """
 
 from __future__ import annotations
@@ -15,49 +25,183 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import read_results
+from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
+
+SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
+SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep", "return_penalised")
+
+
+def parse_noise(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not 0 <= v <= 1 for v in values):
+        raise SystemExit(f"--noise: expected comma-separated numbers in [0, 1], got {text!r}")
+    return values
+
+
+def run_one(config: dict[str, Any], out: Path) -> Any:
+    run_embedded("when2ask", config, out_dir=out, progress=True)
+    results = read_results(out)
+    if results is None:
+        raise SystemExit(f"no results in {out}")
+    return results
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|" + "---|" * len(SWEEP_COLUMNS)]
+    for row in rows:
+        cells = [
+            f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c]) for c in SWEEP_COLUMNS
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    """Success % (top) and planner queries per episode (bottom) against p, per task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(row["task"] for row in rows))
+    methods = list(dict.fromkeys(row["method"] for row in rows))
+    fig, axes = plt.subplots(2, len(tasks), figsize=(4 * len(tasks), 6.5), squeeze=False)
+    for column, task in enumerate(tasks):
+        for method in methods:
+            points = sorted(
+                (row["p"], row["success_%"], row["queries/ep"])
+                for row in rows
+                if row["task"] == task and row["method"] == method
+            )
+            if not points:
+                continue
+            ps, success, queries = zip(*points, strict=True)
+            axes[0, column].plot(ps, success, marker="o", label=method)
+            axes[1, column].plot(ps, queries, marker="o", label=method)
+        axes[0, column].set_title(task)
+        axes[0, column].set_ylabel("success %")
+        axes[0, column].set_ylim(-2, 102)
+        axes[1, column].set_ylabel("planner queries / episode")
+        axes[1, column].set_yscale("log")
+        axes[1, column].set_xlabel("planner error rate p")
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--planner", choices=["oracle", "local", "llm"], default="oracle")
+    parser.add_argument("--planner", choices=["oracle", "noisy", "local", "llm"], default="oracle")
     parser.add_argument("--planner-model", default=None, help="gateway model for local/llm")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature for local/llm"
+    )
+    parser.add_argument(
+        "--noise",
+        default=None,
+        help="comma-separated planner error rates p to sweep with the noisy planner, e.g. "
+        "0,0.1,0.2,0.3 (implies --planner noisy)",
+    )
     parser.add_argument("--envs", nargs="+", default=None, help="tasks (default: all four)")
     parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes/method")
     parser.add_argument("--train-steps", type=int, default=20_000, help="PPO steps, asking")
-    parser.add_argument("--never-ask-steps", type=int, default=20_000, help="PPO steps, baseline")
+    parser.add_argument(
+        "--never-ask-steps", type=int, default=None, help="PPO steps, baseline (sweep: 0)"
+    )
+    parser.add_argument("--learning-rate", type=float, default=None, help="PPO (default 3e-4)")
+    parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="default runs/eval-when2ask-<p>")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
 
-    config = {
+    config: dict[str, Any] = {
         "planner": args.planner,
         "planner_model": args.planner_model,
+        "planner_temperature": args.temperature,
         "eval_episodes": args.episodes,
         "train_steps": args.train_steps,
-        "never_ask_steps": args.never_ask_steps,
         "seed": args.seed,
     }
     if args.envs:
         config["envs"] = args.envs
+    if args.learning_rate is not None:
+        config["learning_rate"] = args.learning_rate
+    if args.n_steps is not None:
+        config["n_steps"] = args.n_steps
+    if args.noise is not None:
+        return sweep(args, config, parse_noise(args.noise))
+
+    config["never_ask_steps"] = 20_000 if args.never_ask_steps is None else args.never_ask_steps
     out = args.out or Path("runs") / f"eval-when2ask-{args.planner}"
-    run_embedded("when2ask", config, out_dir=out, progress=True)
-    results = read_results(out)
-    if results is None:
-        print(f"no results in {out}", file=sys.stderr)
-        return 1
+    results = run_one(config, out)
     verdicts = [note for note in results.notes if note.startswith("target on ")]
     summary = {
         "planner": args.planner,
         "target_met": all(v.endswith(": met") for v in verdicts) if verdicts else None,
         "rows": results.rows,
     }
-    print("\n".join(verdicts))
+    print("\n".join(n for n in results.notes if n.startswith(("target on ", "beats the rules"))))
     print(json.dumps(summary, default=float))
     return 1 if args.strict and not summary["target_met"] else 0
+
+
+def sweep(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) -> int:
+    out = args.out or Path("runs") / "eval-when2ask-noise"
+    config = {
+        **config,
+        "planner": "noisy",
+        "methods": SWEEP_METHODS,
+        "never_ask_steps": args.never_ask_steps or 0,
+    }
+    rows: list[dict[str, Any]] = []
+    verdicts: list[str] = []
+    beaten: set[str] = set()  # tasks where the learned mediator beats the rules at some p > 0
+    for p in noise:
+        results = run_one({**config, "planner_noise": p}, out / f"p{p:g}")
+        rows += [{"p": p, **row} for row in results.rows]
+        for note in results.notes:
+            if note.startswith("beats the rules on "):
+                verdicts.append(f"p={p:g}: {note}")
+                if p > 0 and note.endswith(": met"):
+                    beaten.add(note.removeprefix("beats the rules on ").split(":")[0])
+        text = write_sweep(out, args, rows, verdicts, beaten)  # after every p: partial results
+    print(text)
+    print(f"table, plot and rows in {out}/noise_sweep.{{md,png,json}}")
+    return 0
+
+
+def write_sweep(
+    out: Path,
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    verdicts: list[str],
+    beaten: set[str],
+) -> str:
+    """noise_sweep.md, .png and .json in `out`; returns the markdown."""
+    verdict = "met" if len(beaten) >= 2 else "NOT met"
+    ppo = f"PPO {args.train_steps} steps"
+    if args.learning_rate is not None or args.n_steps is not None:
+        ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
+    text = (
+        f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "
+        f"{ppo}, seed {args.seed}.\n\n{sweep_table(rows)}\n\n"
+        + "\n".join(f"- {v}" for v in verdicts)
+        + "\n\ntarget (learned beats every fixed rule at some p > 0 on at least two tasks): "
+        f"{verdict} (tasks: {', '.join(sorted(beaten)) or 'none'})\n"
+    )
+    (out / "noise_sweep.md").write_text(text)
+    plot_sweep(rows, out / "noise_sweep.png")
+    (out / "noise_sweep.json").write_text(json.dumps(rows, default=float, indent=1))
+    return text
 
 
 if __name__ == "__main__":

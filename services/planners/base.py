@@ -31,6 +31,8 @@ class Planner(ABC):
     # callers request exactly these from the simulator.
     observations: ClassVar[tuple[str, ...]] = ("text",)
     uses_llm: ClassVar[bool] = False
+    # Whether the planner draws random numbers and takes a `seed` (see `reseeded`).
+    seeded: ClassVar[bool] = False
 
     def reset(self) -> None:  # noqa: B027 - optional hook: new episode
         """Forget anything kept from the previous episode."""
@@ -74,3 +76,16 @@ def make_planner(
         for key, value in (llm_defaults or {}).items():
             arguments.setdefault(key, value)
     return planner_cls(**arguments)
+
+
+def reseeded(spec: str | Mapping[str, Any], stream: int) -> str | dict[str, Any]:
+    """`spec` with the `seed` of a planner that draws random numbers (`seeded`) mixed with
+    `stream` (an episode's or a training env's seed), so that parallel envs and episodes get
+    different, reproducible draws; any other planner's spec is returned unchanged."""
+    name = spec if isinstance(spec, str) else str(spec.get("name", ""))
+    if not getattr(registry.get_planner(name), "seeded", False):
+        return spec
+    kwargs = {} if isinstance(spec, str) else dict(spec.get("kwargs") or {})
+    base = int(kwargs.get("seed", 0))
+    kwargs["seed"] = (base * 1_000_003 + int(stream)) % 2**63
+    return {"name": name, "kwargs": kwargs}

@@ -10,6 +10,11 @@ Two modes, because models differ in what they can do:
   often answers "1. 2. 3."). The model scores every skill that is feasible now as a
   continuation of the prompt, in one batched gateway call; the best one is the plan.
 
+`temperature` > 0 makes the planner sample, as LLM planners are usually run: in score mode the
+plan is drawn from the softmax of the scores / temperature (the planner's own generator,
+seeded by `seed`); in generate mode the gateway samples, with a seed drawn from that generator
+per query (so answers stay reproducible and cacheable). Asking again can then change the plan.
+
 Every query is returned in `Plan.llm_calls`, with tokens and cost as the gateway's ledger
 counted them, so episodes record exactly what was asked and what it cost.
 """
@@ -17,7 +22,9 @@ counted them, so episodes record exactly what was asked and what it cost.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+import numpy as np
 
 from llmrl.common.episodes import LlmCall
 from llmrl.planners.base import Plan, Planner, observation_text
@@ -37,6 +44,7 @@ class LlmSkillPlanner(Planner):
 
     observations = ("text", "feasible_skills")
     uses_llm = True
+    seeded: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -52,7 +60,11 @@ class LlmSkillPlanner(Planner):
         score_norm: Literal["sum", "mean"] = "sum",
         skill_forms: str = "'explore', 'go to the <colour> <object>', "
         "'pick up the <colour> <object>', 'toggle the <colour> <object>'",
+        temperature: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        if not 0.0 <= temperature <= 10.0:
+            raise ValueError(f"temperature must be in [0, 10], got {temperature}")
         if mode not in ("generate", "score"):
             raise ValueError(f"mode must be 'generate' or 'score', got {mode!r}")
         if max_attempts < 1:
@@ -68,6 +80,8 @@ class LlmSkillPlanner(Planner):
         self.max_tokens = max_tokens
         self.score_norm = score_norm
         self.skill_forms = skill_forms
+        self.temperature = float(temperature)
+        self.rng = np.random.default_rng(seed)
 
     def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
         messages = self.prompt(observation)
@@ -84,8 +98,9 @@ class LlmSkillPlanner(Planner):
                 model=self.model,
                 run_id=self.run_id,
                 tag=self.tag,
-                temperature=0.0,
+                temperature=self.temperature,
                 max_tokens=self.max_tokens,
+                seed=int(self.rng.integers(2**31)) if self.temperature > 0 else None,
             )
             answer = result.texts[0] if result.texts else ""
             skills = self.grammar.parse_plan(answer)
@@ -116,7 +131,15 @@ class LlmSkillPlanner(Planner):
         if self.score_norm == "mean":
             lengths = [max(len(tokens), 1) for tokens in result.token_logprobs]
             scores = [s / n for s, n in zip(scores, lengths, strict=True)]
-        best = max(range(len(candidates)), key=scores.__getitem__)
+        best = self._choose(scores)
         call = LlmCall.from_result(t, messages, candidates[best], [candidates[best]], result)
         call.info["candidates"] = dict(zip(candidates, scores, strict=True))
         return Plan(skills=[candidates[best]], llm_calls=[call])
+
+    def _choose(self, scores: list[float]) -> int:
+        """The best-scored candidate, or at temperature > 0 one drawn from softmax(s / T)."""
+        if self.temperature <= 0:
+            return max(range(len(scores)), key=scores.__getitem__)
+        logits = np.asarray(scores, dtype=np.float64) / self.temperature
+        probs = np.exp(logits - logits.max())
+        return int(self.rng.choice(len(scores), p=probs / probs.sum()))

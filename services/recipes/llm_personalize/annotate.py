@@ -1,7 +1,9 @@
 """The annotate phases: the episodes a phase stored, turned into SFT data (`datasets.py`).
 
 annotate/0 builds the bootstrap data from the demonstrations; annotate/k the self-training
-selection of round k's collected episodes. Each dataset is a run artifact.
+selection of round k's collected episodes (`selection`: by episode or by query). Each dataset
+is a run artifact; its statistics (queries, episodes that raised placements, examples) go to
+the report.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.recipes.base import RunContext
+from llmrl.recipes.llm_personalize.config import LlmPersonalizeConfig
 from llmrl.recipes.llm_personalize.datasets import (
     build_bootstrap_dataset,
     build_self_training_dataset,
@@ -19,6 +22,8 @@ from llmrl.recipes.llm_personalize.datasets import (
 class AnnotatePhases:
     """The recipe's annotate/<k> phases (mixed into `LlmPersonalize`)."""
 
+    config: LlmPersonalizeConfig
+
     def _annotate(self, k: int):
         def run(ctx: RunContext) -> dict[str, Any]:
             out = ctx.out_dir / "datasets"
@@ -27,7 +32,14 @@ class AnnotatePhases:
                 built = build_bootstrap_dataset(records, out, "bootstrap")
             else:
                 records = ctx.store.episodes(ctx.run_id, phase=f"collect/{k}")
-                built = build_self_training_dataset(records, out, f"round-{k}")
+                cfg = self.config
+                built = build_self_training_dataset(
+                    records,
+                    out,
+                    f"round-{k}",
+                    min_placement_gain=cfg.min_placement_gain,
+                    selection=cfg.selection,
+                )
             ctx.add_artifact(f"datasets/{Path(built['data']).name}", built["data"], "dataset")
             stats = built["stats_data"]
             return {"data": built["data"], "examples": stats["examples"], "stats": stats}

@@ -50,7 +50,19 @@ class LlmPersonalizeConfig(RecipeConfig):
     train_episodes: int = Field(10, ge=1, description="Training episodes per scene.")
     eval_episodes: int = Field(5, ge=1, description="Evaluation episodes per scene and split.")
     collect_samples: int = Field(
-        2, ge=1, description="Sampled episodes per training episode in each self-training round."
+        4,
+        ge=1,
+        description="Sampled episodes per training episode in each self-training round (each "
+        "with its own sampling seed, at collect_temperature).",
+    )
+    selection: Literal["episode", "query"] = Field(
+        "episode",
+        description="Self-training selection. episode: every query of the collected episodes "
+        "whose plans raised the number of correctly placed objects; query: only the queries "
+        "whose own steps did (the placing query alone).",
+    )
+    min_placement_gain: int = Field(
+        1, ge=1, description="Correctly placed objects a kept episode (or query) must add."
     )
     rounds: int = Field(2, ge=0, le=20, description="Self-training rounds (K).")
     model: str = Field(
@@ -80,6 +92,11 @@ class LlmPersonalizeConfig(RecipeConfig):
     )
     replay_bootstrap: bool = Field(
         True, description="Self-training rounds also train on the bootstrap data."
+    )
+    replay_rounds: bool = Field(
+        True,
+        description="Round k also trains on the selections of rounds 1..k-1 (data replay: "
+        "what earlier rounds taught is not forgotten).",
     )
     sft_steps: int | None = Field(None, ge=1, description="SFT steps (default: sft_epochs).")
     sft_epochs: float = Field(2.0, gt=0, le=100, description="SFT passes over the data.")

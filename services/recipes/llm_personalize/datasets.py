@@ -9,9 +9,17 @@ both registered with the annotator as dataset builders (`POST /datasets/bootstra
 * self-training (`self_training_dataset`): every planner query of the planner's own episodes
   is scored by the paper's reward over the steps it drove,
       objects found + receptacles found + 10 x change in correctly placed objects,
-  queries that did not improve placement are dropped, queries with the same prompt are
-  de-duplicated (the best reward wins, the earliest on ties), and the target is the plan
-  made of the query's steps that succeeded.
+  and selected by one of two rules (`selection`):
+  - "query": queries whose own steps did not improve placement are dropped;
+  - "episode" (the default): episodes whose plans together did not raise the number of
+    correctly placed objects are dropped, and every query of the others is kept (but one
+    whose own steps lowered the count). Placing an
+    object takes several queries (find it, pick it up, carry it, place it) and only the last
+    one's steps raise the count, so per-query selection keeps almost nothing from a small
+    model's episodes; the episode's gain credits the plans that led up to the placement.
+  Either way a query's target is the plan made of its steps that succeeded (queries without
+  one are dropped), and queries with the same prompt are de-duplicated (the best reward wins,
+  the earliest on ties; under "episode" the reward is the episode's gain x 10 plus the query's).
 
 A query "drives" the steps from its own step `t` up to the next query's step (several queries
 at one step, i.e. re-asks, leave their steps to the last of them). Step records carry the
@@ -25,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -173,26 +181,67 @@ def bootstrap_dataset(episodes: Iterable[EpisodeRecord]) -> Dataset:
     return Dataset(examples, stats)
 
 
+def episode_placement_gain(episode: EpisodeRecord) -> int:
+    """Correctly placed objects at the episode's end minus at its start."""
+    steps = sorted(episode.steps, key=lambda s: s.t)
+    if not steps:
+        return 0
+    start = _counters(None, steps[0])[2]
+    return _counters(steps[-1], steps[0])[2] - start
+
+
+def select_episodes(
+    episodes: Iterable[EpisodeRecord], min_placement_gain: int = 1
+) -> tuple[list[EpisodeRecord], list[EpisodeRecord]]:
+    """(kept, dropped): the episodes whose plans raised the number of correctly placed
+    objects by at least `min_placement_gain`, and the rest, each in the given order."""
+    kept, dropped = [], []
+    for episode in episodes:
+        gain = episode_placement_gain(episode)
+        (kept if gain >= min_placement_gain else dropped).append(episode)
+    return kept, dropped
+
+
+SELECTIONS = ("episode", "query")
+
+
 def self_training_dataset(
     episodes: Iterable[EpisodeRecord],
     min_placement_gain: int = 1,
     placement_weight: float = PLACEMENT_WEIGHT,
+    selection: str = "episode",
 ) -> Dataset:
     """Reward-filtered, de-duplicated SFT pairs from the planner's own episodes.
 
-    Keeps a query when its steps raised the number of correctly placed objects by at least
-    `min_placement_gain`; its target is the plan of its successful steps; among queries with
-    the same prompt, the one with the highest reward is kept (the earliest on ties).
+    `selection="query"` keeps a query when its own steps raised the number of correctly
+    placed objects by at least `min_placement_gain`; `selection="episode"` keeps every query
+    of an episode whose plans together did (`select_episodes`). A kept query's target is the
+    plan of its successful steps; among queries with the same prompt, the one with the
+    highest reward is kept (the earliest on ties).
     """
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
     episodes = list(episodes)
     best: dict[str, tuple[QueryScore, ChatExample]] = {}
     order: list[str] = []
     dropped: Counter[str] = Counter()
     queries = 0
+    kept_episodes: set[str] = set()
+    if selection == "episode":
+        kept_episodes = {e.episode_id for e in select_episodes(episodes, min_placement_gain)[0]}
     for episode in episodes:
+        gain = episode_placement_gain(episode)
         for score in score_queries(episode, placement_weight):
             queries += 1
-            if score.placement_delta < min_placement_gain:
+            if selection == "episode":
+                if episode.episode_id not in kept_episodes:
+                    dropped["episode_without_placement_gain"] += 1
+                    continue
+                if score.placement_delta < 0:  # never imitate the plan that undid a placement
+                    dropped["placement_worse"] += 1
+                    continue
+                score.reward += placement_weight * gain  # the episode's gain ranks duplicates
+            elif score.placement_delta < min_placement_gain:
                 dropped["no_placement_gain"] += 1
                 continue
             if not score.successful_skills or not score.call.messages:
@@ -212,6 +261,11 @@ def self_training_dataset(
     examples = [best[key][1] for key in order]
     stats = _stats("self_training", episodes, queries, examples, dropped)
     stats["min_placement_gain"] = min_placement_gain
+    stats["selection"] = selection
+    gains = [episode_placement_gain(e) for e in episodes]
+    stats["episodes_with_placement_gain"] = sum(g >= min_placement_gain for g in gains)
+    stats["episodes_with_examples"] = len({best[key][0].episode_id for key in order})
+    stats["mean_episode_placement_gain"] = _mean(gains)
     return Dataset(examples, stats)
 
 
@@ -263,14 +317,22 @@ def build_self_training_dataset(
     out_dir: str | Path,
     name: str = "self_training",
     min_placement_gain: int = 1,
+    selection: str = "episode",
 ) -> dict[str, Any]:
     """The planner's episode logs -> selected `<out_dir>/<name>.jsonl` + stats."""
-    dataset = self_training_dataset(load_episodes(sources), min_placement_gain)
+    dataset = self_training_dataset(load_episodes(sources), min_placement_gain, selection=selection)
     return {**write_dataset(dataset, out_dir, name), "stats_data": dataset.stats}
 
 
 class SelfTrainingRequest(DatasetRequest):
-    min_placement_gain: int = Field(1, ge=0, description="objects a kept query must place")
+    min_placement_gain: int = Field(
+        1, ge=0, description="objects a kept query (or episode) must place"
+    )
+    selection: Literal["episode", "query"] = Field(
+        "episode",
+        description="episode: keep every query of episodes that raised correct placements; "
+        "query: keep the queries whose own steps did",
+    )
 
 
 @registry.register_dataset(
@@ -289,5 +351,7 @@ def self_training_builder(request: SelfTrainingRequest) -> dict[str, Any]:
     return build_from_episode_logs(
         request,
         "self-training",
-        lambda episodes: self_training_dataset(episodes, request.min_placement_gain),
+        lambda episodes: self_training_dataset(
+            episodes, request.min_placement_gain, selection=request.selection
+        ),
     )

@@ -10,9 +10,13 @@ Per run, on the Housekeep simulator (real scenes from `data_dir`, else procedura
     evaluate/0
     for k in 1..rounds:  self-training
       collect/k          the current model plans with sampling on the training episodes
-      annotate/k         annotator: reward-scored, placement-improving, de-duplicated queries
-      train/k            LoRA SFT from version k-1 on round k's data (+ the bootstrap data,
-                         `replay_bootstrap`) -> version k
+                         (`collect_samples` seeded samples each, `collect_temperature`)
+      annotate/k         annotator: the queries of the episodes that raised correct
+                         placements (`selection=episode`; `query`: the placing queries
+                         only), reward-scored and de-duplicated
+      train/k            LoRA SFT from version k-1 on round k's data, replaying rounds
+                         1..k-1 (`replay_rounds`) and the bootstrap data
+                         (`replay_bootstrap`) -> version k
       evaluate/k
     report               per scene and split: success rate per stage; PNG plot per round
 

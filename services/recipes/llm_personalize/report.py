@@ -3,6 +3,7 @@ notes (data and training per stage) and its plot."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class ReportPhase:
                 )
             else:
                 loss = train.get("skipped", "")
-            notes.append(f"{stage_name(k)}: {data['examples']} SFT examples; {loss}")
+            notes.append(f"{stage_name(k)}: {selection_note(data)}; {loss}")
         results = Results(
             title=f"llm-personalize: {self.base_model()} on Housekeep",
             rows=rows,
@@ -64,7 +65,36 @@ class ReportPhase:
             plots=[plot],
         )
         ctx.write_results(results)
-        return {"results": "results.json", "rows": rows}
+        data = [selection_row(k, ctx.phase_outputs(f"annotate/{k}")) for k in range(cfg.rounds + 1)]
+        (ctx.out_dir / "selection.json").write_text(json.dumps(data, indent=1))
+        return {"results": "results.json", "rows": rows, "data": data}
+
+
+def selection_row(k: int, annotate: dict[str, Any]) -> dict[str, Any]:
+    """What one annotate phase made: queries seen, episodes that raised placements, examples."""
+    stats = annotate.get("stats", {})
+    return {
+        "stage": stage_name(k),
+        "episodes": stats.get("episodes"),
+        "queries": stats.get("queries"),
+        "episodes_with_placement_gain": stats.get("episodes_with_placement_gain"),
+        "episodes_with_examples": stats.get("episodes_with_examples"),
+        "examples": annotate.get("examples", stats.get("examples")),
+        "selection": stats.get("selection"),
+    }
+
+
+def selection_note(annotate: dict[str, Any]) -> str:
+    stats = annotate.get("stats", {})
+    examples = annotate.get("examples", stats.get("examples"))
+    if stats.get("kind") != "self_training":
+        return f"{examples} SFT examples from {stats.get('episodes', '?')} demonstrations"
+    return (
+        f"{examples} SFT examples selected (by {stats.get('selection', 'query')}) from "
+        f"{stats.get('queries')} queries of {stats.get('episodes')} collected episodes, "
+        f"{stats.get('episodes_with_placement_gain')} of which raised correct placements "
+        f"(mean gain {stats.get('mean_episode_placement_gain', 0.0):.2f})"
+    )
 
 
 def stage_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

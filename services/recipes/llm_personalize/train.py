@@ -1,9 +1,11 @@
 """The train phases: LoRA SFT of the planner on each round's data, or an OpenAI fine-tune.
 
-train/0 fine-tunes the base model on the bootstrap data; train/k continues from stage k-1 on
-round k's selection (plus the bootstrap data, `replay_bootstrap`). A round without any example
-keeps the previous model. Embedded runs train in-process; service runs on the learner service
-(the same function). `stage_model` is the gateway model a stage plays with.
+train/0 fine-tunes the base model on the bootstrap data; train/k continues from stage k-1's
+adapter on round k's selection, replaying the selections of rounds 1..k-1 (`replay_rounds`)
+and the bootstrap data (`replay_bootstrap`), so that a round adds to what the earlier ones
+taught rather than overwriting it. A round without any example keeps the previous model.
+Embedded runs train in-process; service runs on the learner service (the same function).
+`stage_model` is the gateway model a stage plays with.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class TrainPhases:
         def run(ctx: RunContext) -> dict[str, Any]:
             cfg = self.config
             data = [ctx.phase_outputs(f"annotate/{k}")]
+            if k > 0 and cfg.replay_rounds:
+                data += [ctx.phase_outputs(f"annotate/{j}") for j in range(1, k)]
             if k > 0 and cfg.replay_bootstrap:
                 data.append(ctx.phase_outputs("annotate/0"))
             files = [d["data"] for d in data if d["examples"] > 0]

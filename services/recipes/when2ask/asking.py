@@ -1,11 +1,19 @@
 """Who decides when to ask: the learned mediator and the paper's baselines.
 
 * `always`: asks at every step (the most informed, the most expensive).
-* `hard-coded`: never asks by choice; the planner is only queried when the plan is finished
-  or infeasible (the forced queries every method has).
+* `forced-only`: never asks by choice; the planner is only queried when the plan is finished
+  or infeasible (the forced queries every method has). Called `hard-coded` before the
+  paper-style rule joined it; that name is still accepted.
+* `news-or-skill-end`: the paper's hard-coded rule (Hu et al. 2023, Sec. 5): ask whenever the
+  agent's knowledge changes (a new object or door seen, a door opened, an object picked up:
+  its text observation differs from the one at the last query) or the current skill (option)
+  has just ended.
 * `random`: asks with probability p at each step (p = the learned policy's ask rate, so the
   comparison is at equal cost).
 * `learned`: a PPO policy over the mediator's observation.
+
+The rules read the mediator's own observation (`MediatorCore.features`), as the learned
+policy does, so every method decides from the same information.
 """
 
 from __future__ import annotations
@@ -14,7 +22,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-METHODS = ("always", "hard-coded", "random", "learned")
+from llmrl.recipes.when2ask.mediator import KNOWLEDGE_CHANGED, STATUS_START
+from llmrl.simulator.envs.base import SkillStatus
+
+FORCED_ONLY, NEWS_OR_SKILL_END = "forced-only", "news-or-skill-end"
+METHODS = ("always", FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
+ALIASES = {"hard-coded": FORCED_ONLY}  # the name forced-only had before
 
 
 class AskPolicy(Protocol):
@@ -26,9 +39,18 @@ class AlwaysAsk:
         return True
 
 
-class HardCoded:
+class ForcedOnly:
     def ask(self, features: np.ndarray) -> bool:
         return False
+
+
+class NewsOrSkillEnd:
+    """Ask when the agent's knowledge changed since the last query or a skill just ended."""
+
+    def ask(self, features: np.ndarray) -> bool:
+        knowledge_changed = features[KNOWLEDGE_CHANGED] > 0.5
+        skill_ended = features[STATUS_START + SkillStatus.DONE] > 0.5
+        return bool(knowledge_changed or skill_ended)
 
 
 class RandomAsk:
@@ -51,18 +73,24 @@ class LearnedAsk:
         return bool(int(np.asarray(action).reshape(-1)[0]) == 1)
 
 
+def canonical_method(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
 def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
-    """`{"method": "always" | "hard-coded" | "random" (p) | "learned" (model: a PPO checkpoint
-    or .zip path)}`."""
-    method = spec.get("method")
+    """`{"method": "always" | "forced-only" | "news-or-skill-end" | "random" (p) | "learned"
+    (model: a PPO checkpoint or .zip path)}`."""
+    method = canonical_method(str(spec.get("method")))
     if method == "always":
         return AlwaysAsk()
-    if method == "hard-coded":
-        return HardCoded()
+    if method == FORCED_ONLY:
+        return ForcedOnly()
+    if method == NEWS_OR_SKILL_END:
+        return NewsOrSkillEnd()
     if method == "random":
         return RandomAsk(float(spec.get("p", 0.5)), seed=seed)
     if method == "learned":
         from llmrl.learner.algorithms import load_cached
 
         return LearnedAsk(load_cached("ppo", spec["model"]))  # one load per process
-    raise ValueError(f"unknown asking method {method!r}; methods: {', '.join(METHODS)}")
+    raise ValueError(f"unknown asking method {spec.get('method')!r}; methods: {', '.join(METHODS)}")

@@ -12,7 +12,7 @@ from typing import Any
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
 from llmrl.common.registry import registry
-from llmrl.planners.base import make_planner
+from llmrl.planners.base import make_planner, reseeded
 from llmrl.recipes.when2ask.asking import AskPolicy, make_ask_policy
 from llmrl.recipes.when2ask.mediator import MediatorCore
 
@@ -45,7 +45,9 @@ def _mediator_driver(
     policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
 ) -> MediatorDriver:
     planner = make_planner(
-        policy["planner"], connect_llm=lambda: resources.llm, llm_defaults={"run_id": job.run_id}
+        reseeded(policy["planner"], job.seed),  # a noisy planner errs differently per episode
+        connect_llm=lambda: resources.llm,
+        llm_defaults={"run_id": job.run_id},
     )
     core = MediatorCore(
         planner,

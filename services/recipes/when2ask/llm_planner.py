@@ -22,6 +22,8 @@ class When2AskLlmPlanner(LlmSkillPlanner):
         run_id: str = "default",
         tag: str = "when2ask/planner",
         max_attempts: int = 3,
+        temperature: float = 0.0,
+        seed: int = 0,
     ) -> None:
         super().__init__(
             llm,
@@ -32,4 +34,6 @@ class When2AskLlmPlanner(LlmSkillPlanner):
             run_id=run_id,
             tag=tag,
             max_attempts=max_attempts,
+            temperature=temperature,
+            seed=seed,
         )

@@ -15,6 +15,9 @@ plus what the mediator knows about its own plan), all in [0, 1]:
   - the agent's view now (3x3 minigrid encoding, scaled),
   - which cells of the view changed since the previous step (binary),
   - whether the agent's knowledge (its text observation) changed since the last query,
+  - whether the last query, when asked for, returned a plan that disagrees with the one in
+    hand (a planner that errs, see `llmrl.planners.noisy_oracle`, contradicts itself: a sign
+    that one of the two plans is wrong),
   - the status of the last skill step (one-hot NONE/RUNNING/DONE/INFEASIBLE),
   - plan steps remaining and steps since the last query (both scaled and clipped).
 
@@ -39,7 +42,11 @@ from llmrl.simulator.envs.base import SkillStatus
 CARRY_ON, ASK = 0, 1
 FALLBACK_SKILL = "explore"  # what the agent does when the planner gave no usable plan
 VIEW_CELLS = 3 * 3 * 3
-OBS_SIZE = 2 * VIEW_CELLS + 1 + len(SkillStatus) + 2
+OBS_SIZE = 2 * VIEW_CELLS + 2 + len(SkillStatus) + 2
+# Feature indices the hand-written rules read (see `features`).
+KNOWLEDGE_CHANGED = 2 * VIEW_CELLS
+PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
+STATUS_START = PLAN_DISAGREED + 1
 WORLD_ENTRIES = ("reward", "discount", "step_type")
 _ENCODING_SCALE = np.float32(1 / 10)  # minigrid encodes object/colour/state as ints < 11
 
@@ -86,6 +93,7 @@ class MediatorCore:
         self.needs_plan = True
         self._text_at_query = ""
         self._since_query = 0
+        self._plan_disagreed = False
         self._prev_view: np.ndarray | None = None
 
     def after_step(self, obs: dict[str, Any]) -> None:
@@ -116,6 +124,7 @@ class MediatorCore:
                     penalty += self.same_plan_penalty
             else:
                 self.stats.forced += 1
+            self._plan_disagreed = bool(self.plan) and plan.skills != self.plan
             self.plan = list(plan.skills)
             self.needs_plan = False
             self._text_at_query = observation_text(obs.get("text", ""))
@@ -137,7 +146,10 @@ class MediatorCore:
         progress = np.array(
             [min(len(self.plan), 10) / 10, min(self._since_query, 20) / 20], np.float32
         )
-        features = np.concatenate([view, changed, [knowledge_changed], status_onehot, progress])
+        disagreed = float(self._plan_disagreed)
+        features = np.concatenate(
+            [view, changed, [knowledge_changed, disagreed], status_onehot, progress]
+        )
         return np.clip(features, 0.0, 1.0).astype(np.float32)
 
 

@@ -52,8 +52,9 @@ class PolicyTrainingJob(BaseModel):
     llm_gateway: str | None = Field(None, description="gateway address; None: in-process")
 
 
-def _planner(job: PolicyTrainingJob) -> Any:
-    from llmrl.planners.base import make_planner
+def _planner(job: PolicyTrainingJob, stream: int) -> Any:
+    """The job's planner for training env `stream` (a noisy planner errs differently in each)."""
+    from llmrl.planners.base import make_planner, reseeded
 
     def connect_llm() -> Any:
         from llmrl.llm_gateway.client import connect
@@ -61,7 +62,7 @@ def _planner(job: PolicyTrainingJob) -> Any:
         return connect(job.llm_gateway)
 
     return make_planner(
-        job.planner,
+        reseeded(job.planner, stream),
         connect_llm=connect_llm,
         llm_defaults={"run_id": job.run_id, "tag": "when2ask/train"},
     )
@@ -80,7 +81,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
             seed = job.seed * 10_000 + i
             return lambda: MediatorEnv(
                 lambda: make_world(job.env, num_envs=1, seed=seed, address=job.simulator),
-                _planner(job),
+                _planner(job, seed),
                 lam=job.lam,
                 same_plan_penalty=job.same_plan_penalty,
                 max_steps=job.max_steps,

@@ -13,8 +13,10 @@ from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord, write_json
 from llmrl.recipes.llm_personalize.datasets import (
     bootstrap_dataset,
     build_self_training_dataset,
+    episode_placement_gain,
     query_steps,
     score_queries,
+    select_episodes,
     self_training_dataset,
 )
 from llmrl.recipes.llm_personalize.demonstrations import demonstration_episode
@@ -84,7 +86,7 @@ def test_query_reward_is_found_objects_receptacles_and_ten_times_placement():
 
 
 def test_self_training_keeps_improving_queries_with_only_their_successful_steps():
-    dataset = self_training_dataset([explore_then_carry("a", "carry", 3)])
+    dataset = self_training_dataset([explore_then_carry("a", "carry", 3)], selection="query")
     assert len(dataset.examples) == 1
     (example,) = dataset.examples
     assert example.messages[-2]["content"].startswith("carry")
@@ -97,7 +99,7 @@ def test_self_training_keeps_improving_queries_with_only_their_successful_steps(
 
 
 def test_self_training_drops_queries_that_make_placement_worse():
-    dataset = self_training_dataset([explore_then_carry("a", "carry", 1)])
+    dataset = self_training_dataset([explore_then_carry("a", "carry", 1)], selection="query")
     assert dataset.examples == [] and dataset.stats["dropped"] == {"no_placement_gain": 4}
 
 
@@ -106,7 +108,7 @@ def test_duplicate_prompts_keep_the_best_reward_and_the_earliest_on_ties():
     better = explore_then_carry("better", "same prompt", 4)  # reward 20
     tie = explore_then_carry("tie", "same prompt", 4)  # reward 20, later
     other = explore_then_carry("other", "another prompt", 3)
-    dataset = self_training_dataset([first, better, tie, other])
+    dataset = self_training_dataset([first, better, tie, other], selection="query")
     assert [e.source for e in dataset.examples] == ["run/better#3", "run/other#3"]
     assert [e.reward for e in dataset.examples] == [20.0, 10.0]
     assert dataset.stats["dropped"]["duplicate_prompt"] == 2
@@ -135,7 +137,7 @@ def test_bootstrap_from_demonstrations_gives_valid_chat_data(tmp_path):
     assert json.loads(lines[0])["messages"][-1]["content"] == demos[0].llm_calls[0].response
 
     # self-training on the demonstrations keeps the carrying queries only
-    selected = self_training_dataset(demos)
+    selected = self_training_dataset(demos, selection="query")
     assert 0 < len(selected.examples) < calls
     assert all("pick up" in e.messages[-1]["content"] for e in selected.examples)
 
@@ -143,8 +145,53 @@ def test_bootstrap_from_demonstrations_gives_valid_chat_data(tmp_path):
 def test_self_training_dataset_from_an_episode_log(tmp_path):
     log = tmp_path / "episodes.jsonl"
     write_jsonl(log, [explore_then_carry("a", "p1", 3), explore_then_carry("b", "p2", 4)])
-    result = build_self_training_dataset([log], tmp_path / "out")
+    result = build_self_training_dataset([log], tmp_path / "out", selection="query")
     stats = json.loads(Path(result["stats"]).read_text())
     assert stats == result["stats_data"] and stats["examples"] == 2
     assert stats["reward"] == {"mean": 15.0, "min": 10.0, "max": 20.0}
     assert chat_jsonl_errors(result["data"]) == []
+
+
+def test_episode_selection_keeps_the_episodes_that_raised_placements_and_drops_the_rest():
+    raised = explore_then_carry("raised", "carry", 3)  # 2 -> 3 correctly placed
+    flat = explore_then_carry("flat", "carry to nowhere", 2)  # no change
+    worse = explore_then_carry("worse", "carry away", 1)  # 2 -> 1
+    assert [episode_placement_gain(e) for e in (raised, flat, worse)] == [1, 0, -1]
+    kept, dropped = select_episodes([flat, raised, worse])
+    assert kept == [raised] and dropped == [flat, worse]
+
+    dataset = self_training_dataset([flat, raised, worse], selection="episode")
+    # every query of the kept episode that drove a successful step; the re-ask drove none
+    assert [e.source for e in dataset.examples] == ["run/raised#0", "run/raised#1", "run/raised#3"]
+    assert [e.messages[-1]["content"] for e in dataset.examples] == [
+        "1. go to room kitchen_0\n2. go to room bedroom_0",
+        "1. go to mug_1",
+        "1. pick up mug_1\n2. go to counter_1\n3. place mug_1 on counter_1",
+    ]
+    # ranked by the episode's gain (x 10) plus the query's own reward
+    assert [e.reward for e in dataset.examples] == [10.0 + 7.0, 10.0, 10.0 + 10.0]
+    assert dataset.stats["dropped"] == {
+        "episode_without_placement_gain": 8,
+        "no_successful_steps": 1,
+    }
+    assert dataset.stats["episodes_with_placement_gain"] == 1
+    assert dataset.stats["episodes_with_examples"] == 1
+    # the per-query rule keeps only the query that did the placing
+    by_query = self_training_dataset([flat, raised, worse], selection="query")
+    assert [e.source for e in by_query.examples] == ["run/raised#3"]
+
+
+def test_episode_selection_drops_a_query_that_undid_a_placement():
+    steps = [
+        step(0, "place mug_1 on counter_1", True, 3, 4, 4),  # 2 -> 4
+        step(1, "pick up mug_1", True, 3, 4, 3),  # 4 -> 3: undone
+    ]
+    record = episode("e", [call(0, "place"), call(1, "undo")], steps)
+    dataset = self_training_dataset([record], selection="episode")
+    assert [e.source for e in dataset.examples] == ["run/e#0"]
+    assert dataset.stats["dropped"] == {"placement_worse": 1}
+
+
+def test_unknown_selection_is_named():
+    with pytest.raises(ValueError, match="selection must be one of episode, query"):
+        self_training_dataset([], selection="best")

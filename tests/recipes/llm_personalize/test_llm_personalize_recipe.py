@@ -107,5 +107,11 @@ def test_a_killed_run_resumes_after_the_bootstrap_round(tiny_model_dir: Path, tm
         ("procedural", "train"), ("procedural", "held-out")
     ]  # fmt: skip
     assert (out / "llm_personalize.png").stat().st_size > 0
+    # how many examples each stage selected, and by which rule (the default: by episode)
+    assert any(n.startswith("bootstrap: ") and "SFT examples" in n for n in results["notes"])
+    assert any(
+        n.startswith("round 1: ") and "SFT examples selected (by episode)" in n
+        for n in results["notes"]
+    )
     assert chat_jsonl_errors(out / "datasets" / "bootstrap.jsonl") == []
     assert "llm-personalize: tiny on Housekeep" in output  # the table is printed

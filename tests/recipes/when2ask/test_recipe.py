@@ -21,7 +21,8 @@ def test_phase_plan_follows_the_methods():
         "train/KeyInBox",
         "evaluate/KeyInBox/learned",
         "evaluate/KeyInBox/always",
-        "evaluate/KeyInBox/hard-coded",
+        "evaluate/KeyInBox/forced-only",
+        "evaluate/KeyInBox/news-or-skill-end",
         "evaluate/KeyInBox/random",
         "report",
     ]
@@ -38,6 +39,20 @@ def test_phase_plan_follows_the_methods():
 def test_bad_config_names_the_field(config, field):
     with pytest.raises(ConfigError, match=f"config.{field}"):
         validate_config("when2ask", config)
+
+
+def test_old_name_of_forced_only_is_accepted():
+    assert phase_names(envs=["KeyInBox"], methods=["hard-coded"]) == [
+        "evaluate/KeyInBox/forced-only",
+        "report",
+    ]
+
+
+def test_noisy_planner_spec_carries_p_and_seed():
+    recipe = When2Ask(validate_config("when2ask", {"planner": "noisy", "planner_noise": 0.3}))
+    assert recipe.planner_spec() == {"name": "noisy-oracle", "kwargs": {"p": 0.3, "seed": 0}}
+    with pytest.raises(ConfigError, match=r"config\.planner_noise"):
+        validate_config("when2ask", {"planner": "noisy", "planner_noise": 1.5})
 
 
 def test_random_ask_without_learned_needs_its_rate():
@@ -58,13 +73,22 @@ def test_tiny_run_writes_table_plots_and_models(tmp_path):
     run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
     results = json.loads((tmp_path / "results.json").read_text())
     methods = [row["method"] for row in results["rows"]]
-    assert methods == ["learned", "always", "hard-coded", "random", "never-ask"]
+    assert methods == [
+        "learned",
+        "always",
+        "forced-only",
+        "news-or-skill-end",
+        "random",
+        "never-ask",
+    ]
     by_method = {row["method"]: row for row in results["rows"]}
-    # Always-ask queries at every step; hard-coded only when forced.
+    # Always-ask queries at every step; forced-only only when forced; the paper's rule between.
     assert by_method["always"]["queries/ep"] == pytest.approx(by_method["always"]["steps/ep"])
-    assert by_method["hard-coded"]["queries/ep"] < by_method["always"]["queries/ep"]
+    forced, news = by_method["forced-only"]["queries/ep"], by_method["news-or-skill-end"]
+    assert forced < news["queries/ep"] < by_method["always"]["queries/ep"]
     assert by_method["never-ask"]["queries/ep"] == 0
     assert any(note.startswith("target on SimpleDoorKey") for note in results["notes"])
+    assert any(note.startswith("beats the rules on SimpleDoorKey") for note in results["notes"])
     for name in results["plots"]:
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "models" / "SimpleDoorKey-asking.zip").exists()

@@ -1,0 +1,169 @@
+"""A planner that errs as language models do: the oracle's plan, wrong with probability p.
+
+When2Ask's point (Hu et al. 2023) is that an LLM planner is sometimes wrong, so asking again
+can repair a plan (or break a good one) and a mediator should learn when that is worth it.
+With the privileged oracle a new plan is never better than the one in hand; this planner
+replaces the oracle's plan, with probability `p` per query (drawn from its own seeded
+generator), by a plausible wrong one: its first skill is swapped for
+
+* the same skill on another object the agent has seen ("go to the blue box"),
+* the same skill on a key of the wrong colour ("pick up the green key"), or
+* a skill of the wrong kind on the same object ("go to the red key" instead of picking it up;
+  for `explore`, going to something already seen; for the goal, exploring),
+
+chosen uniformly among those that apply. A wrong object is kept through the rest of the plan
+(an LLM that takes the blue key for the door's key plans to go to it and pick it up), so the
+error costs what following it costs. As an LLM planner that scores the feasible skills only
+errs among those (`when2ask-llm`, score mode), wrong skills are drawn from the feasible ones
+when that leaves any; failing that, from any feasible skill other than the right one (often
+`explore`). The planner sees what an LLM planner would (the agent's knowledge in `text`, the
+feasible skills) plus the oracle's plan.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+from minigrid.core.constants import COLOR_NAMES
+
+from llmrl.common.registry import registry
+from llmrl.planners.base import Plan, Planner, observation_text
+from llmrl.planners.oracle import OraclePlanner
+from llmrl.simulator.envs.when2ask.knowledge import (
+    GOAL,
+    KEY,
+    Identity,
+    color_index,
+    identity_of,
+    object_name,
+)
+from llmrl.simulator.envs.when2ask.skills import PICKABLE, TOGGLEABLE, TYPE_NAMES, parse_skill
+
+# Objects named in the knowledge text: "a locked red door", "an open blue box", "the goal".
+_OBJECT_RE = re.compile(
+    r"\b(?:a|an) (?:(?:open|closed|locked) )?(" + "|".join(COLOR_NAMES) + r") "
+    r"(" + "|".join(TYPE_NAMES) + r")\b"
+)
+
+MUTATIONS = ("another object", "wrong-colour key", "wrong kind")
+
+
+def seen_objects(text: str) -> list[Identity]:
+    """The objects the agent's knowledge text names, in order (the goal last if seen)."""
+    found = [
+        identity_of(TYPE_NAMES[kind], color_index(colour))
+        for colour, kind in _OBJECT_RE.findall(text)
+    ]
+    if "the goal" in text:
+        found.append(identity_of(GOAL, 0))
+    return list(dict.fromkeys(found))
+
+
+def _verbs_for(identity: Identity) -> list[str]:
+    """The verbs a well-formed skill may use on this object."""
+    verbs = ["go to"]
+    if identity[0] in PICKABLE:
+        verbs.append("pick up")
+    if identity[0] in TOGGLEABLE:
+        verbs.append("toggle")
+    return verbs
+
+
+def _skill(verb: str, identity: Identity | None) -> str:
+    return verb if identity is None else f"{verb} {object_name(identity)}"
+
+
+def wrong_skills(skill: str, seen: list[Identity]) -> dict[str, list[str]]:
+    """Per mutation kind, the plausible wrong replacements for `skill` (all differ from it)."""
+    parsed = parse_skill(skill)
+    verb, target = parsed.verb, parsed.target
+    options: dict[str, list[str]] = {kind: [] for kind in MUTATIONS}
+    if target is not None:
+        options["another object"] = [
+            _skill(verb, other) for other in seen if other != target and verb in _verbs_for(other)
+        ]
+    if target is not None and target[0] == KEY:
+        seen_colours = [c for kind, c in seen if kind == KEY and c != target[1]]
+        other_colours = seen_colours or [
+            color_index(name) for name in COLOR_NAMES if color_index(name) != target[1]
+        ]
+        options["wrong-colour key"] = [_skill(verb, (KEY, c)) for c in other_colours]
+    if target is None:  # explore: go somewhere already seen instead
+        options["wrong kind"] = [_skill("go to", other) for other in seen]
+    elif target[0] == GOAL:
+        options["wrong kind"] = ["explore"]
+    else:
+        options["wrong kind"] = [_skill(v, target) for v in _verbs_for(target) if v != verb]
+    return {kind: choices for kind, choices in options.items() if choices}
+
+
+def carry_through(plan: list[str], replacement: str) -> list[str]:
+    """`plan` with its first skill replaced; a wrong object replaces the right one in the
+    skills after it too (the plan stays consistent with the error)."""
+    right, wrong = parse_skill(plan[0]), parse_skill(replacement)
+    rest = plan[1:]
+    if right.target is not None and wrong.target is not None and wrong.target != right.target:
+        old_name, new_name = object_name(right.target), object_name(wrong.target)
+        rest = [_swap_object(skill, old_name, new_name) for skill in rest]
+    return [replacement, *rest]
+
+
+def _swap_object(skill: str, old_name: str, new_name: str) -> str:
+    if not skill.endswith(old_name):
+        return skill
+    swapped = skill[: -len(old_name)] + new_name
+    try:
+        parse_skill(swapped)  # e.g. "pick up the blue door" is no skill: keep the right one
+    except ValueError:
+        return skill
+    return swapped
+
+
+@registry.register_planner(
+    "noisy-oracle", "The oracle's plan, replaced with probability p by a plausible wrong one"
+)
+class NoisyOraclePlanner(Planner):
+    observations: ClassVar[tuple[str, ...]] = ("text", "oracle_plan", "feasible_skills")
+    uses_llm: ClassVar[bool] = False
+    seeded: ClassVar[bool] = True
+
+    def __init__(self, p: float = 0.1, seed: int = 0) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"noisy-oracle: error rate p must be in [0, 1], got {p}")
+        self.p = float(p)
+        self.rng = np.random.default_rng(seed)
+        self.oracle = OraclePlanner()
+        self.queries = 0  # queries answered (over the planner's lifetime, not per episode)
+        self.errors = 0  # of which answered with a wrong plan
+        self.last_mutation: str | None = None  # kind of the last wrong plan, None if right
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        right = self.oracle.plan(observation, t)
+        self.queries += 1
+        self.last_mutation = None
+        # One draw per query whatever the plan, so the error rate is p per query exactly.
+        wrong = bool(self.rng.random() < self.p)
+        if not wrong or not right.skills:
+            return right
+        first = right.skills[0]
+        seen = seen_objects(observation_text(observation.get("text", "")))
+        options = wrong_skills(first, seen)
+        feasible = [
+            s for s in observation_text(observation.get("feasible_skills", "")).split("\n") if s
+        ]
+        if feasible:
+            options = {k: [c for c in v if c in feasible] for k, v in options.items()}
+            options = {k: v for k, v in options.items() if v}
+            if not options and [s for s in feasible if s != first]:
+                options = {"another feasible skill": [s for s in feasible if s != first]}
+        if not options:  # nothing else to do or seen: an LLM names a key it imagines
+            colour = COLOR_NAMES[int(self.rng.integers(len(COLOR_NAMES)))]
+            options = {"wrong-colour key": [f"go to the {colour} key"]}
+        kind = list(options)[int(self.rng.integers(len(options)))]
+        choices = options[kind]
+        replacement = choices[int(self.rng.integers(len(choices)))]
+        self.errors += 1
+        self.last_mutation = kind
+        return Plan(skills=carry_through(right.skills, replacement))

@@ -1,0 +1,57 @@
+"""An LLM planner with a temperature samples its plan (seeded); at temperature 0 it is greedy."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
+
+from llmrl.llm_gateway.client import connect
+from llmrl.planners.base import make_planner
+from llmrl.simulator.world import World
+
+
+@pytest.fixture(scope="module")
+def observation():
+    """A first observation with several feasible skills (explore and some go-tos)."""
+    world = World("ColoredDoorKey", 1, seed=0)
+    try:
+        for seed in range(50):
+            batch = world.reset(seed=seed, observations=["text", "feasible_skills"])
+            obs = {k: v[0] for k, v in batch.items()}
+            if len(str(obs["feasible_skills"]).split("\n")) >= 3:
+                return obs
+    finally:
+        world.close()
+    raise AssertionError("no seed in 0..49 offers three feasible skills at the start")
+
+
+def plans(client, observation, temperature: float, seed: int, n: int = 24) -> list[str]:
+    planner = make_planner(
+        "when2ask-llm",
+        llm=client,
+        model=TINY_MODEL,
+        mode="score",
+        temperature=temperature,
+        seed=seed,
+    )
+    return [planner.plan(observation).skills[0] for _ in range(n)]
+
+
+def test_sampling_varies_the_plan_reproducibly(tiny_model_dir, observation):
+    client = connect(**tiny_gateway_settings(tiny_model_dir, cache="none"))
+    try:
+        feasible = str(observation["feasible_skills"]).split("\n")
+        greedy = plans(client, observation, 0.0, seed=0)
+        assert len(set(greedy)) == 1 and greedy[0] in feasible
+        hot = plans(client, observation, 10.0, seed=1)
+        assert set(hot) <= set(feasible) and len(Counter(hot)) >= 2  # asking again can change it
+        assert plans(client, observation, 10.0, seed=1) == hot  # same seed, same draws
+    finally:
+        client.close()
+
+
+def test_bad_temperature_is_rejected():
+    with pytest.raises(ValueError, match="temperature must be in"):
+        make_planner("when2ask-llm", llm=None, temperature=-1.0)

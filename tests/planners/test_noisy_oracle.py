@@ -1,0 +1,100 @@
+"""The noisy oracle errs at rate p per query (seeded), and only with plausible wrong plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from llmrl.planners.base import make_planner, reseeded
+from llmrl.planners.noisy_oracle import carry_through, seen_objects, wrong_skills
+from llmrl.simulator.envs.when2ask.skills import parse_skill
+from llmrl.simulator.world import World
+
+OBSERVATIONS = ["text", "oracle_plan", "feasible_skills"]
+
+
+def observations(env: str, seeds: range) -> list[dict[str, Any]]:
+    """First observations of real episodes, as one env's dict of entries."""
+    world = World(env, 1, seed=0)
+    try:
+        found = []
+        for seed in seeds:
+            batch = world.reset(seed=seed, observations=OBSERVATIONS)
+            found.append({k: v[0] for k, v in batch.items()})
+        return found
+    finally:
+        world.close()
+
+
+def oracle_skills(obs: dict[str, Any]) -> list[str]:
+    return [s for s in str(obs["oracle_plan"]).split("\n") if s]
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_error_rate_matches_p_over_many_queries(p):
+    planner = make_planner("noisy-oracle", p=p, seed=7)
+    obs = observations("ColoredDoorKey", range(5))
+    n = 3000
+    wrong = 0
+    for i in range(n):
+        o = obs[i % len(obs)]
+        plan = planner.plan(o)
+        wrong += plan.skills != oracle_skills(o)
+    assert planner.queries == n and planner.errors == wrong  # every error changes the plan
+    sigma = (p * (1 - p) / n) ** 0.5
+    assert abs(wrong / n - p) < 4 * sigma
+
+
+def test_same_seed_same_errors_and_reseeded_streams_differ():
+    obs = observations("SimpleDoorKey", range(3))
+
+    def plans(spec) -> list[list[str]]:
+        planner = make_planner(spec)
+        return [planner.plan(obs[i % 3]).skills for i in range(200)]
+
+    spec = {"name": "noisy-oracle", "kwargs": {"p": 0.5, "seed": 3}}
+    assert plans(spec) == plans(spec)
+    assert plans(reseeded(spec, 1)) != plans(reseeded(spec, 2))
+    assert reseeded("oracle", 5) == "oracle"  # planners that draw nothing are left alone
+
+
+def test_wrong_plans_are_feasible_skills_other_than_the_right_one():
+    planner = make_planner("noisy-oracle", p=1.0, seed=0)
+    for obs in observations("RandomBoxKey", range(20)):
+        right = oracle_skills(obs)
+        plan = planner.plan(obs)
+        feasible = [s for s in str(obs["feasible_skills"]).split("\n") if s]
+        assert plan.skills[0] != right[0]
+        assert len(plan.skills) == len(right)
+        if len(feasible) > 1:
+            assert plan.skills[0] in feasible
+        for skill in plan.skills:
+            parse_skill(skill)  # every skill is well formed
+
+
+def test_mutations_follow_the_issue():
+    text = "You have seen a red key, a blue key, a locked red door. You carry nothing."
+    seen = seen_objects(text)
+    assert len(seen) == 3
+    options = wrong_skills("pick up the red key", seen)
+    assert options["wrong-colour key"] == ["pick up the blue key"]  # the other key seen
+    assert options["wrong kind"] == ["go to the red key"]
+    assert options["another object"] == ["pick up the blue key"]  # doors cannot be picked up
+    assert wrong_skills("go to the red door", seen)["another object"] == [
+        "go to the red key",
+        "go to the blue key",
+    ]
+    assert wrong_skills("go to the goal", seen)["wrong kind"] == ["explore"]
+    # A wrong key is followed through the plan; the door stays the door.
+    plan = ["go to the red key", "pick up the red key", "go to the red door"]
+    assert carry_through(plan, "go to the blue key") == [
+        "go to the blue key",
+        "pick up the blue key",
+        "go to the red door",
+    ]
+
+
+def test_bad_error_rate_is_rejected():
+    with pytest.raises(ValueError, match="error rate p must be in"):
+        make_planner("noisy-oracle", p=1.5)

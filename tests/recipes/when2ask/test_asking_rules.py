@@ -1,0 +1,102 @@
+"""The fixed asking rules decide as they say: news-or-skill-end asks exactly when the agent's
+knowledge changes or its skill ends; forced-only never asks by choice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llmrl.agents import EpisodeJob, RolloutResources
+from llmrl.common.registry import registry
+from llmrl.planners.base import Plan, Planner
+from llmrl.recipes.when2ask.asking import make_ask_policy
+from llmrl.recipes.when2ask.driver import MediatorDriver
+from llmrl.recipes.when2ask.mediator import MediatorCore
+from llmrl.simulator.envs.base import SkillStatus
+
+NOTHING = "You have seen nothing yet. You carry nothing."
+KEY = "You have seen a red key. You carry nothing."
+KEY_DOOR = "You have seen a red key, a locked red door. You carry nothing."
+CARRY = "You have seen a locked red door. You carry a red key."
+RUN, DONE, NONE = SkillStatus.RUNNING, SkillStatus.DONE, SkillStatus.NONE
+
+# A hand-built episode: (knowledge text, status of the last skill step, rule asks?).
+EPISODE = [
+    (NOTHING, NONE, True),  # first step: nothing known at the last query (there was none)
+    (NOTHING, RUN, False),
+    (KEY, RUN, True),  # a key seen
+    (KEY, RUN, False),
+    (KEY, DONE, True),  # explore ended
+    (KEY, RUN, False),
+    (KEY, RUN, False),
+    (KEY_DOOR, RUN, True),  # a door seen while going to the key
+    (KEY_DOOR, DONE, True),  # arrived at the key (and the knowledge is what it was)
+    (CARRY, DONE, True),  # picked it up: knowledge changed and the skill ended
+    (CARRY, RUN, False),
+    (CARRY, RUN, False),
+]
+
+
+class LongPlans(Planner):
+    """Always the same long plan, so no query is ever forced after the first."""
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        return Plan(skills=["explore"] * 50)
+
+
+def observation(text: str, status: SkillStatus, t: int) -> dict[str, Any]:
+    image = np.zeros((3, 3, 3), np.uint8)
+    image[0, 0, 0] = t % 3  # the view changes now and then; the rule must not care
+    return {"text": np.str_(text), "skill_status": int(status), "image": image}
+
+
+def run_episode(method: str) -> tuple[list[bool], list[bool]]:
+    driver = MediatorDriver(MediatorCore(LongPlans()), make_ask_policy({"method": method}))
+    driver.reset()
+    asked, queried = [], []
+    for t, (text, status, _) in enumerate(EPISODE):
+        decision = driver.act(observation(text, status, t), t)
+        asked.append(bool(decision.info["asked"]))
+        queried.append(bool(decision.info["queried"]))
+    return asked, queried
+
+
+def test_news_or_skill_end_asks_exactly_on_knowledge_changes_and_skill_ends():
+    asked, queried = run_episode("news-or-skill-end")
+    assert asked == [expected for _, _, expected in EPISODE]
+    assert queried == asked  # with plans this long nothing else forces a query
+
+
+def test_forced_only_never_asks_and_is_queried_once():
+    asked, queried = run_episode("forced-only")
+    assert not any(asked)
+    assert queried == [True] + [False] * (len(EPISODE) - 1)
+    assert run_episode("hard-coded") == (asked, queried)  # the old name, same rule
+
+
+def test_unknown_method_is_named():
+    with pytest.raises(ValueError, match="unknown asking method 'sometimes'"):
+        make_ask_policy({"method": "sometimes"})
+
+
+def test_driver_reseeds_a_noisy_planner_per_episode():
+    """Two episodes of the same policy spec get different planner draws."""
+    policy = {
+        "kind": "when2ask",
+        "ask": {"method": "always"},
+        "planner": {"name": "noisy-oracle", "kwargs": {"p": 0.5, "seed": 0}},
+    }
+    build = registry.get_driver("when2ask")
+    resources = RolloutResources()
+
+    def draws(seed: int) -> list[float]:
+        job = EpisodeJob(
+            run_id="r", episode_id="p/0", env="SimpleDoorKey", seed=seed, policy=policy
+        )
+        driver = build(policy, resources, job)
+        return [float(driver.core.planner.rng.random()) for _ in range(3)]
+
+    assert draws(1) != draws(2)
+    assert draws(1) == draws(1)
