@@ -562,10 +562,13 @@ class TransformersBackend(Backend):
             except FutureTimeout:
                 continue
         if self.lm.closing.is_set() or abandoned.is_set():
-            # cut short: an answer that must never be cached
+            # cut short: an answer that must never be cached (the job may finish its last
+            # chunk or step before this loop sees that its caller left)
             raise GatewayTimeoutError(
-                f"model {self.name!r} stopped before the answer was complete (the caller left "
-                "or the gateway is shutting down)",
+                f"model {self.name!r}: the request was cancelled (its caller left)"
+                if abandoned.is_set()
+                else f"model {self.name!r} stopped before the answer was complete (the "
+                "gateway is shutting down)",
                 "timeout_s",
             )
         return result
