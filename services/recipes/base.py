@@ -58,6 +58,17 @@ class RecipeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def registered_env(value: str) -> str:
+    """A config's `env` value, checked against the registry (plugins loaded first)."""
+    from llmrl.common.plugins import load_plugins
+
+    load_plugins()
+    names = registry.names("env")
+    if value not in names:
+        raise ValueError(f"unknown env {value!r}; registered envs: {', '.join(sorted(names))}")
+    return value
+
+
 @dataclass
 class Phase:
     name: str  # unique within the recipe; "<kind>" or "<kind>/<round>", e.g. "collect/2"

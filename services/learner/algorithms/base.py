@@ -86,3 +86,14 @@ def load_cached(algorithm: str, checkpoint: str | Path) -> Any:
         if key not in _cache:
             _cache[key] = registry.get_algorithm(algorithm).load(path)
         return _cache[key]
+
+
+def resumable_version(line: Versions, algorithm: str, state_file: str) -> Checkpoint | None:
+    """The line's latest version when `algorithm` wrote it with its training state
+    (`state_file`), so a killed run can continue from it; else None (start afresh)."""
+    if not line.versions():
+        return None
+    latest = line.latest()
+    if latest.algorithm != algorithm or not (latest.path / state_file).is_file():
+        return None
+    return latest

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.algorithms.base import Algorithm, Progress, resumable_version
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
 log = logging.getLogger("llmrl.learner.dqn_ellm")
@@ -358,7 +358,7 @@ def train_dqn_ellm(
         )
         buffer = ReplayBuffer(described, config.buffer_size)
         rng = np.random.default_rng(config.seed)
-        previous = _resumable(line) if config.resume else None
+        previous = resumable_version(line, DQN_ELLM, TRAINING_FILE) if config.resume else None
         state: dict[str, Any] = {"global_step": 0, "gradient_steps": 0, "target_updates": 0}
         if previous is not None:
             state = _restore(previous, q_net, target_net, optimizer, buffer, rng, envs)
@@ -509,16 +509,6 @@ def _vector_env(source: Any, config: DqnEllmConfig) -> tuple[Any, bool]:
         raise ValueError(f"env: unknown env {source!r}; registered envs: {', '.join(known)}")
     world = make_world(source, config.num_envs, config.seed, config.address)
     return WorldVectorEnv(world, keys=config.keys), True
-
-
-def _resumable(line: Versions) -> Checkpoint | None:
-    """The line's latest version if dqn-ellm wrote it with its training state."""
-    if not line.versions():
-        return None
-    latest = line.latest()
-    if latest.algorithm != DQN_ELLM or not (latest.path / TRAINING_FILE).is_file():
-        return None
-    return latest
 
 
 def _save(

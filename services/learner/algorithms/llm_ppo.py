@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.algorithms.base import Algorithm, Progress, resumable_version
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.learner.llm.scorer import REDUCTIONS
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
@@ -183,7 +183,7 @@ def train_llm_ppo(
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-    previous = _resumable(line) if config.resume else None
+    previous = resumable_version(line, LLM_PPO, STATE_FILE) if config.resume else None
     start_update = int(previous.result.get("update", 0)) if previous else 0
     global_step = int(previous.result.get("global_step", 0)) if previous else 0
     if previous is not None and start_update >= config.num_updates:
@@ -484,16 +484,6 @@ def ppo_loss(
         "approx_kl": float(approx_kl),
         "clipfrac": float(clipfrac),
     }
-
-
-def _resumable(line: Versions) -> Checkpoint | None:
-    """The line's latest version if LLM-PPO wrote it (and can continue from it)."""
-    if not line.versions():
-        return None
-    latest = line.latest()
-    if latest.algorithm != LLM_PPO or not (latest.path / STATE_FILE).is_file():
-        return None
-    return latest
 
 
 def _save(

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.recipes.base import RecipeConfig
+from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.ellm.intrinsic import CONDITIONING, LLM_SUGGESTERS, METHODS
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
 from llmrl.recipes.ellm.training import TASKS
@@ -79,14 +79,7 @@ class EllmConfig(RecipeConfig):
     @field_validator("env")
     @classmethod
     def _env_is_registered(cls, value: str) -> str:
-        from llmrl.common.plugins import load_plugins
-        from llmrl.common.registry import registry
-
-        load_plugins()
-        names = registry.names("env")
-        if value not in names:
-            raise ValueError(f"unknown env {value!r}; registered envs: {', '.join(sorted(names))}")
-        return value
+        return registered_env(value)
 
     @field_validator("methods")
     @classmethod

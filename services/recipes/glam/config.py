@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from llmrl.recipes.base import RecipeConfig
+from llmrl.recipes.base import RecipeConfig, registered_env
 
 METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "bc", "random")
 # methods that train on the env's reward (a learning curve each) and the ones that learn at all
@@ -62,14 +62,7 @@ class GlamConfig(RecipeConfig):
     @field_validator("env")
     @classmethod
     def _env_is_registered(cls, value: str) -> str:
-        from llmrl.common.plugins import load_plugins
-        from llmrl.common.registry import registry
-
-        load_plugins()
-        names = registry.names("env")
-        if value not in names:
-            raise ValueError(f"unknown env {value!r}; registered envs: {', '.join(sorted(names))}")
-        return value
+        return registered_env(value)
 
     @field_validator("methods")
     @classmethod
