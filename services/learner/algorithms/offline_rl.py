@@ -137,19 +137,9 @@ def as_mdp_dataset(
                 f"instruction_embeddings: expected shape ({episodes}, D), one row per episode, "
                 f"got {instruction_embeddings.shape}"
             )
-    if action_size is not None and np.issubdtype(np.asarray(source.actions).dtype, np.integer):
-        observations = np.asarray(source.observations, np.float32)
-        if instruction_embeddings is not None:
-            rows = instruction_embeddings[np.asarray(source.episode_ids)]
-            observations = np.concatenate([observations, rows.astype(np.float32)], axis=1)
-        return d3rlpy.dataset.MDPDataset(
-            observations=observations,
-            actions=np.asarray(source.actions, np.int64),
-            rewards=np.asarray(source.rewards, np.float32),
-            terminals=np.asarray(source.terminals, np.float32),
-            timeouts=np.asarray(source.timeouts, np.float32),
-            action_space=d3rlpy.constants.ActionSpace.DISCRETE,
-            action_size=int(action_size),
+    if getattr(source, "discrete", False):
+        return source.to_mdp_dataset(
+            with_instruction_embeddings=instruction_embeddings, action_size=action_size
         )
     return source.to_mdp_dataset(with_instruction_embeddings=instruction_embeddings)
 
