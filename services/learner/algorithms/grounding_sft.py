@@ -91,10 +91,14 @@ class GroundingSft(Algorithm):
         self.check_settings(settings, DEFAULTS)
         cfg = {**DEFAULTS, **settings}
         if cfg["numbers"] not in NUMBERS:
-            raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}")
+            raise ValueError(
+                f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}"
+            )
         unknown = [t for t in cfg["tasks"] if t not in TASKS]
         if unknown or not cfg["tasks"]:
-            raise ValueError(f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {cfg['tasks']}")
+            raise ValueError(
+                f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {cfg['tasks']}"
+            )
         sources = list(source) if isinstance(source, list | tuple) else [source]
         rng = random.Random(int(cfg["seed"]))
         torch.manual_seed(int(cfg["seed"]))
@@ -179,8 +183,12 @@ class GroundingSft(Algorithm):
             "seconds": time.perf_counter() - started,
             "first_losses": mean_of(history[:window]),
             "last_losses": mean_of(history[-window:]),
-            "spec": {"state_dim": spec.state_dim, "action_size": spec.action_size,
-                     "action_dim": spec.action_dim, "numbers": spec.numbers},
+            "spec": {
+                "state_dim": spec.state_dim,
+                "action_size": spec.action_size,
+                "action_dim": spec.action_dim,
+                "numbers": spec.numbers,
+            },
         }
         saved = {k: v for k, v in cfg.items() if k != "tensorboard_dir"}
         return line.save(model.save, self.name, version, config=saved, result=result)
