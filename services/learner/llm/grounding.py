@@ -182,7 +182,7 @@ class GroundedLM:
                 "state_out": nn.Linear(hidden, spec.state_dim),
                 "action_out": action_out,
                 "stop_out": nn.Linear(hidden, 1),
-                "norm": _Normaliser(spec.state_dim),
+                "norm": make_normaliser(spec.state_dim),
             }
         )
         scale = float(lm.get_input_embeddings().weight.detach().std())
@@ -408,5 +408,5 @@ def _normaliser_class() -> Any:
     return Normaliser
 
 
-def _Normaliser(dim: int) -> Any:  # noqa: N802  (a class, built once torch is imported)
+def make_normaliser(dim: int) -> Any:
     return _normaliser_class()(dim)
