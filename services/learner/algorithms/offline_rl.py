@@ -66,7 +66,18 @@ DEFAULTS: dict[str, Any] = {
 def _d3rlpy() -> Any:
     import d3rlpy  # heavy (torch, gym): imported only when training or loading
 
+    _quiet_structlog()
     return d3rlpy
+
+
+def _quiet_structlog() -> None:
+    """d3rlpy logs every build and epoch through structlog at info level: keep warnings only
+    (the project itself does not use structlog)."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
 def make_config(name: str, discrete: bool, settings: dict[str, Any]) -> Any:
