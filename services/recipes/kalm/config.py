@@ -20,10 +20,11 @@ class KalmConfig(RecipeConfig):
     env: str = Field(
         "ClevrRobot", description=f"Environment: {' or '.join(ENVS)} (Meta-World: v3 tasks)."
     )
-    data: list[str] = Field(
-        ["scripted", "released"],
+    data: list[str] | None = Field(
+        None,
         description="Real data to learn from: scripted (collected by the scripted noisy "
-        "pusher / Meta-World experts) and/or released (KALM's released .npy, CLEVR-Robot).",
+        "pusher / Meta-World experts) and/or released (KALM's released .npy, CLEVR-Robot "
+        "only). Default: both for ClevrRobot, scripted for MetaWorld.",
     )
     dataset: str | None = Field(
         None, description="An OfflineDataset .npz to use as the real data instead of `data`."
@@ -36,21 +37,25 @@ class KalmConfig(RecipeConfig):
     scripted_noise: float = Field(
         0.2, ge=0, le=1, description="Share of random actions of the scripted collector."
     )
-    variants: list[str] = Field(
-        list(VARIANTS),
-        description=f"Training data of the offline policies: {', '.join(VARIANTS)}.",
+    variants: list[str] | None = Field(
+        None,
+        description=f"Training data of the offline policies: {', '.join(VARIANTS)} "
+        "(default: both for ClevrRobot; real for MetaWorld, which imagines nothing yet).",
     )
-    algorithms: list[str] = Field(
-        ["bc", "cql"],
-        description="Offline RL algorithms (d3rlpy): bc, cql for CLEVR-Robot; "
-        "bc, cql, td3+bc, iql, awac for Meta-World.",
+    algorithms: list[str] | None = Field(
+        None,
+        description="Offline RL algorithms (d3rlpy): bc, cql for ClevrRobot (default both); "
+        "bc, cql, td3+bc, iql, awac for MetaWorld (default bc, iql).",
     )
-    levels: list[str] = Field(
-        list(LEVELS), description=f"Goal levels evaluated: any of {', '.join(LEVELS)}."
+    levels: list[str] | None = Field(
+        None,
+        description=f"Goal levels evaluated: any of {', '.join(LEVELS)} (default: all; "
+        "MetaWorld has no rephrased level).",
     )
-    imagine_levels: list[str] = Field(
-        list(IMAGINE_LEVELS),
-        description=f"Levels whose instructions are imagined: {', '.join(IMAGINE_LEVELS)}.",
+    imagine_levels: list[str] | None = Field(
+        None,
+        description=f"Levels whose instructions are imagined: {', '.join(IMAGINE_LEVELS)} "
+        "(default: all three for ClevrRobot).",
     )
     model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")
     numbers: str = Field(
@@ -91,6 +96,22 @@ class KalmConfig(RecipeConfig):
             raise ValueError(f"unknown env {value!r}; kalm runs on {', '.join(ENVS)}")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _env_defaults(cls, values: object) -> object:
+        """Fill the keys whose default depends on the env."""
+        if not isinstance(values, dict):
+            return values
+        clevr = values.get("env", "ClevrRobot") != "MetaWorld"
+        defaults = {
+            "data": ["scripted", "released"] if clevr else ["scripted"],
+            "variants": list(VARIANTS) if clevr else ["real"],
+            "algorithms": ["bc", "cql"] if clevr else ["bc", "iql"],
+            "levels": list(LEVELS) if clevr else [lv for lv in LEVELS if lv != "rephrased"],
+            "imagine_levels": list(IMAGINE_LEVELS) if clevr else [],
+        }
+        return {**values, **{k: v for k, v in defaults.items() if values.get(k) is None}}
+
     @field_validator("data")
     @classmethod
     def _data_is_known(cls, value: list[str]) -> list[str]:
@@ -126,14 +147,27 @@ class KalmConfig(RecipeConfig):
         return confined_field(value, info)
 
     @model_validator(mode="after")
-    def _algorithms_fit_the_env(self) -> KalmConfig:
+    def _choices_fit_the_env(self) -> KalmConfig:
         allowed = DISCRETE_ALGORITHMS if self.env == "ClevrRobot" else CONTINUOUS_ALGORITHMS
-        unknown = [a for a in self.algorithms if a not in allowed]
+        unknown = [a for a in self.algorithms or () if a not in allowed]
         if unknown or not self.algorithms:
             raise ValueError(
                 f"algorithms: {unknown or self.algorithms} not available for {self.env}; "
                 f"choose from {', '.join(allowed)}"
             )
+        if self.env == "MetaWorld":
+            if "real+imagined" in (self.variants or ()):
+                raise ValueError(
+                    "variants: real+imagined is implemented for ClevrRobot only (imagining "
+                    "continuous actions is not yet there); use variants=[real]"
+                )
+            if "rephrased" in (self.levels or ()):
+                raise ValueError("levels: MetaWorld has no rephrased level")
+            if "released" in (self.data or ()):
+                raise ValueError(
+                    "data: KALM's released Meta-World data has v2 observations (91 numbers), "
+                    "not v3's 39; use data=[scripted]"
+                )
         return self
 
 

@@ -118,6 +118,63 @@ class Kalm(Recipe):
         np.save(path, rows, allow_pickle=False)
         return str(path)
 
+    def released_path(self, name: str) -> Path:
+        """KALM's released file `name`: `released_path`, else $LLMRL_KALM_DATA/name, else
+        ../shared/data/kalm/name (from the working directory, as `llmrl.common.paths`)."""
+        import os
+
+        from llmrl.common.paths import SHARED_DATA
+
+        if self.config.released_path:
+            return Path(self.config.released_path)
+        root = os.environ.get("LLMRL_KALM_DATA")
+        if root:
+            return Path(root) / name
+        return SHARED_DATA / "kalm" / name
+
+    def real_data(self, ctx: RunContext) -> Any:
+        """Scripted episodes (k1's collectors) and/or KALM's released data, concatenated."""
+        from llmrl.common.offline_dataset import OfflineDataset
+        from llmrl.recipes.kalm import collect
+
+        cfg = self.config
+        parts = []
+        if "scripted" in cfg.data:
+            ctx.progress.start(DATA, cfg.scripted_episodes)
+            try:
+                if cfg.env == "ClevrRobot":
+                    done = [0]
+
+                    def advance(finished: int) -> None:
+                        ctx.progress.advance(finished - done[0])
+                        done[0] = finished
+
+                    parts.append(
+                        collect.collect_clevr(
+                            cfg.scripted_episodes,
+                            noise=cfg.scripted_noise,
+                            seed=cfg.seed,
+                            progress=advance,
+                        )
+                    )
+                else:
+                    tasks = self.level_tasks("training")
+                    per_task = max(1, cfg.scripted_episodes // len(tasks))
+                    parts.append(collect.collect_metaworld(tasks, per_task, seed=cfg.seed))
+            finally:
+                ctx.progress.finish()
+        if "released" in cfg.data:
+            from llmrl.recipes.kalm.released import load_released_clevr
+
+            parts.append(load_released_clevr(self.released_path("clevr_robot.npy")))
+        return parts[0] if len(parts) == 1 else OfflineDataset.concatenate(*parts)
+
+    def level_tasks(self, level: str) -> list[str]:
+        """Meta-World's tasks of a level."""
+        from llmrl.simulator.envs.metaworld_tasks import TASK_LEVELS
+
+        return list(TASK_LEVELS[level])
+
     def data(self, ctx: RunContext) -> dict[str, Any]:
         from llmrl.common.offline_dataset import OfflineDataset
 
@@ -129,16 +186,7 @@ class Kalm(Recipe):
                     f"dataset: {cfg.dataset} holds data of env {dataset.env!r}, not {cfg.env!r}"
                 )
         else:
-            from llmrl.recipes.kalm import data as kalm_data
-
-            dataset = kalm_data.real_data(
-                cfg.env,
-                sources=cfg.data,
-                episodes=cfg.scripted_episodes,
-                noise=cfg.scripted_noise,
-                seed=cfg.seed,
-                released_path=cfg.released_path,
-            )
+            dataset = self.real_data(ctx)
         path = dataset.save(ctx.out_dir / "data" / "real.npz")
         embeddings = self.embed(
             ctx,
@@ -271,7 +319,7 @@ class Kalm(Recipe):
                 env=cfg.env,
                 seed=cfg.seed + cfg.eval_seed_offset + i,  # the same episodes for every policy
                 policy=policy,
-                env_kwargs={"level": level},
+                env_kwargs=self.eval_settings(level, i),
             )
             for i in range(cfg.eval_episodes)
         ]
@@ -283,6 +331,14 @@ class Kalm(Recipe):
             "level": level,
             **summarize(records),
         }
+
+    def eval_settings(self, level: str, episode: int) -> dict[str, Any]:
+        """The env settings of evaluation episode `episode` on `level`: CLEVR-Robot's level
+        (a random goal of it per episode), or Meta-World's tasks of the level in turn."""
+        if self.config.env == "ClevrRobot":
+            return {"level": level}
+        tasks = self.level_tasks(level)
+        return {"task": tasks[episode % len(tasks)]}
 
     def report(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
