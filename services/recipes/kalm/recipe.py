@@ -42,6 +42,24 @@ DATA, GROUND, REPORT = "data", "ground", "report"
 CLEVR_ACTIONS = 40
 
 
+STATE_DIMS = {"ClevrRobot": 10, "MetaWorld": 39}
+
+
+def check_dataset_fits(dataset: Any, env: str, path: str) -> None:
+    """A user's dataset must be of `env`'s layout; the error names the file and the field."""
+    if dataset.env.split("/")[0] != env:
+        raise ValueError(f"dataset: {path}: field 'env' is {dataset.env!r}, not {env!r}")
+    width = dataset.observations.shape[1]
+    if width != STATE_DIMS[env]:
+        raise ValueError(
+            f"dataset: {path}: field 'observations' has rows of {width} numbers; {env} states "
+            f"have {STATE_DIMS[env]}"
+        )
+    if dataset.discrete != (env == "ClevrRobot"):
+        kind = "discrete ids" if env == "ClevrRobot" else "continuous vectors"
+        raise ValueError(f"dataset: {path}: field 'actions' must hold {kind} for {env}")
+
+
 def offline_phase(algorithm: str, variant: str, seed: int) -> str:
     return f"offline/{algorithm}/{variant}/{seed}"
 
@@ -181,10 +199,7 @@ class Kalm(Recipe):
         cfg = self.config
         if cfg.dataset is not None:
             dataset = OfflineDataset.load(cfg.dataset)
-            if dataset.env.split("/")[0] != cfg.env:
-                raise ValueError(
-                    f"dataset: {cfg.dataset} holds data of env {dataset.env!r}, not {cfg.env!r}"
-                )
+            check_dataset_fits(dataset, cfg.env, cfg.dataset)
         else:
             dataset = self.real_data(ctx)
         path = dataset.save(ctx.out_dir / "data" / "real.npz")
