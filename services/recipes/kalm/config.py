@@ -81,6 +81,12 @@ class KalmConfig(RecipeConfig):
         1, ge=1, le=10, description="Times each kept imagined rollout appears in the data."
     )
     eval_episodes: int = Field(100, ge=1, description="Evaluation episodes per level.")
+    eval_mode: str = Field(
+        "world",
+        description="world: every evaluation episode of a level at once in one batched "
+        "simulator world (fast); episodes: one episode job each, played by the `kalm-offline` "
+        "driver (rollout workers in service mode; stored episode records).",
+    )
     eval_seed_offset: int = Field(
         1_000_000, ge=0, description="Seed offset of the evaluation episodes."
     )
@@ -131,6 +137,13 @@ class KalmConfig(RecipeConfig):
     @classmethod
     def _imagine_levels_are_known(cls, value: list[str]) -> list[str]:
         return _subset(value, IMAGINE_LEVELS, "level", empty_ok=True)
+
+    @field_validator("eval_mode")
+    @classmethod
+    def _eval_mode_is_known(cls, value: str) -> str:
+        if value not in ("world", "episodes"):
+            raise ValueError(f"expected world or episodes, got {value!r}")
+        return value
 
     @field_validator("numbers")
     @classmethod

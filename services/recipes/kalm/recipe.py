@@ -327,25 +327,59 @@ class Kalm(Recipe):
             "embed_model": cfg.embed_model,
         }
         phase = evaluation_phase(algorithm, variant, seed, level)
-        jobs = [
-            ctx.episode_job(
-                phase,
-                i,
-                env=cfg.env,
-                seed=cfg.seed + cfg.eval_seed_offset + i,  # the same episodes for every policy
-                policy=policy,
-                env_kwargs=self.eval_settings(level, i),
-            )
-            for i in range(cfg.eval_episodes)
-        ]
-        records = ctx.run_episodes(phase, jobs)
+        if cfg.eval_mode == "world":
+            figures = self.evaluate_in_worlds(ctx, phase, policy, level)
+        else:
+            jobs = [
+                ctx.episode_job(
+                    phase,
+                    i,
+                    env=cfg.env,
+                    seed=cfg.seed + cfg.eval_seed_offset + i,  # the same for every policy
+                    policy=policy,
+                    env_kwargs=self.eval_settings(level, i),
+                )
+                for i in range(cfg.eval_episodes)
+            ]
+            figures = summarize(ctx.run_episodes(phase, jobs))
         return {
             "algorithm": algorithm,
             "data": variant,
             "seed": seed,
             "level": level,
-            **summarize(records),
+            **figures,
         }
+
+    def evaluate_in_worlds(
+        self, ctx: RunContext, phase: str, policy: dict[str, Any], level: str
+    ) -> dict[str, Any]:
+        """Every episode of the level at once: one world per env setting (`evaluation.py`)."""
+        from llmrl.learner.algorithms import load_cached
+        from llmrl.recipes.kalm.evaluation import play_world, summarize_batch
+
+        cfg = self.config
+        model = load_cached(policy["algorithm"], policy["checkpoint"])
+        groups: dict[str, tuple[dict[str, Any], int]] = {}
+        for i in range(cfg.eval_episodes):
+            settings = self.eval_settings(level, i)
+            key = repr(sorted(settings.items()))
+            groups[key] = (settings, groups.get(key, (settings, 0))[1] + 1)
+
+        def embed(texts: list[str]) -> np.ndarray:
+            return ctx.llm.embed(texts, model=cfg.embed_model, run_id=ctx.run_id, tag="kalm-policy")
+
+        ctx.progress.start(phase, cfg.eval_episodes)
+        results = []
+        try:
+            for settings, count in groups.values():
+                with ctx.make_world(cfg.env, num_envs=count, **settings) as world:
+                    results.append(
+                        play_world(world, model, embed, seed=cfg.seed + cfg.eval_seed_offset)
+                    )
+                ctx.progress.advance(count)
+        finally:
+            ctx.progress.finish()
+        return summarize_batch(results)
 
     def eval_settings(self, level: str, episode: int) -> dict[str, Any]:
         """The env settings of evaluation episode `episode` on `level`: CLEVR-Robot's level
