@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "head_learning_rate": 1e-3,  # slot layers and heads
     "lora_r": 16,
     "lora_layers": None,
+    "base_layers": None,  # keep only the base model's first N decoder layers (small CPUs)
     "numbers": "tokens",  # or "text": the numbers-as-text ablation
     "tasks": list(TASKS),
     "max_episode_steps": 20,  # longer episodes are cut to their first steps (trajectory tasks)
@@ -112,12 +113,14 @@ class GroundingSft(Algorithm):
                 state_dim=int(first.observations.shape[1]),
                 action_size=int(cfg["action_size"] or seen),
                 numbers=cfg["numbers"],
+                base_layers=cfg["base_layers"],
             )
         else:
             spec = GroundingSpec(
                 state_dim=int(first.observations.shape[1]),
                 action_dim=int(first.actions.shape[1]),
                 numbers=cfg["numbers"],
+                base_layers=cfg["base_layers"],
             )
         line = as_versions(checkpoints)
         if cfg["continue_training"] and line.versions():

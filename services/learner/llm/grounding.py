@@ -60,6 +60,7 @@ class GroundingSpec:
     numbers: Literal["tokens", "text"] = "tokens"
     base_model: str = ""
     decimals: int = 2  # numbers-as-text: digits after the point
+    base_layers: int | None = None  # keep only the base model's first N decoder layers
 
     def __post_init__(self) -> None:
         if (self.action_size is None) == (self.action_dim is None):
@@ -123,6 +124,17 @@ def episode_arrays(episode: Any) -> tuple[np.ndarray, np.ndarray]:
     return observations, actions[:-1]
 
 
+def keep_first_layers(lm: Any, count: int) -> None:
+    """Cut a decoder-only model to its first `count` layers (a cheaper LM on a small CPU)."""
+    layers = lm.model.layers
+    if not 1 <= count <= len(layers):
+        raise ValueError(f"base_layers: must be in [1, {len(layers)}] for this model, got {count}")
+    lm.model.layers = layers[:count]
+    lm.config.num_hidden_layers = count
+    if getattr(lm.config, "layer_types", None):
+        lm.config.layer_types = lm.config.layer_types[:count]
+
+
 # -- the model ------------------------------------------------------------------------------
 class GroundedLM:
     """A causal LM with LoRA, slot input layers and output heads (`modules`, an nn.ModuleDict:
@@ -155,6 +167,8 @@ class GroundedLM:
         spec.base_model = spec.base_model or base_model
         tokenizer = AutoTokenizer.from_pretrained(directory)
         lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        if spec.base_layers is not None:
+            keep_first_layers(lm, spec.base_layers)
         if adapter_dir is not None:
             lm = PeftModel.from_pretrained(lm, str(adapter_dir), is_trainable=True)
         else:
@@ -305,6 +319,17 @@ class GroundedLM:
             embeds[i, : len(row)] = row
             mask[i, : len(row)] = 1
         return embeds, mask, targets
+
+    def state_slot(self, states: np.ndarray) -> Any:
+        """Input embeddings (N, H) of state slots for states (N, state_dim)."""
+        import torch
+
+        vectors = torch.as_tensor(np.asarray(states, np.float32))
+        return self.modules["state_in"](self.modules["norm"](vectors))
+
+    def action_slot(self, value: Any) -> Any:
+        """The input embedding (1, H) of one action's slot."""
+        return self._action_embedding(value)
 
     def _action_embedding(self, value: Any) -> Any:
         import torch

@@ -73,31 +73,57 @@ def imagine(
 def _imagine_slots(
     model: GroundedLM, initial: np.ndarray, instructions: list[str], max_steps: int
 ) -> list[Rollout]:
-    items = [
+    """Every row advances in lockstep, one slot at a time, on the LM's key/value cache: the
+    prompts are left-padded, so each new slot is one position further in every row."""
+    import torch
+
+    prompts = [
         [*trajectory_prompt(text), ("state", s, False)]
         for text, s in zip(instructions, initial, strict=True)
     ]
+    embeds, mask, _ = model.embed(prompts)
+    lengths = mask.sum(dim=1)
+    width = embeds.shape[1]
+    for i, length in enumerate(lengths.tolist()):  # right padding -> left padding
+        embeds[i] = torch.roll(embeds[i], width - length, dims=0)
+        mask[i] = torch.roll(mask[i], width - length, dims=0)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    backbone = model.causal_lm.model
+    out = backbone(
+        inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True
+    )
+
+    def advance(slot: Any) -> Any:
+        nonlocal out, mask, positions
+        mask = torch.cat([mask, torch.ones((len(mask), 1), dtype=mask.dtype)], dim=1)
+        positions = positions[:, -1:] + 1
+        out = backbone(
+            inputs_embeds=slot,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+        return out.last_hidden_state[:, -1]
+
+    hidden = out.last_hidden_state[:, -1]
     states = [[s] for s in initial]
     actions: list[list[Any]] = [[] for _ in instructions]
-    stopped = [False] * len(instructions)
-    active = list(range(len(instructions)))
+    stopped = np.zeros(len(instructions), bool)
     for t in range(max_steps):
-        chosen, stop = model.predict_action(model.last_hidden([items[i] for i in active]))
-        going = []
-        for k, i in enumerate(active):
-            if t > 0 and stop[k] > 0.5:  # at least one step: an empty rollout teaches nothing
-                stopped[i] = True
-                continue
-            items[i].append(("action", chosen[k], False))
-            actions[i].append(chosen[k])
-            going.append(i)
-        if not going:
+        chosen, stop = model.predict_action(hidden)
+        if t > 0:  # at least one step: an empty rollout teaches nothing
+            stopped |= stop > 0.5
+        if stopped.all():
             break
-        predicted = model.predict_state(model.last_hidden([items[i] for i in going]))
-        for k, i in enumerate(going):
-            items[i].append(("state", predicted[k], False))
-            states[i].append(predicted[k])
-        active = going
+        for i in np.flatnonzero(~stopped):
+            actions[i].append(chosen[i])
+        slots = torch.cat([model.action_slot(a) for a in chosen])[:, None]
+        hidden = advance(slots)
+        predicted = model.predict_state(hidden)
+        for i in np.flatnonzero(~stopped):
+            states[i].append(predicted[i])
+        hidden = advance(model.state_slot(predicted)[:, None])
     return [
         Rollout(np.stack(s).astype(np.float32), np.asarray(a), bool(done))
         for s, a, done in zip(states, actions, stopped, strict=True)

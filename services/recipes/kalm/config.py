@@ -68,6 +68,12 @@ class KalmConfig(RecipeConfig):
     lora_layers: int | None = Field(
         None, ge=1, description="Adapt only the top N decoder layers (None: all)."
     )
+    grounding_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Keep only the base LLM's first N decoder layers for grounding (a cheaper "
+        "LM on a small CPU; None: all).",
+    )
     imagined_per_level: int = Field(
         400, ge=1, description="Imagined rollouts per level (from real initial states)."
     )

@@ -229,6 +229,7 @@ class Kalm(Recipe):
             learning_rate=cfg.grounding_learning_rate,
             lora_r=cfg.lora_r,
             lora_layers=cfg.lora_layers,
+            base_layers=cfg.grounding_layers,
             numbers=cfg.numbers,
             action_size=CLEVR_ACTIONS if cfg.env == "ClevrRobot" else None,
             seed=cfg.seed,

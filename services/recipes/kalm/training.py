@@ -61,6 +61,7 @@ class KalmGroundingJob(BaseModel):
     learning_rate: float = Field(3e-4, gt=0, le=1)
     lora_r: int = Field(16, ge=1, le=1024)
     lora_layers: int | None = Field(None, ge=1)
+    base_layers: int | None = Field(None, ge=1, description="keep the first N decoder layers")
     numbers: Literal["tokens", "text"] = "tokens"
     action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
     seed: int = Field(0, ge=0)
@@ -110,6 +111,7 @@ def train_grounding(
         learning_rate=job.learning_rate,
         lora_r=job.lora_r,
         lora_layers=job.lora_layers,
+        base_layers=job.base_layers,
         numbers=job.numbers,
         action_size=job.action_size,
         seed=job.seed,
