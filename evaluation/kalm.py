@@ -1,9 +1,9 @@
 """KALM evaluation on CLEVR-Robot (and, with --env MetaWorld, Meta-World at a reduced scale):
 the `kalm` recipe end to end, the issue's target checked.
 
-    python evaluation/kalm.py                        # the reduced budget below (shared 2-core CPU)
-    python evaluation/kalm.py --grounding-steps 2000 --imagined-per-level 2000 \\
-        --offline-steps 50000 --scripted-episodes 2000 --seeds 3 --eval-episodes 100  # full
+    python evaluation/kalm.py --algorithms cql       # the reduced budget (shared 2-core CPU)
+    python evaluation/kalm.py --grounding-layers 0 --grounding-steps 2000 \\
+        --imagined-per-level 2000 --offline-steps 50000 --scripted-episodes 2000  # full
     python evaluation/kalm.py --env MetaWorld --algorithms bc iql --seeds 1
 
 Runs the recipe in embedded mode and prints its table (success per algorithm x level x data,
@@ -43,13 +43,16 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2", help="base LLM grounded by SFT")
     parser.add_argument("--numbers", choices=["tokens", "text"], default="tokens")
     parser.add_argument("--scripted-episodes", type=int, default=300)
-    parser.add_argument("--grounding-steps", type=int, default=120)
+    parser.add_argument("--grounding-steps", type=int, default=40)
     parser.add_argument("--grounding-batch-size", type=int, default=8)
-    parser.add_argument("--lora-layers", type=int, default=4, help="LoRA on the top N layers")
-    parser.add_argument("--imagined-per-level", type=int, default=240)
+    parser.add_argument(
+        "--grounding-layers", type=int, default=4, help="the LLM's first N layers (0: all)"
+    )
+    parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N (0: all)")
+    parser.add_argument("--imagined-per-level", type=int, default=128)
     parser.add_argument("--imagine-max-steps", type=int, default=6)
     parser.add_argument("--imagined-weight", type=int, default=2)
-    parser.add_argument("--offline-steps", type=int, default=3000)
+    parser.add_argument("--offline-steps", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3, help="offline RL seeds")
     parser.add_argument("--eval-episodes", type=int, default=100, help="per level and seed")
     parser.add_argument("--seed", type=int, default=0)
@@ -64,7 +67,8 @@ def main() -> int:
         "scripted_episodes": args.scripted_episodes,
         "grounding_steps": args.grounding_steps,
         "grounding_batch_size": args.grounding_batch_size,
-        "lora_layers": args.lora_layers,
+        "lora_layers": args.lora_layers or None,
+        "grounding_layers": args.grounding_layers or None,
         "imagined_per_level": args.imagined_per_level,
         "imagine_max_steps": args.imagine_max_steps,
         "imagined_weight": args.imagined_weight,
