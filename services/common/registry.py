@@ -7,8 +7,9 @@ In the style of habitat-lab's registry: a component is one file plus one decorat
 
 Kinds: environments, LLM backends, planners, recipes, algorithms, the learner's policy-training
 jobs (`register_policy_job`: a job kind a recipe offers the learner service), episode drivers
-(`register_driver`: how a policy spec of one kind plays an episode) and dataset builders
-(`register_dataset`: how the annotator turns episode records into a dataset). Built-in components
+(`register_driver`: how a policy spec of one kind plays an episode), dataset builders
+(`register_dataset`: how the annotator turns episode records into a dataset) and exploration-goal
+suggesters (`register_suggester`: ELLM's goal proposers). Built-in components
 are imported lazily, per kind, the first time that kind is looked up, so that `llmrl envs`
 does not import torch. The modules named in LLMRL_PLUGINS (`common/plugins.py`) are imported
 before a kind's first lookup, so every process that looks anything up knows the plugins.
@@ -38,7 +39,15 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 Kind = Literal[
-    "env", "backend", "planner", "recipe", "algorithm", "policy_job", "driver", "dataset"
+    "env",
+    "backend",
+    "planner",
+    "recipe",
+    "algorithm",
+    "policy_job",
+    "driver",
+    "dataset",
+    "suggester",
 ]
 KINDS: tuple[Kind, ...] = (
     "env",
@@ -49,6 +58,7 @@ KINDS: tuple[Kind, ...] = (
     "policy_job",
     "driver",
     "dataset",
+    "suggester",
 )
 
 # Where each kind's built-in components live; every module below is imported on first use.
@@ -61,6 +71,7 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
     "driver": ("llmrl.agents", "llmrl.recipes"),  # shared drivers, then recipes' own kinds
     "dataset": ("llmrl.annotator", "llmrl.recipes"),
+    "suggester": ("llmrl.recipes",),  # exploration-goal suggesters (ELLM's)
 }
 
 # Which pip extra a kind's built-ins need, for the hint shown when a module's import fails.
@@ -73,6 +84,7 @@ KIND_EXTRA: dict[Kind, str] = {
     "policy_job": "all",
     "driver": "all",
     "dataset": "all",
+    "suggester": "all",
 }
 
 T = TypeVar("T")
@@ -290,6 +302,13 @@ class Registry:
         `request=` so that the annotator validates bodies without importing the recipe."""
         return self._register("dataset", name, description, **metadata)
 
+    def register_suggester(
+        self, name: str, description: str = "", **metadata: Any
+    ) -> Callable[[T], T]:
+        """Register an exploration-goal suggester (ELLM): a class whose instances answer
+        `suggest(caption, achieved, state=None) -> list[str]` and `counters()`."""
+        return self._register("suggester", name, description, **metadata)
+
     # -- lookup -------------------------------------------------------------------------
     def load_builtins(self, kind: Kind) -> None:
         """Import the plugins and every built-in module of `kind` so that their decorators
@@ -406,6 +425,9 @@ class Registry:
 
     def get_dataset(self, name: str) -> Any:
         return self.get("dataset", name)
+
+    def get_suggester(self, name: str) -> Any:
+        return self.get("suggester", name)
 
     def get_policy_job(self, name: str) -> tuple[type[BaseModel], Callable[..., dict[str, Any]]]:
         """(request model, run function) of a registered policy-training job kind."""

@@ -1,0 +1,171 @@
+"""OfflineDataset: the documented .npz round trip, clear errors naming file and field,
+concatenation, episodes and the d3rlpy conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmrl.common.offline_dataset import DatasetFormatError, OfflineDataset
+
+
+def make_dataset(lengths=(3, 2), obs_dim=4, discrete=True, seed=0, source="scripted"):
+    rng = np.random.default_rng(seed)
+    n = sum(lengths)
+    ids = np.repeat(np.arange(len(lengths)), lengths)
+    ends = np.cumsum(lengths) - 1
+    terminals = np.zeros(n, bool)
+    terminals[ends[0]] = True  # the first episode succeeds, the others time out
+    timeouts = np.zeros(n, bool)
+    timeouts[ends[1:]] = True
+    actions = (
+        rng.integers(0, 40, n).astype(np.int64)
+        if discrete
+        else rng.uniform(-1, 1, (n, 4)).astype(np.float32)
+    )
+    return OfflineDataset(
+        observations=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        actions=actions,
+        rewards=rng.normal(size=n).astype(np.float32),
+        terminals=terminals,
+        timeouts=timeouts,
+        episode_ids=ids.astype(np.int64),
+        instructions=np.array([f"push ball {i}" for i in range(len(lengths))]),
+        goals=rng.integers(0, 3, (len(lengths), 6)).astype(np.float32),
+        env="ClevrRobot",
+        source=source,
+        final_observations=rng.normal(size=(len(lengths), obs_dim)).astype(np.float32),
+    )
+
+
+def assert_same(a: OfflineDataset, b: OfflineDataset) -> None:
+    for name in (
+        "observations",
+        "actions",
+        "rewards",
+        "terminals",
+        "timeouts",
+        "episode_ids",
+        "instructions",
+        "goals",
+        "final_observations",
+    ):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert (a.env, a.source) == (b.env, b.source)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_save_and_load_round_trip_without_pickles(tmp_path, discrete):
+    dataset = make_dataset(discrete=discrete)
+    path = dataset.save(tmp_path / "sub" / "data.npz")
+    with np.load(path, allow_pickle=False) as raw:  # readable without pickles
+        assert "observations" in raw.files
+    assert_same(OfflineDataset.load(path), dataset)
+
+
+def test_final_observations_are_optional(tmp_path):
+    dataset = make_dataset()
+    dataset.final_observations = None
+    loaded = OfflineDataset.load(dataset.save(tmp_path / "d.npz"))
+    assert loaded.final_observations is None
+
+
+def rewrite(path, **changes):
+    with np.load(path, allow_pickle=False) as raw:
+        arrays = {name: raw[name] for name in raw.files}
+    for name, value in changes.items():
+        if value is None:
+            del arrays[name]
+        else:
+            arrays[name] = value
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "problem"),
+    [
+        ({"observations": np.zeros((5, 4, 1), np.float32)}, "observations", "2-D"),
+        ({"observations": np.zeros((5, 4), np.float64)}, "observations", "float32"),
+        ({"rewards": np.zeros(4, np.float32)}, "rewards", "5 rows"),
+        ({"goals": np.zeros((3, 6), np.float32)}, "goals", "2 rows"),
+        ({"terminals": np.zeros(5, np.int32)}, "terminals", "bool"),
+        ({"actions": np.zeros(5, np.float32)}, "actions", "int64"),
+        ({"episode_ids": np.array([0, 0, 1, 0, 1])}, "episode_ids", "contiguous"),
+        ({"final_observations": np.zeros((2, 3), np.float32)}, "final_observations", "columns"),
+        ({"instructions": None}, "instructions", "missing"),
+        ({"source": np.array("dreamed")}, "source", "imagined"),
+    ],
+)
+def test_a_wrong_file_names_the_file_and_the_field(tmp_path, change, field, problem):
+    path = make_dataset().save(tmp_path / "bad.npz")
+    rewrite(path, **change)
+    with pytest.raises(DatasetFormatError, match=problem) as error:
+        OfflineDataset.load(path)
+    assert str(path) in str(error.value) and repr(field) in str(error.value)
+
+
+def test_a_file_with_pickles_or_not_a_dataset_is_refused(tmp_path):
+    path = make_dataset().save(tmp_path / "pickled.npz")
+    rewrite(path, instructions=np.array(["a", {"b": 1}], dtype=object))
+    with pytest.raises(DatasetFormatError, match="pickle"):
+        OfflineDataset.load(path)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(DatasetFormatError, match=r"junk\.npz"):
+        OfflineDataset.load(tmp_path / "junk.npz")
+
+
+def test_building_in_memory_checks_too():
+    good = make_dataset()
+    with pytest.raises(DatasetFormatError, match="'rewards'"):
+        OfflineDataset(**{**vars(good), "rewards": good.rewards[:-1]})
+    cast = OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="released",
+        observations=good.observations.astype(np.float64),
+        actions=good.actions.astype(np.int32),
+        rewards=good.rewards.tolist(),
+        terminals=good.terminals.astype(np.int8),
+        timeouts=good.timeouts,
+        episode_ids=good.episode_ids.astype(np.int32),
+        instructions=list(good.instructions),
+        goals=good.goals.astype(np.float64),
+    )
+    assert cast.actions.dtype == np.int64 and cast.observations.dtype == np.float32
+
+
+def test_episodes_and_concatenate():
+    a, b = make_dataset((3, 2), seed=1), make_dataset((4,), seed=2, source="imagined")
+    both = OfflineDataset.concatenate(a, b)
+    assert len(both) == 9 and both.num_episodes == 3 and both.source == "scripted"
+    assert both.episode_ids.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
+    episodes = list(both.episodes())
+    assert [len(e) for e in episodes] == [3, 2, 4]
+    assert episodes[2].instruction == "push ball 0"
+    assert np.array_equal(episodes[2].observations, b.observations)
+    assert np.array_equal(episodes[1].final_observation, a.final_observations[1])
+    with pytest.raises(DatasetFormatError, match="observations"):
+        OfflineDataset.concatenate(a, make_dataset(obs_dim=5))
+    with pytest.raises(DatasetFormatError, match="env"):
+        OfflineDataset.concatenate(a, OfflineDataset(**{**vars(b), "env": "MetaWorld"}))
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_to_mdp_dataset_keeps_episodes_and_appends_embeddings(discrete):
+    pytest.importorskip("d3rlpy")
+    # the last episode ends in neither terminal nor timeout: the conversion must still cut it
+    dataset = make_dataset((3, 2, 4), discrete=discrete)
+    dataset.timeouts[-1] = False
+    embeddings = np.arange(6, dtype=np.float32).reshape(3, 2)
+    mdp = dataset.to_mdp_dataset(with_instruction_embeddings=embeddings, action_size=40)
+    assert [e.size() for e in mdp.episodes] == [3, 2, 4]
+    assert [bool(e.terminated) for e in mdp.episodes] == [True, False, False]
+    last = mdp.episodes[2].observations
+    assert last.shape == (4, 6) and np.array_equal(last[:, 4:], np.tile([4.0, 5.0], (4, 1)))
+    assert np.array_equal(last[:, :4], dataset.observations[5:])
+    if discrete:
+        assert mdp.dataset_info.action_size == 40
+    else:
+        assert mdp.dataset_info.action_size == 4
+    with pytest.raises(DatasetFormatError, match="one row per episode"):
+        dataset.to_mdp_dataset(with_instruction_embeddings=embeddings[:2])
