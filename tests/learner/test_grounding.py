@@ -83,3 +83,37 @@ def test_numbers_as_text_ablation_uses_the_text_loss_only(tiny_model_dir):
     assert set(parts) == {"text"}
     assert model.number_text("action", 17) == " a17"
     assert model.number_text("state", [0.125, -0.5]) == " [0.12, -0.50]"
+
+
+def test_registered_grounding_sft_learns_from_an_offline_dataset(tiny_model_dir, tmp_path):
+    from llmrl.common.offline_dataset import OfflineDataset
+    from llmrl.common.registry import registry
+    from llmrl.learner.versions import Versions
+
+    rng = np.random.default_rng(4)
+    dataset = OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="scripted",
+        observations=rng.uniform(-0.5, 0.5, size=(6, 10)),
+        actions=np.array([1, 2, 3, 4, 5, 6]),
+        rewards=np.zeros(6),
+        terminals=np.array([False, False, True, False, False, True]),
+        timeouts=np.zeros(6, bool),
+        episode_ids=np.array([0, 0, 0, 1, 1, 1]),
+        instructions=np.array(["push the red ball", "push the blue ball"]),
+        goals=np.zeros((2, 6)),
+        final_observations=rng.uniform(-0.5, 0.5, size=(2, 10)),
+    )
+    grounding = registry.get_algorithm("kalm-grounding")
+    progress = []
+    checkpoint = grounding.train(
+        dataset, Versions(tmp_path / "g"), on_progress=progress.append,
+        base_model=str(tiny_model_dir), steps=3, batch_size=4, lora_r=2, action_size=40,
+        base_layers=1,
+    )  # fmt: skip
+    assert checkpoint.version == "1" and sum(progress) == 3
+    assert checkpoint.result["episodes"] == 2 and checkpoint.result["spec"]["action_size"] == 40
+    model = grounding.load(tmp_path / "g")
+    assert model.spec.base_layers == 1 and len(model.causal_lm.model.layers) == 1
+    with pytest.raises(ValueError, match="tasks"):
+        grounding.train(dataset, Versions(tmp_path / "x"), tasks=["sing"])

@@ -89,3 +89,38 @@ def test_continuous_bc_learns_to_copy_the_observation(tmp_path):
     )
     error = np.abs(bc.load(checkpoint).act(obs) - actions).mean()
     assert error < 0.1
+
+
+def test_the_policy_follows_the_instruction_embedding_of_an_offline_dataset(tmp_path):
+    """Same states, two instructions, two actions: only the embedding tells them apart."""
+    from llmrl.common.offline_dataset import OfflineDataset
+
+    rng = np.random.default_rng(2)
+    episodes, steps = 40, 5
+    ids = np.repeat(np.arange(episodes), steps)
+    which = np.arange(episodes) % 2  # instruction 0 -> action 7, instruction 1 -> action 30
+    dataset = OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="scripted",
+        observations=rng.uniform(-0.5, 0.5, size=(episodes * steps, 10)),
+        actions=np.where(which[ids] == 0, 7, 30),
+        rewards=np.zeros(episodes * steps),
+        terminals=np.zeros(episodes * steps, bool),
+        timeouts=np.tile([False] * (steps - 1) + [True], episodes),
+        episode_ids=ids,
+        instructions=np.where(which == 0, "push red left", "push cyan right"),
+        goals=np.zeros((episodes, 6)),
+    )
+    embeddings = np.eye(2, 8, dtype=np.float32)[which]
+    bc = registry.get_algorithm("bc")
+    checkpoint = bc.train(
+        dataset, Versions(tmp_path / "bc"), instruction_embeddings=embeddings, steps=200,
+        batch_size=64, learning_rate=3e-3, hidden_units=[32, 32], action_size=40,
+    )  # fmt: skip
+    assert checkpoint.result["embedding_dim"] == 8 and checkpoint.result["action_size"] == 40
+    policy = bc.load(checkpoint)
+    states = rng.uniform(-0.5, 0.5, size=(20, 10))
+    assert (policy.act(states, np.tile(np.eye(2, 8)[0], (20, 1))) == 7).all()
+    assert (policy.act(states, np.tile(np.eye(2, 8)[1], (20, 1))) == 30).all()
+    with pytest.raises(ValueError, match="embeddings"):
+        policy.act(states)
