@@ -242,9 +242,10 @@ class Kalm(Recipe):
 
         cfg = self.config
         real = load_datasets([ctx.phase_outputs(DATA)["path"]])
-        grounded = registry.get_algorithm("kalm-grounding").load(
-            ctx.phase_outputs(GROUND)["checkpoint"]
-        )
+        from llmrl.learner.algorithms import load_cached
+
+        # loaded once for every level's phase (kept by path and modification time)
+        grounded = load_cached("kalm-grounding", ctx.phase_outputs(GROUND)["checkpoint"])
         ctx.progress.start(f"imagine/{level}", cfg.imagined_per_level, unit="rollouts")
         try:
             dataset, figures = imagine_level(
