@@ -17,8 +17,8 @@ from llmrl.recipes.kalm.config import KalmConfig
 PAPER_UNSEEN_SUCCESS = {"KALM (real + imagined)": 0.46, "offline RL on real data": 0.26}
 PAPER_NOTE = (
     "paper (Pang et al. 2024, abstract): 46% success on unseen-goal CLEVR-Robot tasks with "
-    "KALM vs 26% for the baselines (offline RL on real data); LLaMA-2-7B grounded, 500k "
-    "offline RL steps, CLEVR-Robot in MuJoCo"
+    "KALM vs 26% for the baselines (offline RL on real data), with a far larger grounded LLM, "
+    "far more offline RL steps and CLEVR-Robot in MuJoCo"
 )
 
 
