@@ -48,10 +48,20 @@ def test_every_family_is_registered_under_the_contract():
 
 
 def test_an_unknown_algorithm_names_the_registered_ones():
-    with pytest.raises(
-        UnknownNameError, match=r"unknown algorithm 'ppo2'.*a2c, dqn, dqn-ellm, llm-ppo, ppo, sft"
-    ):
+    with pytest.raises(UnknownNameError, match=r"unknown algorithm 'ppo2'") as error:
         registry.get_algorithm("ppo2")
+    listed = str(error.value).partition("registered algorithms: ")[2].split(";")[0].split(", ")
+    assert {
+        "a2c",
+        "dqn",
+        "dqn-ellm",
+        "llm-ppo",
+        "ppo",
+        "sft",
+        "bc",
+        "cql",
+        "kalm-grounding",
+    } <= set(listed)
     with pytest.raises(UnknownNameError, match="registered algorithms"):
         load_cached("ppo2", "model.zip")
 

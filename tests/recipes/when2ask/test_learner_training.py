@@ -87,8 +87,8 @@ def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url,
     assert response.status_code == 422
     [error] = response.json()["detail"]
     assert error["loc"] == ["body", "kind"]
-    assert f"known kinds: {', '.join(registry.names('policy_job'))}" in error["msg"]
-    assert "when2ask" in error["msg"]
+    known = error["msg"].partition("known kinds: ")[2].split(", ")
+    assert {"glam", "when2ask", "ellm", "kalm-grounding", "kalm-offline"} <= set(known)
     assert httpx.get(f"{learner_url}/policy-jobs").json() == []
 
 
@@ -102,7 +102,6 @@ def test_a_failing_job_fails_alone(learner_url, tmp_path):
 
 
 def test_when2ask_offers_its_policy_training_as_a_builtin_policy_job():
-    from llmrl.common.registry import registry
     from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
 
     assert "when2ask" in registry.names("policy_job")

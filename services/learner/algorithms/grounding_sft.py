@@ -1,0 +1,212 @@
+"""KALM's grounding SFT: the LLM learns an environment's states and actions (family
+`grounding-sft`, registered `kalm-grounding`).
+
+Learns from a dataset (`source`: an `OfflineDataset`, or several) and saves each version as a
+LoRA adapter beside the grounding layers (`llmrl.learner.llm.grounding`: slot embeddings,
+state/action/stop heads, the state normaliser), under the adapter line the caller names
+(`adapter_versions(model, adapter)` keeps it beside the other adapters). The gateway cannot
+serve it (its inputs are not only tokens): imagination loads it in-process.
+
+The loop reads top to bottom: episodes as (instruction, states, actions); the model with a
+fresh LoRA (or the latest version's, to continue); then AdamW, each batch a uniform mix of the
+four tasks over random episodes (`task_items`), TensorBoard `losses/<task loss>` and
+`charts/SPS`, progress per step; then save.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmrl.common.registry import registry
+from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.llm.grounding import (
+    NUMBERS,
+    TASKS,
+    GroundedLM,
+    GroundingSpec,
+    episode_arrays,
+    task_items,
+)
+from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
+
+NAME = "kalm-grounding"
+DEFAULTS: dict[str, Any] = {
+    "base_model": "smollm2",  # a gateway model served from local weights, or a directory
+    "steps": 200,
+    "batch_size": 8,
+    "learning_rate": 3e-4,  # the LoRA
+    "head_learning_rate": 1e-3,  # slot layers and heads
+    "lora_r": 16,
+    "lora_layers": None,
+    "base_layers": None,  # keep only the base model's first N decoder layers (small CPUs)
+    "numbers": "tokens",  # or "text": the numbers-as-text ablation
+    "tasks": list(TASKS),
+    "max_episode_steps": 20,  # longer episodes are cut to their first steps (trajectory tasks)
+    "action_size": None,  # discrete actions (default: the dataset's largest id + 1)
+    "seed": 0,
+    "continue_training": False,  # start from the line's latest version
+    "tensorboard_dir": None,
+}
+
+
+def dataset_episodes(sources: Sequence[Any], max_steps: int) -> list[tuple[str, Any, Any]]:
+    """(instruction, states T+1, actions T) of every episode with at least one action."""
+    episodes = []
+    for dataset in sources:
+        for episode in dataset.episodes():
+            states, actions = episode_arrays(episode)
+            if len(actions) == 0:
+                continue
+            if len(actions) > max_steps:
+                states, actions = states[: max_steps + 1], actions[:max_steps]
+            episodes.append((episode.instruction, states, actions))
+    if not episodes:
+        raise ValueError("source: no episode with at least one step to ground the model on")
+    return episodes
+
+
+class GroundingSft(Algorithm):
+    """Grounding SFT on offline datasets; settings in `DEFAULTS`."""
+
+    name = NAME
+    family = "grounding-sft"
+    learns_from = "dataset"
+
+    def train(
+        self,
+        source: Any,
+        checkpoints: Versions | str | Path,
+        *,
+        version: str | int | None = None,
+        on_progress: Progress | None = None,
+        **settings: Any,
+    ) -> Checkpoint:
+        import torch
+
+        self.check_settings(settings, DEFAULTS)
+        cfg = {**DEFAULTS, **settings}
+        if cfg["numbers"] not in NUMBERS:
+            raise ValueError(
+                f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}"
+            )
+        unknown = [t for t in cfg["tasks"] if t not in TASKS]
+        if unknown or not cfg["tasks"]:
+            raise ValueError(
+                f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {cfg['tasks']}"
+            )
+        sources = list(source) if isinstance(source, list | tuple) else [source]
+        rng = random.Random(int(cfg["seed"]))
+        torch.manual_seed(int(cfg["seed"]))
+        episodes = dataset_episodes(sources, int(cfg["max_episode_steps"]))
+
+        first = sources[0]
+        discrete = bool(first.discrete)
+        if discrete:
+            seen = max(int(np.max(a)) for _, _, a in episodes) + 1
+            spec = GroundingSpec(
+                state_dim=int(first.observations.shape[1]),
+                action_size=int(cfg["action_size"] or seen),
+                numbers=cfg["numbers"],
+                base_layers=cfg["base_layers"],
+            )
+        else:
+            spec = GroundingSpec(
+                state_dim=int(first.observations.shape[1]),
+                action_dim=int(first.actions.shape[1]),
+                numbers=cfg["numbers"],
+                base_layers=cfg["base_layers"],
+            )
+        line = as_versions(checkpoints)
+        if cfg["continue_training"] and line.versions():
+            model = GroundedLM.load(line.latest().path)
+        else:
+            all_states = np.concatenate([s for _, s, _ in episodes])
+            model = GroundedLM.create(
+                str(cfg["base_model"]),
+                spec,
+                lora_r=int(cfg["lora_r"]),
+                lora_layers=cfg["lora_layers"],
+                states=all_states,
+            )
+        model.train()
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": [p for p in model.lm.parameters() if p.requires_grad]},
+                {
+                    "params": [p for p in model.modules.parameters() if p.requires_grad],
+                    "lr": float(cfg["head_learning_rate"]),
+                },
+            ],
+            lr=float(cfg["learning_rate"]),
+        )
+        writer = None
+        if cfg["tensorboard_dir"]:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(str(cfg["tensorboard_dir"]))
+
+        started, history = time.perf_counter(), []
+        for step in range(1, int(cfg["steps"]) + 1):
+            batch = []
+            for _ in range(int(cfg["batch_size"])):
+                instruction, states, actions = episodes[rng.randrange(len(episodes))]
+                task = cfg["tasks"][rng.randrange(len(cfg["tasks"]))]
+                batch.append(task_items(task, instruction, states, actions, rng))
+            loss, parts = model.loss(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            history.append({"loss": float(loss.detach()), **parts})
+            if writer is not None:
+                writer.add_scalar("losses/total", float(loss.detach()), step)
+                for key, value in parts.items():
+                    writer.add_scalar(f"losses/{key}", value, step)
+                writer.add_scalar("charts/SPS", step / (time.perf_counter() - started), step)
+            if on_progress is not None:
+                on_progress(1)
+        if writer is not None:
+            writer.close()
+        model.train(False)
+
+        def mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
+            keys = {k for row in rows for k in row}
+            return {k: float(np.mean([r[k] for r in rows if k in r])) for k in sorted(keys)}
+
+        window = max(1, len(history) // 10)
+        result = {
+            "steps": len(history),
+            "episodes": len(episodes),
+            "seconds": time.perf_counter() - started,
+            "first_losses": mean_of(history[:window]),
+            "last_losses": mean_of(history[-window:]),
+            "spec": {
+                "state_dim": spec.state_dim,
+                "action_size": spec.action_size,
+                "action_dim": spec.action_dim,
+                "numbers": spec.numbers,
+            },
+        }
+        saved = {k: v for k, v in cfg.items() if k != "tensorboard_dir"}
+        return line.save(model.save, self.name, version, config=saved, result=result)
+
+    def load(self, checkpoint: Checkpoint | str | Path) -> GroundedLM:
+        found = find_checkpoint(checkpoint)
+        self.check_written_by_me(found)
+        model = GroundedLM.load(found.path)
+        model.train(False)
+        return model
+
+
+registry.register_algorithm(
+    NAME,
+    "KALM grounding SFT: LoRA + state/action slots and heads on the four grounding tasks",
+    family="grounding-sft",
+    learns_from="dataset",
+)(GroundingSft())

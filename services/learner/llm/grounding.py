@@ -1,0 +1,437 @@
+"""KALM's grounded language model: an LLM that reads and writes an environment's numbers.
+
+The grounding does not write numbers as text. A sequence is a list of *items*: text tokens,
+and placeholder slots that each carry a whole state or action. A state slot's input embedding
+is a linear layer over the (normalised) state, an action slot's an embedding of the discrete
+action (or a linear layer over a continuous one); the LLM's last hidden state before a slot
+goes through a state head (trained with MSE) or an action head (cross-entropy for discrete
+actions, MSE for continuous ones), and a stop head (binary) says where a trajectory ends.
+Text items carry the ordinary language-model loss where they are targets.
+
+    model = GroundedLM.create("smollm2", GroundingSpec(state_dim=10, action_size=40), ...)
+    loss = model.loss(batch_of_item_lists)                       # grounding SFT (training)
+    rollouts = imagine(model, initial_states, instructions)      # llmrl.learner.llm.imagine
+
+The four supervised tasks (`task_items`) mixed in training, after the paper:
+* `trajectory`: instruction + initial state -> actions and states to the end (stop head);
+* `dynamics`:   state + action -> next state;
+* `goal`:       instruction + initial state -> final state;
+* `describe`:   trajectory -> instruction (the text loss).
+
+`numbers="text"` is the ablation: every state and action is written as text ("[0.12, -0.30,
+...]", "a17") and every target falls under the text loss; imagination then decodes text and
+parses it. The base LLM is adapted by LoRA (peft); the slot layers and heads are trained whole.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from llmrl.learner.llm.model import LLAMA_LINEAR_LAYERS, resolve_base_model, top_layers
+
+TASKS = ("trajectory", "dynamics", "goal", "describe")
+NUMBERS = ("tokens", "text")
+GROUNDING_FILE = "grounding.pt"  # slot layers, heads and the state normaliser
+SPEC_FILE = "grounding.json"
+ADAPTER_DIR = "adapter"
+
+# One item of a sequence: ("text", token ids | str), ("state", vector), ("action", id or
+# vector), ("end", None: the stop head's target 1 at the previous position). `train` marks
+# the targets: a trained state/action/text is predicted from the hidden state before it.
+Item = tuple[str, Any, bool]
+
+
+@dataclass
+class GroundingSpec:
+    """What the model grounds: the state's size, the actions (`action_size` discrete ids, or
+    `action_dim` continuous numbers), and how numbers are carried (`tokens` or `text`)."""
+
+    state_dim: int
+    action_size: int | None = None  # discrete actions 0..action_size-1
+    action_dim: int | None = None  # continuous actions of this many numbers
+    numbers: Literal["tokens", "text"] = "tokens"
+    base_model: str = ""
+    decimals: int = 2  # numbers-as-text: digits after the point
+    base_layers: int | None = None  # keep only the base model's first N decoder layers
+
+    def __post_init__(self) -> None:
+        if (self.action_size is None) == (self.action_dim is None):
+            raise ValueError("grounding: give exactly one of action_size (discrete) or action_dim")
+        if self.numbers not in NUMBERS:
+            raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {self.numbers!r}")
+
+    @property
+    def discrete(self) -> bool:
+        return self.action_size is not None
+
+
+# -- the four tasks -------------------------------------------------------------------------
+def task_items(
+    task: str, instruction: str, states: np.ndarray, actions: np.ndarray, rng: random.Random
+) -> list[Item]:
+    """The items of one training example of `task` from one episode (states: T+1 rows,
+    actions: T rows). The prompts are plain English; the slots carry the numbers."""
+    if task == "trajectory":
+        items: list[Item] = [*trajectory_prompt(instruction), ("state", states[0], False)]
+        for t in range(len(actions)):
+            items += [("action", actions[t], True), ("state", states[t + 1], True)]
+        return [*items, ("end", None, True)]
+    if task == "dynamics":
+        t = rng.randrange(len(actions))
+        return [
+            ("text", "Dynamics. State:", False),
+            ("state", states[t], False),
+            ("text", " Action:", False),
+            ("action", actions[t], False),
+            ("text", " Next state:", False),
+            ("state", states[t + 1], True),
+        ]
+    if task == "goal":
+        return [
+            ("text", f"Instruction: {instruction}\nInitial state:", False),
+            ("state", states[0], False),
+            ("text", "\nFinal state:", False),
+            ("state", states[-1], True),
+        ]
+    if task == "describe":
+        items = [("text", "Trajectory:", False), ("state", states[0], False)]
+        for t in range(len(actions)):
+            items += [("action", actions[t], False), ("state", states[t + 1], False)]
+        return [*items, ("text", "\nInstruction:", False), ("text", f" {instruction}\n", True)]
+    raise ValueError(f"unknown grounding task {task!r}; tasks: {', '.join(TASKS)}")
+
+
+def trajectory_prompt(instruction: str) -> list[Item]:
+    return [("text", f"Instruction: {instruction}\nTrajectory:", False)]
+
+
+def episode_arrays(episode: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(states T+1, actions T) of an `OfflineDataset` episode: its observations and, where the
+    dataset has it, its final observation (else the last action is dropped)."""
+    observations = np.asarray(episode.observations, np.float32)
+    actions = np.asarray(episode.actions)
+    final = getattr(episode, "final_observation", None)
+    if final is not None:
+        return np.concatenate([observations, np.asarray(final, np.float32)[None]]), actions
+    return observations, actions[:-1]
+
+
+def keep_first_layers(lm: Any, count: int) -> None:
+    """Cut a decoder-only model to its first `count` layers (a cheaper LM on a small CPU)."""
+    layers = lm.model.layers
+    if not 1 <= count <= len(layers):
+        raise ValueError(f"base_layers: must be in [1, {len(layers)}] for this model, got {count}")
+    lm.model.layers = layers[:count]
+    lm.config.num_hidden_layers = count
+    if getattr(lm.config, "layer_types", None):
+        lm.config.layer_types = lm.config.layer_types[:count]
+
+
+# -- the model ------------------------------------------------------------------------------
+class GroundedLM:
+    """A causal LM with LoRA, slot input layers and output heads (`modules`, an nn.ModuleDict:
+    `state_in`, `action_in`, `state_out`, `action_out`, `stop_out`; buffers `state_mean`,
+    `state_std` in `norm`)."""
+
+    def __init__(self, lm: Any, tokenizer: Any, modules: Any, spec: GroundingSpec) -> None:
+        self.lm, self.tokenizer, self.modules, self.spec = lm, tokenizer, modules, spec
+        self._text_cache: dict[str, list[int]] = {}
+
+    # -- building and files -----------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        base_model: str,
+        spec: GroundingSpec,
+        *,
+        lora_r: int = 16,
+        lora_layers: int | None = None,
+        states: np.ndarray | None = None,
+        adapter_dir: str | Path | None = None,
+    ) -> GroundedLM:
+        """The base model with a fresh LoRA (or the one in `adapter_dir`), fresh slot layers
+        and heads; the state normaliser from `states` (rows of states seen in training)."""
+        import torch
+        from peft import LoraConfig, PeftModel, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        directory = resolve_base_model(base_model)
+        spec.base_model = spec.base_model or base_model
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        if spec.base_layers is not None:
+            keep_first_layers(lm, spec.base_layers)
+        if adapter_dir is not None:
+            lm = PeftModel.from_pretrained(lm, str(adapter_dir), is_trainable=True)
+        else:
+            config = LoraConfig(
+                r=lora_r,
+                lora_alpha=2 * lora_r,
+                lora_dropout=0.0,
+                target_modules=list(LLAMA_LINEAR_LAYERS),
+                layers_to_transform=top_layers(lm, lora_layers),
+                task_type="CAUSAL_LM",
+            )
+            lm = get_peft_model(lm, config)
+        hidden = int(lm.config.hidden_size)
+        nn = torch.nn
+        if spec.discrete:
+            action_in: Any = nn.Embedding(int(spec.action_size), hidden)
+            action_out: Any = nn.Linear(hidden, int(spec.action_size))
+        else:
+            action_in = nn.Linear(int(spec.action_dim), hidden)
+            action_out = nn.Linear(hidden, int(spec.action_dim))
+        modules = nn.ModuleDict(
+            {
+                "state_in": nn.Linear(spec.state_dim, hidden),
+                "action_in": action_in,
+                "state_out": nn.Linear(hidden, spec.state_dim),
+                "action_out": action_out,
+                "stop_out": nn.Linear(hidden, 1),
+                "norm": make_normaliser(spec.state_dim),
+            }
+        )
+        scale = float(lm.get_input_embeddings().weight.detach().std())
+        with torch.no_grad():  # slot embeddings on the scale of the token embeddings
+            for name in ("state_in", "action_in"):
+                modules[name].weight.normal_(0.0, scale)
+        if states is not None:
+            modules["norm"].fit(np.asarray(states, np.float32))
+        return cls(lm, tokenizer, modules, spec)
+
+    def save(self, directory: Path) -> None:
+        import torch
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.lm.save_pretrained(directory / ADAPTER_DIR)
+        torch.save(self.modules.state_dict(), directory / GROUNDING_FILE)
+        (directory / SPEC_FILE).write_text(json.dumps(asdict(self.spec), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> GroundedLM:
+        import torch
+
+        directory = Path(directory)
+        spec_file = directory / SPEC_FILE
+        if not spec_file.is_file():
+            raise FileNotFoundError(f"checkpoint: no grounded model ({SPEC_FILE}) in {directory}")
+        spec = GroundingSpec(**json.loads(spec_file.read_text()))
+        model = cls.create(spec.base_model, spec, adapter_dir=directory / ADAPTER_DIR)
+        state = torch.load(directory / GROUNDING_FILE, weights_only=True)
+        model.modules.load_state_dict(state)
+        return model
+
+    # -- pieces -----------------------------------------------------------------------------
+    def parameters(self) -> list[Any]:
+        return [p for p in self.lm.parameters() if p.requires_grad] + [
+            p for p in self.modules.parameters() if p.requires_grad
+        ]
+
+    def train(self, mode: bool = True) -> GroundedLM:
+        self.lm.train(mode)
+        self.modules.train(mode)
+        return self
+
+    @property
+    def causal_lm(self) -> Any:
+        """The transformers causal LM inside the peft wrapper (LoRA layers injected)."""
+        return self.lm.get_base_model()
+
+    def text_ids(self, text: str) -> list[int]:
+        if text not in self._text_cache:
+            self._text_cache[text] = list(
+                self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            )
+        return self._text_cache[text]
+
+    def number_text(self, kind: str, value: Any) -> str:
+        """The numbers-as-text rendering of a state or action."""
+        if kind == "action" and self.spec.discrete:
+            return f" a{int(value)}"
+        numbers = ", ".join(f"{float(x):.{self.spec.decimals}f}" for x in np.ravel(value))
+        return f" [{numbers}]"
+
+    def as_text_items(self, items: Sequence[Item]) -> list[Item]:
+        """The numbers-as-text form of `items`: slots become text, `end` the text " end"."""
+        out: list[Item] = []
+        for kind, value, train in items:
+            if kind in ("state", "action"):
+                out.append(("text", self.number_text(kind, value), train))
+            elif kind == "end":
+                out.append(("text", " end", train))
+            else:
+                out.append((kind, value, train))
+        return out
+
+    # -- forward --------------------------------------------------------------------------------
+    def embed(self, batch: Sequence[Sequence[Item]]) -> tuple[Any, Any, list[dict[str, list]]]:
+        """(inputs_embeds (B, L, H) right-padded, attention mask (B, L), targets per row:
+        lists of (position predicting, target) for state/action/stop/text)."""
+        import torch
+
+        embedding = self.lm.get_input_embeddings()
+        rows, targets = [], []
+        for items in batch:
+            if self.spec.numbers == "text":
+                items = self.as_text_items(items)
+            pieces, found = [], {"state": [], "action": [], "stop": [], "text": []}
+            length = 0
+            for kind, value, train in items:
+                if kind == "text":
+                    ids = self.text_ids(value) if isinstance(value, str) else list(value)
+                    pieces.append(embedding(torch.tensor(ids, dtype=torch.long)))
+                    if train:
+                        found["text"] += [(length + i - 1, tok) for i, tok in enumerate(ids)]
+                    length += len(ids)
+                elif kind == "state":
+                    vector = torch.as_tensor(np.asarray(value, np.float32))
+                    normalised = self.modules["norm"](vector)
+                    pieces.append(self.modules["state_in"](normalised)[None])
+                    if train:
+                        found["state"].append((length - 1, normalised))
+                    length += 1
+                elif kind == "action":
+                    pieces.append(self._action_embedding(value))
+                    if train:
+                        found["action"].append((length - 1, value))
+                        found["stop"].append((length - 1, 0.0))
+                    length += 1
+                elif kind == "end":
+                    if train:
+                        found["stop"].append((length - 1, 1.0))
+                else:
+                    raise ValueError(f"unknown item kind {kind!r}")
+            rows.append(torch.cat(pieces, dim=0))
+            targets.append(found)
+        width = max(len(r) for r in rows)
+        hidden = rows[0].shape[1]
+        embeds = rows[0].new_zeros((len(rows), width, hidden))
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            embeds[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        return embeds, mask, targets
+
+    def state_slot(self, states: np.ndarray) -> Any:
+        """Input embeddings (N, H) of state slots for states (N, state_dim)."""
+        import torch
+
+        vectors = torch.as_tensor(np.asarray(states, np.float32))
+        return self.modules["state_in"](self.modules["norm"](vectors))
+
+    def action_slot(self, value: Any) -> Any:
+        """The input embedding (1, H) of one action's slot."""
+        return self._action_embedding(value)
+
+    def _action_embedding(self, value: Any) -> Any:
+        import torch
+
+        if self.spec.discrete:
+            return self.modules["action_in"](torch.tensor([int(value)], dtype=torch.long))
+        vector = torch.as_tensor(np.asarray(value, np.float32))
+        return self.modules["action_in"](vector)[None]
+
+    def hidden(self, embeds: Any, mask: Any) -> Any:
+        """The last layer's hidden states (B, L, H)."""
+        out = self.causal_lm.model(inputs_embeds=embeds, attention_mask=mask)
+        return out.last_hidden_state
+
+    def loss(self, batch: Sequence[Sequence[Item]]) -> tuple[Any, dict[str, float]]:
+        """The summed mean losses of every target in the batch, and each loss's value."""
+        import torch
+        import torch.nn.functional as F
+
+        embeds, mask, targets = self.embed(batch)
+        hidden = self.hidden(embeds, mask)
+        losses: dict[str, Any] = {}
+
+        def gather(kind: str) -> tuple[Any, list[Any]]:
+            index = [(row, pos) for row, t in enumerate(targets) for pos, _ in t[kind]]
+            values = [value for t in targets for _, value in t[kind]]
+            if not index:
+                return None, []
+            rows_, positions = zip(*index, strict=True)
+            return hidden[list(rows_), list(positions)], values
+
+        h, values = gather("state")
+        if h is not None:
+            losses["state"] = F.mse_loss(self.modules["state_out"](h), torch.stack(values))
+        h, values = gather("action")
+        if h is not None:
+            logits = self.modules["action_out"](h)
+            if self.spec.discrete:
+                losses["action"] = F.cross_entropy(logits, torch.tensor([int(v) for v in values]))
+            else:
+                wanted = torch.as_tensor(np.asarray(values, np.float32))
+                losses["action"] = F.mse_loss(logits, wanted)
+        h, values = gather("stop")
+        if h is not None:
+            logit = self.modules["stop_out"](h).squeeze(-1)
+            losses["stop"] = F.binary_cross_entropy_with_logits(logit, torch.tensor(values))
+        h, values = gather("text")
+        if h is not None:
+            logits = self.causal_lm.lm_head(h)
+            losses["text"] = F.cross_entropy(logits.float(), torch.tensor(values))
+        total = sum(losses.values())
+        return total, {k: float(v.detach()) for k, v in losses.items()}
+
+    # -- predictions at the end of each row (imagination) -----------------------------------
+    def last_hidden(self, batch: Sequence[Sequence[Item]]) -> Any:
+        """The hidden state at each row's last position (B, H)."""
+        import torch
+
+        embeds, mask, _ = self.embed(batch)
+        hidden = self.hidden(embeds, mask)
+        last = mask.sum(dim=1) - 1
+        return hidden[torch.arange(len(batch)), last]
+
+    def predict_state(self, hidden: Any) -> np.ndarray:
+        normalised = self.modules["state_out"](hidden)
+        return self.modules["norm"].inverse(normalised).detach().numpy()
+
+    def predict_action(self, hidden: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(greedy actions, stop probabilities) from the hidden states before an action."""
+        import torch
+
+        logits = self.modules["action_out"](hidden)
+        stop = torch.sigmoid(self.modules["stop_out"](hidden).squeeze(-1)).detach().numpy()
+        if self.spec.discrete:
+            return logits.argmax(-1).detach().numpy(), stop
+        return logits.detach().numpy(), stop
+
+
+@functools.cache
+def _normaliser_class() -> Any:
+    import torch
+
+    class Normaliser(torch.nn.Module):
+        """States to zero mean and unit spread per coordinate (statistics from the data)."""
+
+        def __init__(self, dim: int) -> None:
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(dim))
+            self.register_buffer("std", torch.ones(dim))
+
+        def fit(self, states: np.ndarray) -> None:
+            self.mean.copy_(torch.as_tensor(states.mean(axis=0)))
+            self.std.copy_(torch.as_tensor(np.maximum(states.std(axis=0), 1e-3)))
+
+        def forward(self, x: Any) -> Any:
+            return (x - self.mean) / self.std
+
+        def inverse(self, x: Any) -> Any:
+            return x * self.std + self.mean
+
+    return Normaliser
+
+
+def make_normaliser(dim: int) -> Any:
+    return _normaliser_class()(dim)

@@ -1,0 +1,201 @@
+"""The recipe `kalm`'s config: every key with its description; bad values name the key."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from llmrl.recipes.base import RecipeConfig
+
+ENVS = ("ClevrRobot", "MetaWorld")
+LEVELS = ("training", "rephrased", "unseen-easy", "unseen-hard")
+IMAGINE_LEVELS = ("rephrased", "unseen-easy", "unseen-hard")
+DISCRETE_ALGORITHMS = ("bc", "cql")
+CONTINUOUS_ALGORITHMS = ("bc", "cql", "td3+bc", "iql", "awac")
+DATA_SOURCES = ("scripted", "released")
+VARIANTS = ("real", "real+imagined")
+NUMBERS = ("tokens", "text")
+
+
+class KalmConfig(RecipeConfig):
+    env: str = Field(
+        "ClevrRobot", description=f"Environment: {' or '.join(ENVS)} (Meta-World: v3 tasks)."
+    )
+    data: list[str] | None = Field(
+        None,
+        description="Real data to learn from: scripted (collected by the scripted noisy "
+        "pusher / Meta-World experts) and/or released (KALM's released .npy, CLEVR-Robot "
+        "only). Default: both for ClevrRobot, scripted for MetaWorld.",
+    )
+    dataset: str | None = Field(
+        None, description="An OfflineDataset .npz to use as the real data instead of `data`."
+    )
+    released_path: str | None = Field(
+        None,
+        description="KALM's released .npy (default: $LLMRL_KALM_DATA or ../shared/data/kalm/).",
+    )
+    scripted_episodes: int = Field(400, ge=1, description="Episodes the scripted collector plays.")
+    scripted_noise: float = Field(
+        0.2, ge=0, le=1, description="Share of random actions of the scripted collector."
+    )
+    variants: list[str] | None = Field(
+        None,
+        description=f"Training data of the offline policies: {', '.join(VARIANTS)} "
+        "(default: both for ClevrRobot; real for MetaWorld, which imagines nothing yet).",
+    )
+    algorithms: list[str] | None = Field(
+        None,
+        description="Offline RL algorithms (d3rlpy): bc, cql for ClevrRobot (default both); "
+        "bc, cql, td3+bc, iql, awac for MetaWorld (default bc, iql).",
+    )
+    levels: list[str] | None = Field(
+        None,
+        description=f"Goal levels evaluated: any of {', '.join(LEVELS)} (default: all; "
+        "MetaWorld has no rephrased level).",
+    )
+    imagine_levels: list[str] | None = Field(
+        None,
+        description=f"Levels whose instructions are imagined: {', '.join(IMAGINE_LEVELS)} "
+        "(default: all three for ClevrRobot).",
+    )
+    model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")
+    numbers: str = Field(
+        "tokens", description="tokens: placeholder slots (KALM); text: numbers as text (ablation)."
+    )
+    grounding_steps: int = Field(300, ge=1, description="Grounding SFT optimizer steps.")
+    grounding_batch_size: int = Field(8, ge=1, description="Examples per grounding SFT step.")
+    grounding_learning_rate: float = Field(3e-4, gt=0, description="LoRA learning rate.")
+    lora_r: int = Field(16, ge=1, description="LoRA rank of the grounding SFT.")
+    lora_layers: int | None = Field(
+        None, ge=1, description="Adapt only the top N decoder layers (None: all)."
+    )
+    grounding_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Keep only the base LLM's first N decoder layers for grounding (a cheaper "
+        "LM on a small CPU; None: all).",
+    )
+    imagined_per_level: int = Field(
+        400, ge=1, description="Imagined rollouts per level (from real initial states)."
+    )
+    imagine_max_steps: int = Field(10, ge=1, le=50, description="Steps per imagined rollout.")
+    offline_steps: int = Field(5000, ge=1, description="Gradient steps of each offline policy.")
+    offline_batch_size: int = Field(256, ge=1, description="Transitions per offline RL step.")
+    offline_seeds: int = Field(
+        1, ge=1, le=10, description="Offline policies trained per algorithm x data (seeds)."
+    )
+    imagined_weight: int = Field(
+        1, ge=1, le=10, description="Times each kept imagined rollout appears in the data."
+    )
+    eval_episodes: int = Field(100, ge=1, description="Evaluation episodes per level.")
+    eval_mode: str = Field(
+        "world",
+        description="world: every evaluation episode of a level at once in one batched "
+        "simulator world (fast); episodes: one episode job each, played by the `kalm-offline` "
+        "driver (rollout workers in service mode; stored episode records).",
+    )
+    eval_seed_offset: int = Field(
+        1_000_000, ge=0, description="Seed offset of the evaluation episodes."
+    )
+    embed_model: str | None = Field(
+        None, description="Gateway embedding model of the instructions (None: its default)."
+    )
+    seed: int = Field(0, ge=0, description="Seed of data collection, SFT, imagination, RL.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_known(cls, value: str) -> str:
+        if value not in ENVS:
+            raise ValueError(f"unknown env {value!r}; kalm runs on {', '.join(ENVS)}")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_defaults(cls, values: object) -> object:
+        """Fill the keys whose default depends on the env."""
+        if not isinstance(values, dict):
+            return values
+        clevr = values.get("env", "ClevrRobot") != "MetaWorld"
+        defaults = {
+            "data": ["scripted", "released"] if clevr else ["scripted"],
+            "variants": list(VARIANTS) if clevr else ["real"],
+            "algorithms": ["bc", "cql"] if clevr else ["bc", "iql"],
+            "levels": list(LEVELS) if clevr else [lv for lv in LEVELS if lv != "rephrased"],
+            "imagine_levels": list(IMAGINE_LEVELS) if clevr else [],
+        }
+        return {**values, **{k: v for k, v in defaults.items() if values.get(k) is None}}
+
+    @field_validator("data")
+    @classmethod
+    def _data_is_known(cls, value: list[str]) -> list[str]:
+        return _subset(value, DATA_SOURCES, "data source")
+
+    @field_validator("variants")
+    @classmethod
+    def _variants_are_known(cls, value: list[str]) -> list[str]:
+        return _subset(value, VARIANTS, "variant")
+
+    @field_validator("levels")
+    @classmethod
+    def _levels_are_known(cls, value: list[str]) -> list[str]:
+        return _subset(value, LEVELS, "level")
+
+    @field_validator("imagine_levels")
+    @classmethod
+    def _imagine_levels_are_known(cls, value: list[str]) -> list[str]:
+        return _subset(value, IMAGINE_LEVELS, "level", empty_ok=True)
+
+    @field_validator("eval_mode")
+    @classmethod
+    def _eval_mode_is_known(cls, value: str) -> str:
+        if value not in ("world", "episodes"):
+            raise ValueError(f"expected world or episodes, got {value!r}")
+        return value
+
+    @field_validator("numbers")
+    @classmethod
+    def _numbers_is_known(cls, value: str) -> str:
+        if value not in NUMBERS:
+            raise ValueError(f"expected one of {', '.join(NUMBERS)}, got {value!r}")
+        return value
+
+    @field_validator("dataset", "released_path")
+    @classmethod
+    def _path_is_confined(cls, value: str | None, info: object) -> str | None:
+        from llmrl.common.paths import confined_field
+
+        return confined_field(value, info)
+
+    @model_validator(mode="after")
+    def _choices_fit_the_env(self) -> KalmConfig:
+        allowed = DISCRETE_ALGORITHMS if self.env == "ClevrRobot" else CONTINUOUS_ALGORITHMS
+        unknown = [a for a in self.algorithms or () if a not in allowed]
+        if unknown or not self.algorithms:
+            raise ValueError(
+                f"algorithms: {unknown or self.algorithms} not available for {self.env}; "
+                f"choose from {', '.join(allowed)}"
+            )
+        if self.env == "MetaWorld":
+            if "real+imagined" in (self.variants or ()):
+                raise ValueError(
+                    "variants: real+imagined is implemented for ClevrRobot only (imagining "
+                    "continuous actions is not yet there); use variants=[real]"
+                )
+            if "rephrased" in (self.levels or ()):
+                raise ValueError("levels: MetaWorld has no rephrased level")
+            if "released" in (self.data or ()):
+                raise ValueError(
+                    "data: KALM's released Meta-World data has v2 observations (91 numbers), "
+                    "not v3's 39; use data=[scripted]"
+                )
+        return self
+
+
+def _subset(value: list[str], allowed: tuple[str, ...], noun: str, empty_ok: bool = False):
+    unknown = [v for v in value if v not in allowed]
+    if unknown:
+        raise ValueError(
+            f"unknown {noun}(s) {', '.join(unknown)}; choose from {', '.join(allowed)}"
+        )
+    if not value and not empty_ok:
+        raise ValueError(f"expected at least one {noun} of {', '.join(allowed)}")
+    return list(dict.fromkeys(value))

@@ -1,0 +1,150 @@
+"""KALM's two training jobs, self-contained: the learner service runs them in service mode
+(policy job kinds "kalm-grounding" and "kalm-offline", `POST /policy-jobs`), the recipe runs
+them in-process in embedded mode; either way the same function trains.
+
+* `kalm-grounding`: grounding SFT of the LLM on offline datasets (`kalm-grounding` algorithm);
+* `kalm-offline`: an offline RL policy (d3rlpy: bc, cql, td3+bc, iql, awac) on offline
+  datasets, the observation extended with each episode's instruction embedding (an `.npy`
+  of shape (episodes, D) over the datasets' episodes in order).
+
+Datasets are `OfflineDataset` files (`llmrl.common.offline_dataset`); each job writes one
+version (`version`) of the checkpoint line at `model_path`, replacing an interrupted one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmrl.common.paths import confined_field
+from llmrl.common.registry import registry
+
+
+def load_datasets(paths: list[str]) -> Any:
+    """The datasets at `paths`, concatenated (a bad file's error names it and the field)."""
+    from llmrl.common.offline_dataset import OfflineDataset
+
+    datasets = [OfflineDataset.load(path) for path in paths]
+    return datasets[0] if len(datasets) == 1 else OfflineDataset.concatenate(*datasets)
+
+
+def load_embeddings(path: str, episodes: int) -> np.ndarray:
+    """The (episodes, D) float32 instruction embeddings at `path` (a plain .npy)."""
+    try:
+        embeddings = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"embeddings: {path} is not a readable .npy array ({exc})") from None
+    if embeddings.ndim != 2 or len(embeddings) != episodes:
+        raise ValueError(
+            f"embeddings: {path} has shape {embeddings.shape}; expected ({episodes}, D), one "
+            "row per episode of the datasets"
+        )
+    return embeddings.astype(np.float32)
+
+
+class KalmGroundingJob(BaseModel):
+    """Grounding SFT of `base_model` on `datasets`; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["kalm-grounding"] = Field("kalm-grounding", description="the job kind")
+    datasets: list[str] = Field(..., min_length=1, description="OfflineDataset .npz files")
+    model_path: str = Field(..., description="the grounded model's checkpoint line (directory)")
+    version: str = Field("1", pattern=r"^[A-Za-z0-9_.-]+$", description="version to write")
+    base_model: str = Field("smollm2", description="gateway model name or model directory")
+    steps: int = Field(300, ge=1, le=1_000_000)
+    batch_size: int = Field(8, ge=1, le=1024)
+    learning_rate: float = Field(3e-4, gt=0, le=1)
+    lora_r: int = Field(16, ge=1, le=1024)
+    lora_layers: int | None = Field(None, ge=1)
+    base_layers: int | None = Field(None, ge=1, description="keep the first N decoder layers")
+    numbers: Literal["tokens", "text"] = "tokens"
+    action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
+    seed: int = Field(0, ge=0)
+    tensorboard_dir: str | None = None
+
+    _paths_confined = field_validator("datasets")(confined_field)
+
+
+class KalmOfflineJob(BaseModel):
+    """An offline RL policy on `datasets` (+ instruction embeddings); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["kalm-offline"] = Field("kalm-offline", description="the job kind")
+    algorithm: Literal["bc", "cql", "td3+bc", "iql", "awac"] = Field(
+        ..., description="registered offline RL algorithm"
+    )
+    datasets: list[str] = Field(..., min_length=1, description="OfflineDataset .npz files")
+    embeddings: str | None = Field(None, description=".npy (episodes, D) instruction embeddings")
+    model_path: str = Field(..., description="the policy's checkpoint line (directory)")
+    version: str = Field("1", pattern=r"^[A-Za-z0-9_.-]+$", description="version to write")
+    steps: int = Field(5000, ge=1, le=10_000_000)
+    batch_size: int = Field(256, ge=1, le=65536)
+    action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
+    seed: int = Field(0, ge=0)
+    tensorboard_dir: str | None = None
+
+    _paths_confined = field_validator("datasets", "embeddings")(confined_field)
+
+
+@registry.register_policy_job("kalm-grounding", request=KalmGroundingJob)
+def train_grounding(
+    job: KalmGroundingJob, on_progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Grounding SFT; returns the checkpoint and its first and last losses."""
+    from llmrl.learner.versions import Versions
+
+    dataset = load_datasets(job.datasets)
+    checkpoint = registry.get_algorithm("kalm-grounding").train(
+        dataset,
+        Versions(job.model_path),
+        version=job.version,
+        on_progress=on_progress,
+        base_model=job.base_model,
+        steps=job.steps,
+        batch_size=job.batch_size,
+        learning_rate=job.learning_rate,
+        lora_r=job.lora_r,
+        lora_layers=job.lora_layers,
+        base_layers=job.base_layers,
+        numbers=job.numbers,
+        action_size=job.action_size,
+        seed=job.seed,
+        tensorboard_dir=job.tensorboard_dir,
+    )
+    return {"checkpoint": str(checkpoint.path), **checkpoint.result}
+
+
+@registry.register_policy_job("kalm-offline", request=KalmOfflineJob)
+def train_offline(
+    job: KalmOfflineJob, on_progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """One offline RL policy; returns its checkpoint and training figures."""
+    from llmrl.learner.versions import Versions
+
+    dataset = load_datasets(job.datasets)
+    embeddings = (
+        None if job.embeddings is None else load_embeddings(job.embeddings, dataset.num_episodes)
+    )
+    checkpoint = registry.get_algorithm(job.algorithm).train(
+        dataset,
+        Versions(job.model_path),
+        version=job.version,
+        on_progress=on_progress,
+        instruction_embeddings=embeddings,
+        steps=job.steps,
+        batch_size=job.batch_size,
+        action_size=job.action_size,
+        seed=job.seed,
+        tensorboard_dir=job.tensorboard_dir,
+    )
+    return {"checkpoint": str(checkpoint.path), "algorithm": job.algorithm, **checkpoint.result}
+
+
+def checkpoint_dir(result: dict[str, Any]) -> Path:
+    return Path(result["checkpoint"])

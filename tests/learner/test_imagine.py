@@ -1,0 +1,104 @@
+"""Imagined rollouts (`llmrl.learner.llm.imagine`): a grounded tiny LM writes rollouts step by
+step, the CLEVR-Robot validity check filters out the ones with impossible states, and the
+goal-match rate uses the env's success function."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmrl.learner.llm.grounding import GroundedLM, GroundingSpec
+from llmrl.learner.llm.imagine import (
+    Rollout,
+    filter_rollouts,
+    goal_match_rate,
+    imagine,
+    parse_text_rollout,
+)
+from llmrl.simulator.envs.clevr_robot import GOALS, random_state, success, valid_state
+
+pytest.importorskip("torch")
+
+
+def test_filtering_rejects_invalid_imagined_states():
+    rng = np.random.default_rng(0)
+    good = np.stack([random_state(rng) for _ in range(3)]).astype(np.float32)
+    off_table = good.copy()
+    off_table[2, 0] = 5.0  # the red ball far off the table
+    overlapping = good.copy()
+    overlapping[1, 2:4] = overlapping[1, 0:2]  # blue on top of red
+    not_finite = good.copy()
+    not_finite[2, 3] = np.nan
+    rollouts = [
+        Rollout(good, np.array([1, 2]), True),
+        Rollout(off_table, np.array([1, 2]), True),
+        Rollout(overlapping, np.array([1, 2]), True),
+        Rollout(not_finite, np.array([1, 2]), True),
+        Rollout(good[:1], np.array([], dtype=np.int64), True),  # no step at all
+    ]
+    kept, share = filter_rollouts(rollouts, valid_state)
+    assert kept == [0]
+    assert share == pytest.approx(0.2)
+
+
+def test_goal_match_rate_uses_the_success_function():
+    goal = GOALS[0]  # one of KALM's relation goals
+    rng = np.random.default_rng(1)
+    states = [random_state(rng) for _ in range(40)]
+    rollouts = [Rollout(np.stack([s, s]), np.array([0]), True) for s in states]
+    expected = np.mean([success(s, goal) for s in states])
+    assert goal_match_rate(rollouts, [goal] * 40, success) == pytest.approx(expected)
+
+
+def test_a_grounded_model_imagines_rollouts_of_states_and_actions(tiny_model_dir):
+    rng = np.random.default_rng(2)
+    starts = np.stack([random_state(rng) for _ in range(3)]).astype(np.float32)
+    model = GroundedLM.create(
+        str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=2, states=starts
+    )
+    model.train(False)
+    progress = []
+    rollouts = imagine(
+        model,
+        starts,
+        ["push the red ball"] * 3,
+        max_steps=3,
+        batch_size=2,
+        on_progress=progress.append,
+    )
+    assert sum(progress) == 3 and len(rollouts) == 3
+    for rollout, start in zip(rollouts, starts, strict=True):
+        assert 1 <= len(rollout.actions) <= 3
+        assert rollout.states.shape == (len(rollout.actions) + 1, 10)
+        np.testing.assert_array_equal(rollout.states[0], start)
+        assert all(0 <= a < 40 for a in rollout.actions)
+
+
+def test_text_rollouts_parse_and_bad_numbers_are_filtered():
+    start = np.zeros(2, np.float32)
+    rollout = parse_text_rollout(" a3 [0.10, 0.20] a7 [0.30, 0.40] end", start, 2, 10)
+    assert rollout.actions.tolist() == [3, 7] and rollout.stopped
+    np.testing.assert_allclose(rollout.final_state, [0.3, 0.4])
+    short = parse_text_rollout(" a3 [0.10] a5", start, 2, 10)
+    assert len(short.actions) == 1 and np.isnan(short.final_state).all()
+    assert filter_rollouts([short], lambda s: True)[0] == []
+
+
+def test_cached_imagination_matches_reading_the_whole_sequence(tiny_model_dir):
+    """Rows of prompts of different lengths advance on the key/value cache (left-padded); each
+    imagined state is what the model predicts when it reads the whole rollout so far."""
+    from llmrl.learner.llm.grounding import trajectory_prompt
+
+    rng = np.random.default_rng(3)
+    starts = np.stack([random_state(rng) for _ in range(2)]).astype(np.float32)
+    model = GroundedLM.create(
+        str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=2, states=starts
+    )
+    model.train(False)
+    texts = ["push the red ball", "could you please push the green ball behind the blue one"]
+    rollouts = imagine(model, starts, texts, max_steps=2)
+    for rollout, text in zip(rollouts, texts, strict=True):
+        items = [*trajectory_prompt(text), ("state", rollout.states[0], False)]
+        items.append(("action", rollout.actions[0], False))
+        expected = model.predict_state(model.last_hidden([items]))[0]
+        np.testing.assert_allclose(rollout.states[1], expected, atol=1e-4)

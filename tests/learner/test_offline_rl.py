@@ -1,0 +1,126 @@
+"""Offline RL through d3rlpy (`llmrl.learner.algorithms.offline_rl`): the registered algorithms
+learn a trivial dataset, save versioned checkpoints and load them back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmrl.common.registry import registry
+from llmrl.learner.versions import Versions
+
+pytest.importorskip("d3rlpy")
+
+
+def trivial_discrete(n: int = 600, seed: int = 0):
+    """Observations in 4-D; the right action is which of the first two coordinates is larger
+    (0 or 1) plus 2 when the third is positive: four actions the policy must tell apart."""
+    import d3rlpy
+
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, 4)).astype(np.float32)
+    actions = (obs[:, 0] > obs[:, 1]).astype(np.int64) + 2 * (obs[:, 2] > 0)
+    terminals = np.zeros(n, np.float32)
+    terminals[9::10] = 1.0
+    dataset = d3rlpy.dataset.MDPDataset(
+        observations=obs,
+        actions=actions,
+        rewards=np.ones(n, np.float32),
+        terminals=terminals,
+        action_space=d3rlpy.constants.ActionSpace.DISCRETE,
+        action_size=6,
+    )
+    return dataset, obs, actions
+
+
+def test_discrete_bc_learns_a_trivial_dataset_and_reloads(tmp_path):
+    dataset, obs, actions = trivial_discrete()
+    bc = registry.get_algorithm("bc")
+    progress = []
+    checkpoint = bc.train(
+        dataset,
+        Versions(tmp_path / "bc"),
+        on_progress=progress.append,
+        steps=400,
+        steps_per_epoch=100,
+        batch_size=64,
+        learning_rate=3e-3,
+        hidden_units=[32, 32],
+        tensorboard_dir=str(tmp_path / "tb"),
+    )
+    assert checkpoint.version == "1" and checkpoint.algorithm == "bc"
+    assert sum(progress) == 400
+    assert checkpoint.result["discrete"] and checkpoint.result["action_size"] == 6
+    policy = bc.load(tmp_path / "bc")
+    accuracy = float(np.mean(policy.act(obs) == actions))
+    assert accuracy > 0.9
+    assert any(p.name.startswith("events") for p in (tmp_path / "tb").iterdir())
+
+
+def test_discrete_cql_fits_and_refuses_unknown_settings(tmp_path):
+    dataset, obs, _ = trivial_discrete(n=300)
+    cql = registry.get_algorithm("cql")
+    checkpoint = cql.train(dataset, Versions(tmp_path / "cql"), steps=50, hidden_units=[16])
+    assert checkpoint.config["alpha"] is None  # 10 for discrete CQL, KALM's setting
+    assert cql.load(checkpoint).act(obs[:5]).shape == (5,)
+    with pytest.raises(ValueError, match=r"unknown setting.*epochs"):
+        cql.train(dataset, Versions(tmp_path / "x"), epochs=3)
+    with pytest.raises(ValueError, match="continuous"):
+        registry.get_algorithm("iql").train(dataset, Versions(tmp_path / "iql"), steps=1)
+
+
+def test_continuous_bc_learns_to_copy_the_observation(tmp_path):
+    import d3rlpy
+
+    rng = np.random.default_rng(1)
+    obs = rng.uniform(-1, 1, size=(500, 2)).astype(np.float32)
+    actions = np.clip(obs * 0.8, -1, 1).astype(np.float32)
+    terminals = np.zeros(500, np.float32)
+    terminals[49::50] = 1.0
+    dataset = d3rlpy.dataset.MDPDataset(obs, actions, np.ones(500, np.float32), terminals)
+    bc = registry.get_algorithm("bc")
+    checkpoint = bc.train(
+        dataset,
+        Versions(tmp_path / "bc"),
+        steps=300,
+        batch_size=64,
+        learning_rate=3e-3,
+        hidden_units=[32, 32],
+    )
+    error = np.abs(bc.load(checkpoint).act(obs) - actions).mean()
+    assert error < 0.1
+
+
+def test_the_policy_follows_the_instruction_embedding_of_an_offline_dataset(tmp_path):
+    """Same states, two instructions, two actions: only the embedding tells them apart."""
+    from llmrl.common.offline_dataset import OfflineDataset
+
+    rng = np.random.default_rng(2)
+    episodes, steps = 40, 5
+    ids = np.repeat(np.arange(episodes), steps)
+    which = np.arange(episodes) % 2  # instruction 0 -> action 7, instruction 1 -> action 30
+    dataset = OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="scripted",
+        observations=rng.uniform(-0.5, 0.5, size=(episodes * steps, 10)),
+        actions=np.where(which[ids] == 0, 7, 30),
+        rewards=np.zeros(episodes * steps),
+        terminals=np.zeros(episodes * steps, bool),
+        timeouts=np.tile([False] * (steps - 1) + [True], episodes),
+        episode_ids=ids,
+        instructions=np.where(which == 0, "push red left", "push cyan right"),
+        goals=np.zeros((episodes, 6)),
+    )
+    embeddings = np.eye(2, 8, dtype=np.float32)[which]
+    bc = registry.get_algorithm("bc")
+    checkpoint = bc.train(
+        dataset, Versions(tmp_path / "bc"), instruction_embeddings=embeddings, steps=200,
+        batch_size=64, learning_rate=3e-3, hidden_units=[32, 32], action_size=40,
+    )  # fmt: skip
+    assert checkpoint.result["embedding_dim"] == 8 and checkpoint.result["action_size"] == 40
+    policy = bc.load(checkpoint)
+    states = rng.uniform(-0.5, 0.5, size=(20, 10))
+    assert (policy.act(states, np.tile(np.eye(2, 8)[0], (20, 1))) == 7).all()
+    assert (policy.act(states, np.tile(np.eye(2, 8)[1], (20, 1))) == 30).all()
+    with pytest.raises(ValueError, match="embeddings"):
+        policy.act(states)

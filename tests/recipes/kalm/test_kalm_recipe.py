@@ -1,0 +1,209 @@
+"""The recipe `kalm` at tiny scale: its phase plan; bad configs and dataset files named; a run
+in real `llmrl run` processes killed between phases resumes without redoing completed phases
+and ends with the results table (algorithm x level x data) and its PNGs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from support.tiny_llm import tiny_gateway_settings
+
+from llmrl.common.offline_dataset import OfflineDataset
+from llmrl.orchestrator.embedded import run_embedded
+from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.kalm.recipe import Kalm
+from llmrl.simulator.envs import clevr_robot
+
+pytest.importorskip("d3rlpy")
+
+
+def random_push_dataset(episodes: int = 8, steps: int = 3, seed: int = 0) -> OfflineDataset:
+    """CLEVR-Robot episodes of random pushes (our physics) under training instructions."""
+    rng = np.random.default_rng(seed)
+    pairs = clevr_robot.instructions("training")
+    rows: dict[str, list] = {
+        k: []
+        for k in ("observations", "actions", "rewards", "terminals", "timeouts", "episode_ids")
+    }
+    finals, texts, goals = [], [], []
+    for episode in range(episodes):
+        goal, text = pairs[rng.integers(len(pairs))]
+        state = clevr_robot.random_state(rng)
+        for t in range(steps):
+            action = int(rng.integers(clevr_robot.NUM_ACTIONS))
+            after = clevr_robot.push(state, action)
+            rows["observations"].append(state)
+            rows["actions"].append(action)
+            rows["rewards"].append(clevr_robot.reward(state, after, goal))
+            rows["terminals"].append(False)
+            rows["timeouts"].append(t == steps - 1)
+            rows["episode_ids"].append(episode)
+            state = after
+        finals.append(state)
+        texts.append(text)
+        goals.append(goal)
+    return OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="scripted",
+        final_observations=np.stack(finals),
+        instructions=np.asarray(texts),
+        goals=np.stack(goals),
+        **{k: np.asarray(v) for k, v in rows.items()},
+    )
+
+
+def phase_names(**config) -> list[str]:
+    return [p.name for p in Kalm(validate_config("kalm", config)).phases()]
+
+
+def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
+    names = phase_names(
+        algorithms=["bc"], levels=["training", "unseen-easy"], imagine_levels=["unseen-easy"],
+        offline_seeds=2, seed=5,
+    )  # fmt: skip
+    assert names[:3] == ["data", "ground", "imagine/unseen-easy"]
+    assert names[3:6] == ["offline/bc/real/5", "evaluate/bc/real/5/training",
+                          "evaluate/bc/real/5/unseen-easy"]  # fmt: skip
+    assert "evaluate/bc/real+imagined/6/unseen-easy" in names and names[-1] == "report"
+    assert phase_names(variants=["real"], algorithms=["cql"], levels=["training"]) == [
+        "data", "offline/cql/real/0", "evaluate/cql/real/0/training", "report"
+    ]  # fmt: skip
+    metaworld = phase_names(env="MetaWorld", levels=["unseen-hard"])
+    assert metaworld == [
+        "data", "offline/bc/real/0", "evaluate/bc/real/0/unseen-hard",
+        "offline/iql/real/0", "evaluate/iql/real/0/unseen-hard", "report",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"env": "NoSuchEnv"}, "config.env"),
+        ({"levels": ["training", "impossible"]}, "config.levels"),
+        ({"imagine_levels": ["training"]}, "config.imagine_levels"),
+        ({"algorithms": ["iql"]}, "algorithms"),  # continuous-only on discrete CLEVR-Robot
+        ({"algorithms": ["dqn"]}, "algorithms"),
+        ({"data": ["internet"]}, "config.data"),
+        ({"variants": ["imagined-only"]}, "config.variants"),
+        ({"numbers": "roman"}, "config.numbers"),
+        ({"env": "MetaWorld", "variants": ["real", "real+imagined"]}, "variants"),
+        ({"env": "MetaWorld", "levels": ["rephrased"]}, "levels"),
+        ({"grounding_steps": 0}, "config.grounding_steps"),
+        ({"dataset": "/etc/passwd"}, "config.dataset"),
+    ],
+)
+def test_bad_config_names_the_key(config, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate_config("kalm", config)
+
+
+def test_a_dataset_file_of_the_wrong_shape_names_the_file_and_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    good = random_push_dataset(episodes=2)
+    narrow = tmp_path / "home" / "narrow.npz"  # a valid dataset, but 9 numbers per state
+    narrowed = {"observations": good.observations[:, :9]}
+    narrowed["final_observations"] = good.final_observations[:, :9]
+    OfflineDataset(**{**good.__dict__, **narrowed}).save(narrow)
+    broken = tmp_path / "home" / "broken.npz"
+    good.save(broken)
+    arrays = dict(np.load(broken))
+    arrays["goals"] = arrays["goals"][:1]  # one goal for two episodes
+    np.savez(broken, **arrays)
+    for path, field in ((narrow, "observations"), (broken, "goals")):
+        config = {"dataset": str(path), "variants": ["real"], "algorithms": ["bc"]}
+        with pytest.raises(RuntimeError) as error:
+            run_embedded("kalm", config, out_dir=tmp_path / path.stem, progress=False)
+        assert str(path) in str(error.value) and repr(field) in str(error.value)
+
+
+CONFIG = [
+    "model={model}", "dataset={dataset}", "grounding_steps=4", "grounding_batch_size=4",
+    "lora_r=2", "imagined_per_level=4", "imagine_max_steps=3", "offline_steps=30",
+    "offline_batch_size=16", "eval_episodes=2", "levels=[training,unseen-easy]",
+    "imagine_levels=[unseen-easy]", "algorithms=[bc]", "seed=1",
+]  # fmt: skip
+
+
+def phases(db: Path) -> dict[str, tuple[str, float | None, str]]:
+    if not db.exists():
+        return {}
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+        try:
+            rows = conn.execute("SELECT phase, status, finished, outputs FROM phases").fetchall()
+        except sqlite3.OperationalError:  # the schema is not created yet
+            return {}
+    return {phase: (status, finished, outputs) for phase, status, finished, outputs in rows}
+
+
+def start(out: Path, env: dict[str, str], config: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmrl.cli", "run", "kalm", *config, "--out", str(out), "--quiet"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def test_a_run_killed_between_phases_resumes_and_reports(tiny_model_dir: Path, tmp_path: Path):
+    home = tmp_path / "home"
+    dataset = random_push_dataset().save(home / "real.npz")
+    gateway_config = tmp_path / "gateway.yaml"
+    gateway_config.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir)))
+    env = dict(os.environ)
+    env.update(
+        LLMRL_HOME=str(home),
+        LLMRL_LLM_GATEWAY_CONFIG=str(gateway_config),
+        LLMRL_LOG_LEVEL="WARNING",
+    )
+    config = [c.format(model=tiny_model_dir, dataset=dataset) for c in CONFIG]
+    out = tmp_path / "run"
+    db = out / "run.sqlite"
+
+    first = start(out, env, config)
+    try:
+        deadline = time.monotonic() + 600
+        while phases(db).get("imagine/unseen-easy", ("",))[0] != "completed":
+            assert first.poll() is None, f"the run ended early:\n{first.stdout.read()}"
+            assert time.monotonic() < deadline, "grounding and imagination did not complete"
+            time.sleep(0.1)
+        os.killpg(first.pid, signal.SIGKILL)  # killed between imagination and offline RL
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    done_before = {p: v for p, v in phases(db).items() if v[0] == "completed"}
+    assert {"data", "ground", "imagine/unseen-easy"} <= set(done_before)
+    grounded = Path(json.loads(done_before["ground"][2])["checkpoint"])
+    written = (grounded / "grounding.pt").stat().st_mtime
+
+    second = start(out, env, config)
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    assert "resuming run" in output
+    after = phases(db)
+    for phase, value in done_before.items():
+        assert after[phase] == value, f"{phase} was run again"
+    assert (grounded / "grounding.pt").stat().st_mtime == written
+    assert all(status == "completed" for status, _, _ in after.values())
+
+    results = json.loads((out / "results.json").read_text())
+    cells = {(r["algorithm"], r["data"], r["level"]) for r in results["rows"]}
+    assert cells == {
+        ("bc", data, level)
+        for data in ("real", "real+imagined")
+        for level in ("training", "unseen-easy")
+    }
+    imagined = json.loads(after["imagine/unseen-easy"][2])
+    assert imagined["rollouts"] == 4 and 0 <= imagined["kept_share"] <= 1
+    assert any(n.startswith("imagined unseen-easy: 4 rollouts") for n in results["notes"])
+    assert set(results["plots"]) == {"success.png", "imagination.png"}
+    assert all((out / plot).stat().st_size > 0 for plot in results["plots"])
