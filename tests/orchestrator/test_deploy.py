@@ -57,7 +57,9 @@ def test_every_service_runs_what_llmrl_up_runs():
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), (name, port)
     environment = services["orchestrator"]["environment"]
-    assert environment["LLMRL_REDIS_URL"] == "redis://redis:6379/0"
+    assert environment["LLMRL_REDIS_URL"].startswith("redis://:${LLMRL_REDIS_PASSWORD:?")
+    assert environment["LLMRL_REDIS_URL"].endswith("}@redis:6379/0")  # closed: a password
+    assert services["redis"]["command"][-2] == "--requirepass"
     assert environment["LLMRL_SIMULATOR_ADDRESS"] == f"simulator:{DEFAULT_PORTS['simulator'].grpc}"
 
 
