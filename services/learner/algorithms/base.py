@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -97,3 +98,23 @@ def resumable_version(line: Versions, algorithm: str, state_file: str) -> Checkp
     if latest.algorithm != algorithm or not (latest.path / state_file).is_file():
         return None
     return latest
+
+
+# -- settings of the hand-written algorithms (llm-ppo, dqn-ellm): dataclass fields with help --
+def setting(default: Any, help: str) -> Any:
+    """A dataclass field whose help text `settings_help` gives to `--help`."""
+    return field(default=default, metadata={"help": help})
+
+
+def settings_help(config_class: type) -> dict[str, str]:
+    """Each setting of a dataclass config, with its help text."""
+    return {f.name: f.metadata["help"] for f in fields(config_class)}
+
+
+def check_number(key: str, value: Any, integer: bool = False, positive: bool = False) -> None:
+    """A ValueError naming `key` unless `value` is a number (an integer) >= 0 (> 0)."""
+    kinds = (int,) if integer else (int, float)
+    number = isinstance(value, kinds) and not isinstance(value, bool)
+    if not number or (value <= 0 if positive else value < 0):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")

@@ -33,14 +33,21 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress, resumable_version
+from llmrl.learner.algorithms.base import (
+    Algorithm,
+    Progress,
+    check_number,
+    resumable_version,
+    setting,
+    settings_help,
+)
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
 log = logging.getLogger("llmrl.learner.dqn_ellm")
@@ -53,48 +60,44 @@ SPACE_FILE = "observation_space.json"
 StepHook = Callable[[int, dict[str, Any]], None]  # on_step(frames, infos) after each step
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
 class DqnEllmConfig:
     """Every setting, with its help text (`setting_help`)."""
 
-    total_timesteps: int = _setting(100_000, "frames to train for (env steps, all envs)")
-    num_envs: int = _setting(8, "envs stepped together (when `source` is an env id)")
-    learning_rate: float = _setting(6.25e-5, "Adam learning rate (ELLM: 6.25e-5)")
-    adam_eps: float = _setting(1.5e-4, "Adam epsilon")
-    buffer_size: int = _setting(100_000, "replay buffer capacity in transitions")
-    batch_size: int = _setting(64, "transitions per gradient step (ELLM: 64)")
-    gamma: float = _setting(0.99, "discount factor")
-    n_step: int = _setting(3, "steps summed in each return before bootstrapping (ELLM: 3)")
-    train_frequency: int = _setting(4, "frames per gradient step (ELLM: 4)")
-    target_network_frequency: int = _setting(8000, "frames between target copies (ELLM: 8k)")
-    learning_starts: int = _setting(5000, "frames of random play before learning")
-    start_e: float = _setting(1.0, "initial exploration epsilon")
-    end_e: float = _setting(0.01, "final exploration epsilon")
-    exploration_fraction: float = _setting(
+    total_timesteps: int = setting(100_000, "frames to train for (env steps, all envs)")
+    num_envs: int = setting(8, "envs stepped together (when `source` is an env id)")
+    learning_rate: float = setting(6.25e-5, "Adam learning rate (ELLM: 6.25e-5)")
+    adam_eps: float = setting(1.5e-4, "Adam epsilon")
+    buffer_size: int = setting(100_000, "replay buffer capacity in transitions")
+    batch_size: int = setting(64, "transitions per gradient step (ELLM: 64)")
+    gamma: float = setting(0.99, "discount factor")
+    n_step: int = setting(3, "steps summed in each return before bootstrapping (ELLM: 3)")
+    train_frequency: int = setting(4, "frames per gradient step (ELLM: 4)")
+    target_network_frequency: int = setting(8000, "frames between target copies (ELLM: 8k)")
+    learning_starts: int = setting(5000, "frames of random play before learning")
+    start_e: float = setting(1.0, "initial exploration epsilon")
+    end_e: float = setting(0.01, "final exploration epsilon")
+    exploration_fraction: float = setting(
         0.5, "fraction of total_timesteps over which epsilon decays linearly"
     )
-    double: bool = _setting(True, "double Q-learning: the online net picks the next action")
-    dueling: bool = _setting(True, "dueling heads: value + advantage - mean advantage")
-    max_grad_norm: float = _setting(10.0, "gradient norm clip")
-    hidden: int = _setting(256, "width of the two hidden layers")
-    embedding_dim: int = _setting(8, "width of each embedded cell (embed_keys)")
-    embed_keys: tuple[str, ...] = _setting(
+    double: bool = setting(True, "double Q-learning: the online net picks the next action")
+    dueling: bool = setting(True, "dueling heads: value + advantage - mean advantage")
+    max_grad_norm: float = setting(10.0, "gradient norm clip")
+    hidden: int = setting(256, "width of the two hidden layers")
+    embedding_dim: int = setting(8, "width of each embedded cell (embed_keys)")
+    embed_keys: tuple[str, ...] = setting(
         ("local_map",), "integer observation entries embedded per cell (semantic ids)"
     )
-    keys: tuple[str, ...] | None = _setting(
+    keys: tuple[str, ...] | None = setting(
         None, "observation entries of a world made from an env id (None: every numeric one)"
     )
-    checkpoint_every: int = _setting(50_000, "frames between checkpoint versions")
-    save_buffer: bool = _setting(True, "keep the replay buffer in checkpoints (exact resume)")
-    resume: bool = _setting(True, "continue from the line's latest version, if any")
-    seed: int = _setting(0, "seed of the world, exploration and initialisation")
-    address: str | None = _setting(None, "simulator address (None: an in-process world)")
-    tensorboard_dir: str | None = _setting(None, "TensorBoard directory (None: none)")
-    torch_threads: int | None = _setting(None, "torch CPU threads (None: torch's default)")
+    checkpoint_every: int = setting(50_000, "frames between checkpoint versions")
+    save_buffer: bool = setting(True, "keep the replay buffer in checkpoints (exact resume)")
+    resume: bool = setting(True, "continue from the line's latest version, if any")
+    seed: int = setting(0, "seed of the world, exploration and initialisation")
+    address: str | None = setting(None, "simulator address (None: an in-process world)")
+    tensorboard_dir: str | None = setting(None, "TensorBoard directory (None: none)")
+    torch_threads: int | None = setting(None, "torch CPU threads (None: torch's default)")
 
     def __post_init__(self) -> None:
         for key in (
@@ -109,32 +112,23 @@ class DqnEllmConfig:
             "embedding_dim",
             "checkpoint_every",
         ):
-            _check_number(key, getattr(self, key), integer=True, positive=True)
-        _check_number("learning_starts", self.learning_starts, integer=True)
+            check_number(key, getattr(self, key), integer=True, positive=True)
+        check_number("learning_starts", self.learning_starts, integer=True)
         for key in ("learning_rate", "adam_eps", "max_grad_norm"):
-            _check_number(key, getattr(self, key), positive=True)
+            check_number(key, getattr(self, key), positive=True)
         for key in ("gamma", "start_e", "end_e", "exploration_fraction"):
-            _check_number(key, getattr(self, key))
+            check_number(key, getattr(self, key))
             if getattr(self, key) > 1:
                 raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
         if self.torch_threads is not None:
-            _check_number("torch_threads", self.torch_threads, integer=True, positive=True)
+            check_number("torch_threads", self.torch_threads, integer=True, positive=True)
         self.embed_keys = tuple(self.embed_keys)
         self.keys = None if self.keys is None else tuple(self.keys)
 
 
 def setting_help() -> dict[str, str]:
     """Each setting's help text (`--help` of whoever exposes them)."""
-    return {f.name: f.metadata["help"] for f in fields(DqnEllmConfig)}
-
-
-def _check_number(key: str, value: Any, integer: bool = False, positive: bool = False) -> None:
-    """A ValueError naming `key` unless `value` is a number (an integer) >= 0 (> 0)."""
-    kinds = (int,) if integer else (int, float)
-    number = isinstance(value, kinds) and not isinstance(value, bool)
-    if not number or (value <= 0 if positive else value < 0):
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")
+    return settings_help(DqnEllmConfig)
 
 
 # -- observations: what the network reads -----------------------------------------------------

@@ -37,7 +37,14 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress, resumable_version
+from llmrl.learner.algorithms.base import (
+    Algorithm,
+    Progress,
+    check_number,
+    resumable_version,
+    setting,
+    settings_help,
+)
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.learner.llm.scorer import REDUCTIONS
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
@@ -49,10 +56,6 @@ STATE_FILE = "state.json"
 INITS = ("pretrained", "random")
 
 
-def _setting(default: Any, help: str) -> Any:
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
 class LlmPpoConfig:
     """Every setting, with its help text (`setting_help`). Defaults: the paper's where they
@@ -61,61 +64,61 @@ class LlmPpoConfig:
     steps, reward x 20)."""
 
     base_model: str = field(metadata={"help": "local HF model directory or gateway model name"})
-    total_timesteps: int = _setting(5120, "env steps to train for (all envs together)")
-    num_envs: int = _setting(32, "envs stepped together in one world")
-    num_steps: int = _setting(40, "steps per env per rollout")
-    learning_rate: float = _setting(
+    total_timesteps: int = setting(5120, "env steps to train for (all envs together)")
+    num_envs: int = setting(32, "envs stepped together in one world")
+    num_steps: int = setting(40, "steps per env per rollout")
+    learning_rate: float = setting(
         1e-4, "Adam learning rate (the paper: 1e-6 for full fine-tuning of 780M; LoRA wants more)"
     )
-    anneal_lr: bool = _setting(False, "anneal the learning rate linearly to 0")
-    adam_eps: float = _setting(1e-5, "Adam epsilon")
-    gamma: float = _setting(0.99, "discount factor")
-    gae_lambda: float = _setting(0.99, "GAE lambda")
-    update_epochs: int = _setting(4, "epochs over each rollout")
-    minibatch_size: int = _setting(64, "samples per gradient step")
-    norm_adv: bool = _setting(True, "normalise advantages per minibatch")
-    clip_coef: float = _setting(0.2, "policy ratio clip")
-    clip_vloss: bool = _setting(True, "clip the value loss as the policy's")
-    ent_coef: float = _setting(0.01, "entropy bonus coefficient")
-    vf_coef: float = _setting(0.5, "value loss coefficient")
-    max_grad_norm: float = _setting(0.5, "gradient norm clip")
-    target_kl: float | None = _setting(None, "stop the update's epochs past this approx KL")
-    reward_scale: float = _setting(20.0, "reward multiplier (the paper: 20 x BabyAI's)")
-    action_set: str = _setting("babyai", "the action phrases (llmrl.learner.llm.glam_prompt)")
-    reduction: str = _setting("sum", "candidate score: sum or mean of its token log-probs")
-    lora: bool = _setting(True, "train a LoRA (False: fine-tune every weight)")
-    init: str = _setting(
+    anneal_lr: bool = setting(False, "anneal the learning rate linearly to 0")
+    adam_eps: float = setting(1e-5, "Adam epsilon")
+    gamma: float = setting(0.99, "discount factor")
+    gae_lambda: float = setting(0.99, "GAE lambda")
+    update_epochs: int = setting(4, "epochs over each rollout")
+    minibatch_size: int = setting(64, "samples per gradient step")
+    norm_adv: bool = setting(True, "normalise advantages per minibatch")
+    clip_coef: float = setting(0.2, "policy ratio clip")
+    clip_vloss: bool = setting(True, "clip the value loss as the policy's")
+    ent_coef: float = setting(0.01, "entropy bonus coefficient")
+    vf_coef: float = setting(0.5, "value loss coefficient")
+    max_grad_norm: float = setting(0.5, "gradient norm clip")
+    target_kl: float | None = setting(None, "stop the update's epochs past this approx KL")
+    reward_scale: float = setting(20.0, "reward multiplier (the paper: 20 x BabyAI's)")
+    action_set: str = setting("babyai", "the action phrases (llmrl.learner.llm.glam_prompt)")
+    reduction: str = setting("sum", "candidate score: sum or mean of its token log-probs")
+    lora: bool = setting(True, "train a LoRA (False: fine-tune every weight)")
+    init: str = setting(
         "pretrained", "the LLM's weights: pretrained, or random (NPAE: the architecture only)"
     )
-    lora_r: int = _setting(16, "LoRA rank")
-    lora_alpha: int | None = _setting(None, "LoRA alpha (None: 2 x rank)")
-    lora_layers: int | None = _setting(None, "adapt only the top N decoder layers (None: all)")
-    cache_frozen: bool = _setting(
+    lora_r: int = setting(16, "LoRA rank")
+    lora_alpha: int | None = setting(None, "LoRA alpha (None: 2 x rank)")
+    lora_layers: int | None = setting(None, "adapt only the top N decoder layers (None: all)")
+    cache_frozen: bool = setting(
         True,
         "with lora_layers: keep the frozen lower layers' hidden states from the rollout and "
         "run only the top layers in the PPO epochs (~0.4 MB a sample for SmolLM2)",
     )
-    value_hidden: int = _setting(1024, "width of the value head's two hidden layers")
-    bf16: bool | None = _setting(None, "bf16 autocast (None: where bf16 is native)")
-    checkpoint_every: int = _setting(1, "save a version every this many updates")
-    resume: bool = _setting(True, "continue from the line's latest version, if any")
-    seed: int = _setting(0, "seed of the world, the sampling and the initialisation")
-    address: str | None = _setting(None, "simulator address (None: an in-process world)")
-    tensorboard_dir: str | None = _setting(None, "TensorBoard directory (None: none)")
-    torch_threads: int | None = _setting(None, "torch CPU threads (None: torch's default)")
+    value_hidden: int = setting(1024, "width of the value head's two hidden layers")
+    bf16: bool | None = setting(None, "bf16 autocast (None: where bf16 is native)")
+    checkpoint_every: int = setting(1, "save a version every this many updates")
+    resume: bool = setting(True, "continue from the line's latest version, if any")
+    seed: int = setting(0, "seed of the world, the sampling and the initialisation")
+    address: str | None = setting(None, "simulator address (None: an in-process world)")
+    tensorboard_dir: str | None = setting(None, "TensorBoard directory (None: none)")
+    torch_threads: int | None = setting(None, "torch CPU threads (None: torch's default)")
 
     def __post_init__(self) -> None:
         for key in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "minibatch_size"):
-            _check_number(key, getattr(self, key), integer=True, positive=True)
+            check_number(key, getattr(self, key), integer=True, positive=True)
         for key in ("lora_r", "value_hidden", "checkpoint_every"):
-            _check_number(key, getattr(self, key), integer=True, positive=True)
+            check_number(key, getattr(self, key), integer=True, positive=True)
         for key in ("lora_layers", "torch_threads", "lora_alpha"):
             if getattr(self, key) is not None:
-                _check_number(key, getattr(self, key), integer=True, positive=True)
+                check_number(key, getattr(self, key), integer=True, positive=True)
         for key in ("learning_rate", "adam_eps", "reward_scale"):
-            _check_number(key, getattr(self, key), positive=True)
+            check_number(key, getattr(self, key), positive=True)
         for key in ("clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
-            _check_number(key, getattr(self, key))
+            check_number(key, getattr(self, key))
         for key in ("gamma", "gae_lambda"):
             if getattr(self, key) > 1:
                 raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
@@ -125,7 +128,7 @@ class LlmPpoConfig:
         if self.bf16 is not None and not isinstance(self.bf16, bool):
             raise ValueError(f"bf16: expected true, false or null, got {self.bf16!r}")
         if self.target_kl is not None:
-            _check_number("target_kl", self.target_kl, positive=True)
+            check_number("target_kl", self.target_kl, positive=True)
         if self.init not in INITS:
             raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
         action_phrases(self.action_set)  # a ValueError names the key and the known sets
@@ -145,16 +148,7 @@ class LlmPpoConfig:
 
 def setting_help() -> dict[str, str]:
     """Each setting's help text (`--help` of whoever exposes them)."""
-    return {f.name: f.metadata["help"] for f in fields(LlmPpoConfig)}
-
-
-def _check_number(key: str, value: Any, integer: bool = False, positive: bool = False) -> None:
-    """A ValueError naming `key` unless `value` is a number (an integer) >= 0 (> 0)."""
-    kinds = (int,) if integer else (int, float)
-    number = isinstance(value, kinds) and not isinstance(value, bool)
-    if not number or (value <= 0 if positive else value < 0):
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")
+    return settings_help(LlmPpoConfig)
 
 
 def check_env(env: str) -> None:
