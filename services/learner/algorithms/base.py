@@ -118,3 +118,12 @@ def check_number(key: str, value: Any, integer: bool = False, positive: bool = F
     if not number or (value <= 0 if positive else value < 0):
         kind = "an integer" if integer else "a number"
         raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+def check_env(env: str) -> None:
+    """An env id the registry knows (a ValueError names the key and the known ids)."""
+    from llmrl.common.registry import registry
+
+    known = registry.names("env")
+    if env not in known:
+        raise ValueError(f"env: unknown env {env!r}; registered envs: {', '.join(sorted(known))}")

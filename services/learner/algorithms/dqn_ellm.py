@@ -43,6 +43,7 @@ from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
     Progress,
+    check_env,
     check_number,
     resumable_version,
     setting,
@@ -498,9 +499,7 @@ def _vector_env(source: Any, config: DqnEllmConfig) -> tuple[Any, bool]:
     from llmrl.simulator.client import make_world
     from llmrl.simulator.vector import WorldVectorEnv
 
-    known = registry.names("env")
-    if source not in known:
-        raise ValueError(f"env: unknown env {source!r}; registered envs: {', '.join(known)}")
+    check_env(source)
     world = make_world(source, config.num_envs, config.seed, config.address)
     return WorldVectorEnv(world, keys=config.keys), True
 

@@ -40,6 +40,7 @@ from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
     Progress,
+    check_env,
     check_number,
     resumable_version,
     setting,
@@ -149,13 +150,6 @@ class LlmPpoConfig:
 def setting_help() -> dict[str, str]:
     """Each setting's help text (`--help` of whoever exposes them)."""
     return settings_help(LlmPpoConfig)
-
-
-def check_env(env: str) -> None:
-    """An env id the registry knows (a ValueError names the key and the known ids)."""
-    known = registry.names("env")
-    if env not in known:
-        raise ValueError(f"env: unknown env {env!r}; registered envs: {', '.join(sorted(known))}")
 
 
 # -- the loop ------------------------------------------------------------------------------
