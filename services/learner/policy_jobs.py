@@ -16,6 +16,7 @@ The learner looks kinds up in the registry, so it imports no recipe until a job 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -77,6 +78,16 @@ def parse_policy_job(body: Any) -> BaseModel:
 
 SERVICE_FIELDS = ("simulator", "llm_gateway")  # addresses a job may carry
 PATH_FIELDS = ("model_path", "tensorboard_dir")  # files a job writes
+# a gateway model name, or a local model directory the learner loads: a directory is a path
+MODEL_FIELDS = ("model", "base_model")
+
+
+def _names_a_path(value: Any) -> bool:
+    """Whether a model field names a directory rather than a gateway model (whose names
+    never hold a separator: llm_gateway/names.py)."""
+    return isinstance(value, str) and (
+        "/" in value or "\\" in value or value.startswith(("~", ".")) or Path(value).is_dir()
+    )
 
 
 def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
@@ -95,7 +106,8 @@ def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
                 "name another address"
             )
             errors.append({"loc": (field,), "msg": message, "type": "value_error"})
-    for field in PATH_FIELDS:
+    model_paths = [f for f in MODEL_FIELDS if _names_a_path(getattr(request, f, None))]
+    for field in (*PATH_FIELDS, *model_paths):
         path = getattr(request, field, None)
         if path is None:
             continue

@@ -16,7 +16,8 @@ from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job, run_poli
 
 def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
-    model = str(make_tiny_llama(tmp_path / "llama", initializer_range=0.02))
+    # a local model directory is a path the job names: it must lie under the learner's home
+    model = str(make_tiny_llama(tmp_path / "home" / "llama", initializer_range=0.02))
     body = {
         "kind": "glam",
         "env": ENV_ID,
@@ -44,3 +45,21 @@ def test_a_bad_glam_job_names_the_field(change: dict, field: str) -> None:
     body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "steps": 8, **change}
     with pytest.raises(PolicyJobError, match=field):
         parse_policy_job(body)
+
+
+def test_a_job_cannot_load_a_model_directory_outside_the_learners_roots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    home = tmp_path / "home"
+    for body in (
+        {"kind": "glam", "env": ENV_ID, "model": "/usr", "adapter": "a", "steps": 8},
+        {
+            "kind": "kalm-grounding",
+            "datasets": [str(home / "d.npz")],
+            "model_path": str(home / "m"),
+            "base_model": "/usr",
+        },
+    ):
+        with pytest.raises(PolicyJobError, match=r"model: '/usr' is outside the folders"):
+            parse_policy_job(body)
