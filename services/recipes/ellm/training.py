@@ -49,6 +49,18 @@ TASKS = {
 }
 
 
+# dqn-ellm settings a training job sets from its own fields (or the learner's configuration)
+JOB_OWNED_DQN_SETTINGS = {
+    "seed",
+    "total_timesteps",
+    "tensorboard_dir",
+    "address",
+    "num_envs",
+    "keys",
+}
+MAX_BUFFER_SIZE = 10_000_000  # transitions: a replay buffer bounded in memory
+
+
 class EllmEnvSettings(BaseModel):
     """How the agent's vector env and its reward are built (shared by training and evaluation)."""
 
@@ -70,6 +82,14 @@ class EllmEnvSettings(BaseModel):
     intrinsic_scale: float = Field(1.0, ge=0, description="weight of the intrinsic reward")
     extrinsic_scale: float = Field(0.0, ge=0, description="weight of crafter's own reward")
     task: str | None = Field(None, description="fine-tuning task paying 1 (None: no task)")
+
+    @field_validator("task")
+    @classmethod
+    def _task_is_known(cls, value: str | None) -> str | None:
+        if value is not None and value not in TASKS:
+            raise ValueError(f"unknown fine-tune task {value!r}; tasks: {', '.join(TASKS)}")
+        return value
+
     seed: int = Field(0, ge=0)
     run_id: str = Field("default", description="the run LLM calls are billed to")
     tag: str = Field("ellm", description="the ledger tag of the LLM calls")
@@ -88,6 +108,27 @@ class EllmTrainingJob(EllmEnvSettings):
     llm_gateway: str | None = Field(None, description="gateway address; None: in-process")
 
     _init_from_confined = field_validator("init_from")(confined_field)
+
+    @field_validator("dqn")
+    @classmethod
+    def _dqn_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Checked when the job is parsed (a 422 naming `dqn.<key>`), not when it runs: the
+        keys the job sets itself are refused, the rest go through dqn-ellm's own checks."""
+        from dataclasses import fields
+
+        from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
+
+        known = {f.name for f in fields(DqnEllmConfig)} - JOB_OWNED_DQN_SETTINGS
+        for key in value:
+            if key not in known:
+                raise ValueError(
+                    f"dqn.{key}: not a dqn-ellm setting a job may set; known: "
+                    f"{', '.join(sorted(known))}"
+                )
+        if value.get("buffer_size", 0) > MAX_BUFFER_SIZE:
+            raise ValueError(f"dqn.buffer_size: at most {MAX_BUFFER_SIZE:,} transitions")
+        DqnEllmConfig(**value)  # its ValueError names the key
+        return value
 
 
 class _Scaled:

@@ -40,6 +40,11 @@ def test_the_learner_runs_an_ellm_job(tmp_path: Path, monkeypatch: pytest.Monkey
         ({"suggester": "oracle"}, "suggester"),
         ({"frames": 0}, "frames"),
         ({"model_path": "/etc/ellm"}, "model_path"),
+        ({"task": "fly"}, "task"),
+        ({"dqn": {"seed": 3}}, "dqn.seed"),
+        ({"dqn": {"address": "evil:1"}}, "dqn.address"),
+        ({"dqn": {"buffer_size": 10**12}}, "dqn.buffer_size"),
+        ({"dqn": {"gamma": 2}}, "gamma"),
     ],
 )
 def test_a_bad_ellm_job_names_the_field(
