@@ -336,6 +336,8 @@ class OfflineDataset:
             npz = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as error:
             raise DatasetFormatError(f"{path}: not a readable .npz dataset ({error})") from error
+        if not isinstance(npz, np.lib.npyio.NpzFile):  # a .npy file: one bare array
+            raise DatasetFormatError(f"{path}: not a .npz dataset (it holds a single array)")
         with npz:
             names = set(npz.files)
             required = {*_PER_TRANSITION, *_PER_EPISODE, "env", "source", "format_version"}

@@ -170,3 +170,11 @@ def test_to_mdp_dataset_keeps_episodes_and_appends_embeddings(discrete):
         assert mdp.dataset_info.action_size == 4
     with pytest.raises(DatasetFormatError, match="one row per episode"):
         dataset.to_mdp_dataset(with_instruction_embeddings=embeddings[:2])
+
+
+def test_a_bare_npy_array_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "array.npz"
+    with path.open("wb") as handle:
+        np.save(handle, np.zeros(3))
+    with pytest.raises(DatasetFormatError, match=r"array\.npz: not a \.npz dataset"):
+        OfflineDataset.load(path)
