@@ -61,7 +61,12 @@ def confine(path: str | Path, field: str, roots: Iterable[Path] | None = None) -
     lies outside every root (default: `data_roots()`)."""
     if isinstance(path, str) and not path.strip():
         raise PathOutsideRootsError(field, "expected a path, got an empty string")
-    resolved = Path(path).expanduser().resolve()
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # ~nouser, a NUL byte, a name too long
+        raise PathOutsideRootsError(
+            field, f"{str(path)[:200]!r} is not a usable path ({exc})"
+        ) from None
     allowed = list(roots) if roots is not None else data_roots()
     if any(resolved.is_relative_to(root.resolve()) for root in allowed):
         return resolved

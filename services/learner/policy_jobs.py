@@ -85,9 +85,14 @@ MODEL_FIELDS = ("model", "base_model")
 def _names_a_path(value: Any) -> bool:
     """Whether a model field names a directory rather than a gateway model (whose names
     never hold a separator: llm_gateway/names.py)."""
-    return isinstance(value, str) and (
-        "/" in value or "\\" in value or value.startswith(("~", ".")) or Path(value).is_dir()
-    )
+    if not isinstance(value, str):
+        return False
+    if "/" in value or "\\" in value or value.startswith(("~", ".")):
+        return True
+    try:
+        return Path(value).is_dir()
+    except (OSError, ValueError):  # a name too long or holding a NUL byte is no directory
+        return False
 
 
 def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:

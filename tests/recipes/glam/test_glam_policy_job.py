@@ -63,3 +63,13 @@ def test_a_job_cannot_load_a_model_directory_outside_the_learners_roots(
     ):
         with pytest.raises(PolicyJobError, match=r"model: '/usr' is outside the folders"):
             parse_policy_job(body)
+
+
+@pytest.mark.parametrize("model", ["~nosuchuser-llmrl/x", "a\x00b/c", "./" + "a" * 5000])
+def test_an_unusable_model_name_is_refused_naming_the_field(
+    model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    body = {"kind": "glam", "env": ENV_ID, "model": model, "adapter": "a", "steps": 8}
+    with pytest.raises(PolicyJobError, match="model"):
+        parse_policy_job(body)
