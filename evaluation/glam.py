@@ -37,13 +37,14 @@ from llmrl.common.store import RunStore
 from llmrl.orchestrator.experiments import ExperimentSpec
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
+from llmrl.recipes.base import Results
 from llmrl.recipes.glam.config import METHODS
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
 
 TARGET_POINTS = 0.20  # GLAM's success above the zero-shot model's, on held-out seeds
 # not part of the recipe's config
-RUNNER_OPTIONS = ("seeds", "out", "strict", "name", "torch_threads", "gateway_timeout_s")
+RUNNER_OPTIONS = ("seeds", "out", "strict", "name", "torch_threads", "gateway_timeout_s", "merge")
 
 
 def local_gateway_config(out: Path, model: str, timeout_s: float, threads: int | None) -> None:
@@ -77,6 +78,26 @@ def seed_results(out: Path, experiment: str) -> dict[int, Any]:
     finally:
         store.close()
     return {int(run.seed): run.results for run in runs if run.results is not None}
+
+
+def merged_results(tables: list[dict[int, Any]]) -> dict[int, Results]:
+    """Per seed, the rows of several sweeps' tables in one (the first sweep's row wins a
+    (method, test) both hold): methods trained by separate processes, reported together."""
+    merged: dict[int, Results] = {}
+    for found in tables:
+        for seed, table in found.items():
+            into = merged.setdefault(seed, Results(table.title, [], notes=list(table.notes)))
+            have = {(r["method"], r["test"]) for r in into.rows}
+            into.rows += [r for r in table.rows if (r["method"], r["test"]) not in have]
+    return merged
+
+
+def parse_merge(value: str) -> tuple[Path, str]:
+    """`DIR:NAME` of --merge; an argparse error saying the form otherwise."""
+    out, sep, name = value.rpartition(":")
+    if not sep or not out or not name:
+        raise argparse.ArgumentTypeError(f"--merge wants DIR:EXPERIMENT, got {value!r}")
+    return Path(out), name
 
 
 def table_over_seeds(tables: list[Any]) -> list[dict[str, Any]]:
@@ -165,6 +186,15 @@ def main() -> int:
     parser.add_argument(
         "--gateway-timeout-s", type=float, default=900, help="gateway request timeout"
     )
+    parser.add_argument(
+        "--merge",
+        type=parse_merge,
+        action="append",
+        default=[],
+        metavar="DIR:EXPERIMENT",
+        help="also report another sweep's runs (e.g. baselines run by a second process), "
+        "seed by seed; repeatable",
+    )
     args = parser.parse_args()
 
     if args.torch_threads:  # on a busy shared CPU, one thread is much faster (FACTS.md)
@@ -176,7 +206,9 @@ def main() -> int:
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
     spec = ExperimentSpec(name=args.name, recipe="glam", config=config, seeds=args.seeds)
     run_sweep(spec, args.out, progress=True)
-    found = seed_results(args.out, args.name)
+    found = merged_results(
+        [seed_results(args.out, args.name)] + [seed_results(d, n) for d, n in args.merge]
+    )
     tables = [found[s] for s in args.seeds if s in found]
     if not tables:
         print(f"no results in {args.out}", file=sys.stderr)

@@ -354,11 +354,13 @@ def up(
             f"orchestrator: {orchestrator}/docs  —  try: llmrl submit evaluate "
             "env=SimpleDoorKey planner=oracle episodes=20 --wait"
         )
-        origin = "generated for this `llmrl up`" if generated else f"from {TOKEN_VAR}"
-        console.print(
-            f"token ({origin}; every service requires it): {token}\n"
-            f"  clients read it from the environment: export {TOKEN_VAR}={token}"
-        )
+        if generated:  # the user has no other way to learn it
+            console.print(
+                f"token (generated for this `llmrl up`; every service requires it): {token}\n"
+                f"  clients read it from the environment: export {TOKEN_VAR}={token}"
+            )
+        else:  # the user set it: never echo a secret they already hold into logs or scrollback
+            console.print(f"token: {TOKEN_VAR} from your environment (every service requires it)")
         console.print(f"logs in {launcher.logs}; Ctrl-C stops everything")
         sys.stdout.flush()  # the table is the readiness signal for scripts reading a pipe
         while not launcher.stop_requested:

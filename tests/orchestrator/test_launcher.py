@@ -101,7 +101,8 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
     logs = [path.read_text() for path in (home / "logs").glob("*.log")]
     assert password and all(password[1] not in text for text in [output, *logs, *served])
     assert f"redis://:***@127.0.0.1:{redis_port}/0" in output
-    assert f"token (from LLMRL_TOKEN; every service requires it): {TOKEN}" in output
+    assert "token: LLMRL_TOKEN from your environment" in output
+    assert TOKEN not in output  # a token the user set is never echoed
     for port in (ports["LLMRL_ORCHESTRATOR_PORT"], ports["LLMRL_SIMULATOR_PORT"]):
         try:
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
