@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.ellm.intrinsic import CONDITIONING, LLM_SUGGESTERS, METHODS
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
-from llmrl.recipes.ellm.training import TASKS
+from llmrl.recipes.ellm.training import AGENTS, TASKS
 
 
 class EllmConfig(RecipeConfig):
@@ -59,6 +59,17 @@ class EllmConfig(RecipeConfig):
     finetune_from: list[str] = Field(
         ["ellm"],
         description="Pretrained methods to fine-tune (each beside one agent from scratch).",
+    )
+    agent: str = Field(
+        "dqn",
+        description=f"The learner of every method: {' or '.join(AGENTS)} (dqn: dqn-ellm, ELLM's "
+        "double dueling 3-step DQN, with the settings below; ppo: Stable-Baselines3 PPO, "
+        "MultiInputPolicy, with `ppo`'s settings). Report rows of ppo read 'method (ppo)'.",
+    )
+    ppo: dict[str, Any] = Field(
+        default_factory=dict,
+        description="agent=ppo: SB3 PPO's own settings (e.g. {n_steps: 128, learning_rate: "
+        "0.0003, ent_coef: 0.01}); defaults n_steps 128, batch_size 256, lr 3e-4, SB3's others.",
     )
     learning_rate: float = Field(6.25e-5, gt=0, description="DQN's Adam learning rate.")
     buffer_size: int = Field(100_000, ge=1, description="DQN's replay buffer, in transitions.")
@@ -115,6 +126,20 @@ class EllmConfig(RecipeConfig):
         if value not in CONDITIONING:
             raise ValueError(f"expected one of {', '.join(CONDITIONING)}, got {value!r}")
         return value
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_is_known(cls, value: str) -> str:
+        if value not in AGENTS:
+            raise ValueError(f"unknown agent {value!r}; agents: {', '.join(AGENTS)}")
+        return value
+
+    @field_validator("ppo")
+    @classmethod
+    def _ppo_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from llmrl.recipes.ellm.ppo import check_ppo_settings
+
+        return check_ppo_settings(value)
 
     @field_validator("finetune_task")
     @classmethod

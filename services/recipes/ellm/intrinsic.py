@@ -266,6 +266,24 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         infos["episodes"] = episodes
         return self._agent_observations(observations), reward, terminated, truncated, infos
 
+    def restart(self, ended: np.ndarray) -> dict[str, np.ndarray]:
+        """Same-step autoreset for adapters (SB3): start the `ended` envs' next episodes now,
+        stepping only them in the world (its `active` mask; the others are not stepped and
+        repeat their observation), and return every env's agent observation. Without it the
+        next `step` resets them instead (NEXT_STEP)."""
+        ended = np.asarray(ended, dtype=bool)
+        vector = self.env
+        if not ended.any():
+            raise ValueError("restart: no env ended")
+        if not self.resetting[ended].all():
+            raise ValueError("restart: only envs whose episode just ended can restart")
+        result = vector.world.step(observations=vector.keys, active=ended)
+        observations = {key: np.asarray(result[key]) for key in vector.keys}
+        self.source.start(observations, ended)
+        self.previous_achievements[ended] = observations["achievements"][ended]
+        self.resetting[ended] = False
+        return self._agent_observations(observations)
+
     def counters(self) -> dict[str, float]:
         return self.source.counters()
 

@@ -88,23 +88,24 @@ def ellm_results(
     finetune: dict[str, dict[str, Any]],
 ) -> Results:
     rows, curves, rates = [], {}, {}
+    label = (lambda name: name) if cfg.agent == "dqn" else (lambda name: f"{name} ({cfg.agent})")
     finetune_curves = {}
     for start, train in finetune.items():
         finetune_curves[start] = read_episodes(Path(train["checkpoint"]).parent)
     for method in cfg.methods:
         episodes = read_episodes(Path(pretrain[method]["checkpoint"]).parent)
-        curves[method] = episodes
+        curves[label(method)] = episodes
         evaluated = evaluations[method]["episodes"]
-        rates[method] = success_rates(evaluated)
+        rates[label(method)] = success_rates(evaluated)
         row: dict[str, Any] = {
-            "method": method,
+            "method": label(method),
             "frames": pretrain[method]["frames"],
             "episodes": len(episodes),
             "achievements_last10": mean_of(
                 last_fraction(episodes, cfg.pretrain_frames), "unlocked"
             ),
             "eval_achievements": mean_of(evaluated, "unlocked"),
-            "crafter_score": crafter_score(rates[method]),
+            "crafter_score": crafter_score(rates[label(method)]),
             **llm_figures(pretrain[method]),
             "finetune_success": float("nan"),
         }
@@ -112,10 +113,10 @@ def ellm_results(
     for start, episodes in finetune_curves.items():
         late = last_fraction(episodes, cfg.finetune_frames)
         success = float(np.mean([e["task_return"] > 0 for e in late])) if late else float("nan")
-        target = next((r for r in rows if r["method"] == start), None)
+        target = next((r for r in rows if r["method"] == label(start)), None)
         if target is None:  # from scratch: a row of its own
             target = {key: float("nan") for key in rows[0]} if rows else {}
-            target.update({"method": start, "frames": 0, "episodes": 0})
+            target.update({"method": label(start), "frames": 0, "episodes": 0})
             rows.append(target)
         target["finetune_success"] = success
     plots = []
@@ -130,7 +131,7 @@ def ellm_results(
     notes = [
         f"env {cfg.env}; {cfg.pretrain_frames} pretraining frames per method, seed {cfg.seed}; "
         f"suggester {cfg.suggester} ({cfg.model}), threshold {cfg.threshold}, "
-        f"conditioning {cfg.conditioning}",
+        f"conditioning {cfg.conditioning}; agent {cfg.agent}",
         "achievements_last10: distinct achievements unlocked per training episode, mean over "
         "the episodes that ended in the last 10% of pretraining",
         f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "

@@ -14,6 +14,7 @@ the episodes logged after its latest version, then continues from that version.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,7 @@ from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD, CachedEmbedder, Suggest
 from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 ALGORITHM = "dqn-ellm"  # a registered learner algorithm (llmrl.learner.algorithms)
+AGENTS = ("dqn", "ppo")  # dqn: dqn-ellm; ppo: Stable-Baselines3 PPO (`ppo.py`)
 EPISODES_FILE = "episodes.jsonl"
 EARLY_FRACTION = 0.1  # the caption cache hit rate is reported after this share of the frames
 # the fine-tuning tasks (the issue's names) and the achievement that pays each
@@ -58,6 +60,11 @@ JOB_OWNED_DQN_SETTINGS = {
     "num_envs",
     "keys",
 }
+# dqn-ellm settings that act on the whole process: the learner service owns its threads
+PROCESS_SETTINGS = {"torch_threads"}
+# the gateway ledger's keys: a job bills its own run and tags under "ellm"; run ids as the
+# gateway's names (llm_gateway.names: letters, digits, '_', '.', '-'; no '..')
+TAG_ROOT = "ellm"
 MAX_BUFFER_SIZE = 10_000_000  # transitions: a replay buffer bounded in memory
 
 
@@ -92,7 +99,32 @@ class EllmEnvSettings(BaseModel):
 
     seed: int = Field(0, ge=0)
     run_id: str = Field("default", description="the run LLM calls are billed to")
-    tag: str = Field("ellm", description="the ledger tag of the LLM calls")
+    tag: str = Field(TAG_ROOT, description="the ledger tag of the LLM calls (ellm or ellm/...)")
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id_is_a_name(cls, value: str) -> str:
+        from llmrl.llm_gateway.names import is_safe_name
+
+        if not is_safe_name(value):
+            raise ValueError(
+                "expected a run id (1-128 letters, digits, '_', '.', '-'; no '..'), "
+                f"got {value[:200]!r}"
+            )
+        return value
+
+    @field_validator("tag")
+    @classmethod
+    def _tag_is_ellms(cls, value: str) -> str:
+        from llmrl.llm_gateway.names import is_safe_name
+
+        parts = value.split("/")
+        if parts[0] != TAG_ROOT or len(value) > 200 or not all(map(is_safe_name, parts)):
+            raise ValueError(
+                f"expected {TAG_ROOT!r} or '{TAG_ROOT}/<part>/...' (parts of letters, digits, "
+                f"'_', '.', '-'; at most 200 characters), got {value[:200]!r}"
+            )
+        return value
 
 
 class EllmTrainingJob(EllmEnvSettings):
@@ -100,7 +132,14 @@ class EllmTrainingJob(EllmEnvSettings):
 
     kind: Literal["ellm"] = Field("ellm", description="the learner's policy job kind")
     frames: int = Field(..., ge=1, description="frames to train for (env steps, all envs)")
+    agent: Literal[AGENTS] = Field("dqn", description="dqn (dqn-ellm) or ppo (SB3 PPO)")  # type: ignore[valid-type]
     dqn: dict[str, Any] = Field(default_factory=dict, description="dqn-ellm settings")
+    ppo: dict[str, Any] = Field(
+        default_factory=dict, description="SB3 PPO settings (n_steps, learning_rate...)"
+    )
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="PPO: frames between checkpoints (dqn: dqn.checkpoint_every)"
+    )
     model_path: str = Field(..., description="the checkpoint line (a directory)")
     init_from: str | None = Field(None, description="a pretrained checkpoint to fine-tune")
     tensorboard_dir: str | None = None
@@ -118,8 +157,13 @@ class EllmTrainingJob(EllmEnvSettings):
 
         from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
 
-        known = {f.name for f in fields(DqnEllmConfig)} - JOB_OWNED_DQN_SETTINGS
+        known = {f.name for f in fields(DqnEllmConfig)} - JOB_OWNED_DQN_SETTINGS - PROCESS_SETTINGS
         for key in value:
+            if key in PROCESS_SETTINGS:
+                raise ValueError(
+                    f"dqn.{key}: not a job's setting: it would change the threads of the whole "
+                    "learner process, which sets its own (OMP_NUM_THREADS on the learner)"
+                )
             if key not in known:
                 raise ValueError(
                     f"dqn.{key}: not a dqn-ellm setting a job may set; known: "
@@ -129,6 +173,13 @@ class EllmTrainingJob(EllmEnvSettings):
             raise ValueError(f"dqn.buffer_size: at most {MAX_BUFFER_SIZE:,} transitions")
         DqnEllmConfig(**value)  # its ValueError names the key
         return value
+
+    @field_validator("ppo")
+    @classmethod
+    def _ppo_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from llmrl.recipes.ellm.ppo import check_ppo_settings
+
+        return check_ppo_settings(value)
 
 
 class _Scaled:
@@ -233,11 +284,20 @@ def read_episodes(line: str | Path) -> list[dict[str, Any]]:
 
 
 def _drop_episodes_after(line: Path, frames: int) -> None:
-    """A resumed job forgets the episodes logged after its latest version."""
+    """A resumed job forgets the episodes logged after its latest version. The file is
+    replaced whole (a temporary file, then `os.replace`): a kill mid-way leaves the old one."""
     kept = [e for e in read_episodes(line) if e["frames"] <= frames]
     path = line / EPISODES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(e) + "\n" for e in kept))
+    temporary = path.with_name(f".{EPISODES_FILE}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w") as file:
+            file.write("".join(json.dumps(e) + "\n" for e in kept))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 @registry.register_policy_job("ellm", request=EllmTrainingJob)
@@ -272,17 +332,33 @@ def train_ellm(
             early = envs.counters()
 
     try:
-        checkpoint = registry.get_algorithm(ALGORITHM).train(
-            envs,
-            line,
-            on_progress=on_progress,
-            on_step=on_step,
-            init_from=job.init_from,
-            total_timesteps=job.frames,
-            seed=job.seed,
-            tensorboard_dir=job.tensorboard_dir,
-            **job.dqn,
-        )
+        if job.agent == "ppo":
+            from llmrl.recipes.ellm.ppo import CHECKPOINT_EVERY, train_ppo_ellm
+
+            checkpoint = train_ppo_ellm(
+                envs,
+                line,
+                total_timesteps=job.frames,
+                seed=job.seed,
+                tensorboard_dir=job.tensorboard_dir,
+                init_from=job.init_from,
+                checkpoint_every=job.checkpoint_every or CHECKPOINT_EVERY,
+                on_progress=on_progress,
+                on_step=on_step,
+                **job.ppo,
+            )
+        else:
+            checkpoint = registry.get_algorithm(ALGORITHM).train(
+                envs,
+                line,
+                on_progress=on_progress,
+                on_step=on_step,
+                init_from=job.init_from,
+                total_timesteps=job.frames,
+                seed=job.seed,
+                tensorboard_dir=job.tensorboard_dir,
+                **job.dqn,
+            )
     finally:
         log_file.close()
         envs.close()
@@ -305,12 +381,19 @@ def evaluate_agent(
     llm: Any = None,
     simulator: str | None = None,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
+    agent: str = "dqn",
 ) -> list[dict[str, Any]]:
-    """`episodes` episodes of the checkpoint's policy (epsilon-greedy, seeded) in the
-    method's env (goal-conditioned agents see their suggestions); each episode's figures."""
-    from llmrl.learner.algorithms import load_cached
+    """`episodes` episodes of the checkpoint's policy (epsilon-greedy, seeded; PPO samples its
+    own policy) in the method's env (goal-conditioned agents see their suggestions); each
+    episode's figures."""
+    if agent == "ppo":
+        from llmrl.recipes.ellm.ppo import load_policy
 
-    policy = load_cached(ALGORITHM, checkpoint)
+        policy = load_policy(checkpoint)
+    else:
+        from llmrl.learner.algorithms import load_cached
+
+        policy = load_cached(ALGORITHM, checkpoint)
     envs = make_env(settings, llm, simulator)
     rng = np.random.default_rng(settings.seed)
     finished: list[dict[str, Any]] = []
