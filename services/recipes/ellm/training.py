@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -289,9 +290,10 @@ def _drop_episodes_after(line: Path, frames: int) -> None:
     kept = [e for e in read_episodes(line) if e["frames"] <= frames]
     path = line / EPISODES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{EPISODES_FILE}.{os.getpid()}.tmp")
+    descriptor, name = tempfile.mkstemp(prefix=f".{EPISODES_FILE}.", dir=path.parent)
+    temporary = Path(name)
     try:
-        with temporary.open("w") as file:
+        with os.fdopen(descriptor, "w") as file:
             file.write("".join(json.dumps(e) + "\n" for e in kept))
             file.flush()
             os.fsync(file.fileno())
