@@ -18,7 +18,8 @@ import numpy as np
 
 from llmrl.recipes.base import Results
 from llmrl.recipes.ellm.config import EllmConfig
-from llmrl.recipes.ellm.training import ACHIEVEMENTS, TASKS, read_episodes
+from llmrl.recipes.ellm.training import TASKS, read_episodes
+from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 SUCCESS_RATES_FILE = "success_rates.json"
 LAST_FRACTION = 0.1  # "the last 10% of pretraining"

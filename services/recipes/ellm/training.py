@@ -26,30 +26,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
 from llmrl.recipes.ellm.intrinsic import (
-    AGENT_KEYS,
     CONDITIONING,
+    CRAFTER,
+    CRAFTER_TASKS,
+    HOUSEKEEP,
     LLM_SUGGESTERS,
     METHODS,
-    SUGGESTION_METHODS,
-    TEXT_KEYS,
+    EnvProfile,
     IntrinsicRewardWrapper,
     NoReward,
     NoveltySource,
     SuggestionSource,
+    profile_of,
 )
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD, CachedEmbedder, SuggestionReward
-from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 ALGORITHM = "dqn-ellm"  # a registered learner algorithm (llmrl.learner.algorithms)
 AGENTS = ("dqn", "ppo")  # dqn: dqn-ellm; ppo: Stable-Baselines3 PPO (`ppo.py`)
 EPISODES_FILE = "episodes.jsonl"
 EARLY_FRACTION = 0.1  # the caption cache hit rate is reported after this share of the frames
-# the fine-tuning tasks (the issue's names) and the achievement that pays each
-TASKS = {
-    "place crafting table": "place_table",
-    "attack cow": "eat_cow",
-    "collect stone": "collect_stone",
-}
+# the fine-tuning tasks and what pays each: Crafter's (the issue's names, an achievement) and
+# Housekeep's ("tidy": the increase in correctly placed objects)
+TASKS = {**CRAFTER_TASKS, **HOUSEKEEP.tasks}
 
 
 # dqn-ellm settings a training job sets from its own fields (or the learner's configuration)
@@ -193,20 +191,29 @@ class _Scaled:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.source, name)
 
-    def step(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> np.ndarray:
-        return self.scale * self.source.step(observations, envs)
+    def step(
+        self, observations: dict[str, np.ndarray], envs: np.ndarray, transitions: list[str]
+    ) -> np.ndarray:
+        return self.scale * self.source.step(observations, envs, transitions)
 
 
-def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]) -> Any:
+def reward_source(
+    settings: EllmEnvSettings, llm: Any, described: dict[str, Any], profile: EnvProfile = CRAFTER
+) -> Any:
     """The method's reward source for `settings.num_envs` envs."""
     method = settings.method
     if method in ("rnd", "knn"):
         from llmrl.recipes.ellm.novelty import KnnNoveltyReward, RndReward
 
         novelty = RndReward if method == "rnd" else KnnNoveltyReward
-        return NoveltySource(novelty(described, seed=settings.seed))
+        return NoveltySource(novelty(described, seed=settings.seed), profile.agent_keys)
     if method == "none":
-        return NoveltySource(NoReward())
+        return NoveltySource(NoReward(), profile.agent_keys)
+    if method not in profile.suggesters:
+        raise ValueError(
+            f"method: {method} has no {profile.name} suggester; methods with suggestions there: "
+            f"{', '.join(profile.suggesters)}"
+        )
     from llmrl.recipes.ellm.suggesters import make_suggester
 
     embed = CachedEmbedder(
@@ -214,8 +221,9 @@ def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]
             list(texts), model=settings.embed_model, run_id=settings.run_id, tag=settings.tag
         )
     )
-    name = settings.suggester if method == "ellm" else SUGGESTION_METHODS[method]
-    kwargs = {"model": settings.model} if name in LLM_SUGGESTERS else {}
+    name = profile.suggesters[method] or settings.suggester
+    uses_model = name in (*LLM_SUGGESTERS, HOUSEKEEP.suggesters["ellm"])
+    kwargs = {"model": settings.model} if uses_model else {}
     suggester = make_suggester(
         {"name": name, "kwargs": kwargs},
         connect_llm=lambda: llm,
@@ -223,7 +231,9 @@ def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]
     )
     rewards = [SuggestionReward(embed, settings.threshold) for _ in range(settings.num_envs)]
     dim = 0 if settings.conditioning == "none" else int(embed(["a goal"]).shape[1])
-    return SuggestionSource(method, suggester, rewards, embed, settings.conditioning, dim)
+    return SuggestionSource(
+        method, suggester, rewards, embed, settings.conditioning, dim, profile=profile
+    )
 
 
 def make_env(
@@ -239,32 +249,31 @@ def make_env(
         settings.env, settings.num_envs, settings.seed, simulator, **settings.env_kwargs
     )
     try:
-        keys = [*AGENT_KEYS, *TEXT_KEYS]
-        missing = [key for key in keys if key not in world.observation_space.spaces]
-        if missing:
+        profile = profile_of(world.observation_space, settings.env)
+        if settings.task is not None and settings.task not in profile.tasks:
             raise ValueError(
-                f"env: {settings.env} lacks the observations {', '.join(missing)} that ELLM "
-                "needs (a CrafterText-like env)"
+                f"task: {settings.task!r} is no {profile.name} task; tasks: "
+                f"{', '.join(profile.tasks)}"
             )
-        vector = WorldVectorEnv(world, keys=keys)
-        numeric = {key: world.observation_space[key] for key in AGENT_KEYS}
+        vector = WorldVectorEnv(world, keys=profile.world_keys)
+        numeric = {key: world.observation_space[key] for key in profile.agent_keys}
         from gymnasium import spaces
 
-        described = describe_space(spaces.Dict(numeric), ("local_map",))
+        described = describe_space(spaces.Dict(numeric), profile.embed_keys)
         if llm is None and settings.method not in ("rnd", "knn", "none"):
             from llmrl.llm_gateway.client import connect
 
             llm = connect()
-        source = reward_source(settings, llm, described)
+        source = reward_source(settings, llm, described, profile)
         if settings.intrinsic_scale != 1.0:
             source = _Scaled(source, settings.intrinsic_scale)
-        task_index = ACHIEVEMENTS.index(TASKS[settings.task]) if settings.task else None
         return IntrinsicRewardWrapper(
             vector,
             source,
             extrinsic_scale=settings.extrinsic_scale,
-            task_index=task_index,
+            task=settings.task,
             embedding_dim=getattr(source, "embedding_dim", 0),
+            profile=profile,
         )
     except BaseException:
         world.close()
