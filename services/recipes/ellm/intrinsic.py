@@ -131,6 +131,14 @@ HOUSEKEEP = EnvProfile(
 PROFILES = {"crafter": CRAFTER, "housekeep": HOUSEKEEP}
 
 
+def profile_for_env(env: str) -> EnvProfile:
+    """The profile of a registered env id, from its tags (before any env is made)."""
+    from llmrl.common.registry import registry
+
+    tags = registry.entry("env", env).metadata.get("tags") or ()
+    return HOUSEKEEP if "housekeep" in tags else CRAFTER
+
+
 def profile_of(observation_space: Any, env: str = "env") -> EnvProfile:
     """The profile whose entries the env has (CrafterText-like first)."""
     for profile in PROFILES.values():

@@ -36,7 +36,14 @@ SCRATCH = "scratch"
 class Ellm(Recipe):
     Config = EllmConfig
     config: EllmConfig
-    headline_metrics = ("achievements_last10", "eval_achievements", "crafter_score")
+    headline_metrics = (
+        "achievements_last10",
+        "eval_achievements",
+        "crafter_score",
+        "rearranged_last10",  # Housekeep
+        "eval_rearranged",
+        "eval_success_rate",
+    )
 
     def phases(self) -> list[Phase]:
         cfg = self.config
@@ -192,7 +199,7 @@ class Ellm(Recipe):
             }
         results = ellm_results(cfg, ctx.out_dir, pretrain, evaluations, finetune)
         ctx.write_results(results)
-        ctx.set_summary(
-            **{f"crafter_score/{row['method']}": row["crafter_score"] for row in results.rows}
-        )
+        headline = "crafter_score" if results.rows and "crafter_score" in results.rows[0] else None
+        headline = headline or "eval_success_rate"  # Housekeep
+        ctx.set_summary(**{f"{headline}/{row['method']}": row[headline] for row in results.rows})
         return {"rows": len(results.rows)}

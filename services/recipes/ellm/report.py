@@ -88,6 +88,9 @@ def ellm_results(
     evaluations: dict[str, dict[str, Any]],
     finetune: dict[str, dict[str, Any]],
 ) -> Results:
+    from llmrl.recipes.ellm.intrinsic import HOUSEKEEP, profile_for_env
+
+    housekeep = profile_for_env(cfg.env) is HOUSEKEEP
     rows, curves, rates = [], {}, {}
     label = (lambda name: name) if cfg.agent == "dqn" else (lambda name: f"{name} ({cfg.agent})")
     finetune_curves = {}
@@ -97,19 +100,22 @@ def ellm_results(
         episodes = read_episodes(Path(pretrain[method]["checkpoint"]).parent)
         curves[label(method)] = episodes
         evaluated = evaluations[method]["episodes"]
-        rates[label(method)] = success_rates(evaluated)
+        late = last_fraction(episodes, cfg.pretrain_frames)
         row: dict[str, Any] = {
             "method": label(method),
             "frames": pretrain[method]["frames"],
             "episodes": len(episodes),
-            "achievements_last10": mean_of(
-                last_fraction(episodes, cfg.pretrain_frames), "unlocked"
-            ),
-            "eval_achievements": mean_of(evaluated, "unlocked"),
-            "crafter_score": crafter_score(rates[label(method)]),
-            **llm_figures(pretrain[method]),
-            "finetune_success": float("nan"),
         }
+        if housekeep:  # objects put right per episode, and Housekeep's own success rate
+            row["rearranged_last10"] = mean_of(late, "unlocked")
+            row["eval_rearranged"] = mean_of(evaluated, "unlocked")
+            row["eval_success_rate"] = mean_of(evaluated, "success_rate")
+        else:
+            rates[label(method)] = success_rates(evaluated)
+            row["achievements_last10"] = mean_of(late, "unlocked")
+            row["eval_achievements"] = mean_of(evaluated, "unlocked")
+            row["crafter_score"] = crafter_score(rates[label(method)])
+        row.update({**llm_figures(pretrain[method]), "finetune_success": float("nan")})
         rows.append(row)
     for start, episodes in finetune_curves.items():
         late = last_fraction(episodes, cfg.finetune_frames)
@@ -121,7 +127,10 @@ def ellm_results(
             rows.append(target)
         target["finetune_success"] = success
     plots = []
-    if plot_achievement_curves(curves, cfg.pretrain_frames, out_dir / "achievements.png"):
+    measure = "objects put right" if housekeep else "achievements unlocked"
+    if plot_achievement_curves(
+        curves, cfg.pretrain_frames, out_dir / "achievements.png", f"{measure} per episode"
+    ):
         plots.append("achievements.png")
     if rates and plot_success_rates(rates, out_dir / "success_rates.png"):
         plots.append("success_rates.png")
@@ -129,24 +138,37 @@ def ellm_results(
         finetune_curves, cfg.finetune_frames, cfg.finetune_task, out_dir / "finetune.png"
     ):
         plots.append("finetune.png")
+    if housekeep:
+        measures = [
+            "rearranged_last10: objects put right per training episode (correctly placed at "
+            "the end minus at the start), mean over the episodes that ended in the last 10% of "
+            "pretraining; suggester housekeep-llm (ellm) / housekeep-oracle (oracle)",
+            f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; eval_success_rate: "
+            "Housekeep's success_rate metric at the episode's end, mean",
+        ]
+    else:
+        measures = [
+            "achievements_last10: distinct achievements unlocked per training episode, mean "
+            "over the episodes that ended in the last 10% of pretraining",
+            f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "
+            "exp(mean ln(1 + s_i)) - 1 over the 22 success rates s_i in %",
+        ]
     notes = [
         f"env {cfg.env}; {cfg.pretrain_frames} pretraining frames per method, seed {cfg.seed}; "
         f"suggester {cfg.suggester} ({cfg.model}), threshold {cfg.threshold}, "
         f"conditioning {cfg.conditioning}; agent {cfg.agent}",
-        "achievements_last10: distinct achievements unlocked per training episode, mean over "
-        "the episodes that ended in the last 10% of pretraining",
-        f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "
-        "exp(mean ln(1 + s_i)) - 1 over the 22 success rates s_i in %",
+        *measures,
         f"finetune_success: share of episodes unlocking '{cfg.finetune_task}' "
         f"({TASKS[cfg.finetune_task]}) in the last 10% of {cfg.finetune_frames} fine-tuning "
         "frames (task reward only)",
         PAPER_NOTE,
     ]
-    per_achievement = {
-        m: dict(zip(ACHIEVEMENTS, r.round(2).tolist(), strict=True)) for m, r in rates.items()
-    }
-    (out_dir / SUCCESS_RATES_FILE).write_text(json.dumps(per_achievement, indent=2) + "\n")
-    notes.append(f"success rates (%) per achievement and method: {SUCCESS_RATES_FILE}")
+    if rates:
+        per_achievement = {
+            m: dict(zip(ACHIEVEMENTS, r.round(2).tolist(), strict=True)) for m, r in rates.items()
+        }
+        (out_dir / SUCCESS_RATES_FILE).write_text(json.dumps(per_achievement, indent=2) + "\n")
+        notes.append(f"success rates (%) per achievement and method: {SUCCESS_RATES_FILE}")
     return Results(title=f"ellm on {cfg.env}", rows=rows, notes=notes, plots=plots)
 
 
@@ -174,7 +196,10 @@ def binned(
 
 
 def plot_achievement_curves(
-    curves: dict[str, list[dict[str, Any]]], frames: int, path: Path
+    curves: dict[str, list[dict[str, Any]]],
+    frames: int,
+    path: Path,
+    ylabel: str = "achievements unlocked per episode",
 ) -> bool:
     if not any(curves.values()):
         return False
@@ -184,7 +209,7 @@ def plot_achievement_curves(
         xs, ys = binned(episodes, "unlocked", frames)
         ax.plot(xs, ys, marker=".", label=method)
     ax.set_xlabel("pretraining frames")
-    ax.set_ylabel("achievements unlocked per episode")
+    ax.set_ylabel(ylabel)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
