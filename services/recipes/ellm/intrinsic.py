@@ -44,7 +44,14 @@ CRAFTER_TASKS = {  # the fine-tuning tasks (the issue's names) and the achieveme
     "attack cow": "eat_cow",
     "collect stone": "collect_stone",
 }
-HOUSEKEEP_FIGURES = ("correctly_placed", "correct_at_start", "misplaced_at_start", "success_rate")
+HOUSEKEEP_FIGURES = (  # an episode's figures on Housekeep: tidying, and exploring
+    "correctly_placed",
+    "correct_at_start",
+    "misplaced_at_start",
+    "success_rate",
+    "rooms_explored",
+    "objects_found",
+)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,9 @@ def ellm_results(
             row["rearranged_last10"] = mean_of(late, "unlocked")
             row["eval_rearranged"] = mean_of(evaluated, "unlocked")
             row["eval_success_rate"] = mean_of(evaluated, "success_rate")
+            row["objects_found_last10"] = mean_of(late, "objects_found")
+            row["eval_objects_found"] = mean_of(evaluated, "objects_found")
+            row["eval_rooms_explored"] = mean_of(evaluated, "rooms_explored")
         else:
             rates[label(method)] = success_rates(evaluated)
             row["achievements_last10"] = mean_of(late, "unlocked")
@@ -144,7 +147,8 @@ def ellm_results(
             "the end minus at the start), mean over the episodes that ended in the last 10% of "
             "pretraining; suggester housekeep-llm (ellm) / housekeep-oracle (oracle)",
             f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; eval_success_rate: "
-            "Housekeep's success_rate metric at the episode's end, mean",
+            "Housekeep's success_rate metric at the episode's end, mean; objects_found, "
+            "rooms_explored: how far the episode explored (the env's counters at its end)",
         ]
     else:
         measures = [
