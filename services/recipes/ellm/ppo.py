@@ -188,7 +188,7 @@ def train_ppo_ellm(
     if previous is not None:
         model = PPO.load(str(previous.path / MODEL_FILE), env=vec_env, **common)
         if (previous.path / SOURCE_FILE).is_file():
-            wrapper.load_state_dict(torch.load(previous.path / SOURCE_FILE, weights_only=False))
+            wrapper.load_state_dict(torch.load(previous.path / SOURCE_FILE, weights_only=True))
         if model.num_timesteps >= total_timesteps:
             return previous
     elif init_from is not None:  # fine-tuning: the pretrained weights, a fresh line
