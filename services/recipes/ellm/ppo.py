@@ -207,7 +207,16 @@ def train_ppo_ellm(
         vec_env.seed(seed)
 
     class Episodes(BaseCallback):
+        """Finished episodes to `on_step`, frames done to `on_progress` (counted from where
+        each `learn` call starts: SB3's timesteps go on across calls)."""
+
+        def _on_training_start(self) -> None:
+            self.reported = int(self.model.num_timesteps)
+
         def _on_step(self) -> bool:
+            if on_progress is not None:
+                on_progress(self.num_timesteps - self.reported)
+                self.reported = self.num_timesteps
             if on_step is not None:
                 episodes = [i["episode"] for i in self.locals["infos"] if "episode" in i]
                 episodes = [{k: v for k, v in e.items() if k not in ("r", "l")} for e in episodes]
@@ -219,7 +228,7 @@ def train_ppo_ellm(
         chunk = min(checkpoint_every, total_timesteps - model.num_timesteps)
         model.learn(
             total_timesteps=chunk,
-            callback=[Episodes(), _cleanrl_callback(on_progress, None)],
+            callback=[Episodes(), _cleanrl_callback(None, None)],
             reset_num_timesteps=False,
             tb_log_name="ppo",
         )

@@ -112,14 +112,16 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
         "method": "rnd",
         "agent": "ppo",
         "ppo": {"n_steps": 8, "batch_size": 16, "n_epochs": 1},
-        "checkpoint_every": 32,
+        "checkpoint_every": 16,  # two learn calls per job
     }
     line = {"model_path": str(tmp_path / "line")}
-    first = train_ellm(EllmTrainingJob(**common, **line, frames=32))
-    assert first["frames"] == 32
-    resumed = train_ellm(EllmTrainingJob(**common, **line, frames=64))
-    assert resumed["frames"] == 64
-    assert Versions(tmp_path / "line").versions() == ["1", "2"]
+    reported: list[int] = []
+    first = train_ellm(EllmTrainingJob(**common, **line, frames=32), reported.append)
+    assert first["frames"] == 32 and sum(reported) == 32
+    reported.clear()
+    resumed = train_ellm(EllmTrainingJob(**common, **line, frames=64), reported.append)
+    assert resumed["frames"] == 64 and sum(reported) == 32  # the frames it added
+    assert Versions(tmp_path / "line").versions() == ["1", "2", "3", "4"]
     logged = [json.loads(t) for t in (tmp_path / "line/episodes.jsonl").open()]
     assert [e["frames"] for e in logged] == sorted(e["frames"] for e in logged)
     # fine-tuning starts a fresh line (its own frame count) from the pretrained weights:
