@@ -34,6 +34,24 @@ def test_the_learner_runs_an_ellm_job(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result["timings"]["env"] > 0 and result["timings"]["reward"] > 0
 
 
+def test_the_learner_runs_a_ppo_ellm_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    body = {
+        "kind": "ellm",
+        "env": ENV_ID,
+        "num_envs": 2,
+        "method": "knn",
+        "frames": 64,
+        "agent": "ppo",
+        "ppo": {"n_steps": 8, "batch_size": 16, "n_epochs": 1},
+        "model_path": str(tmp_path / "lines" / "knn"),
+    }
+    reported: list[int] = []
+    result = run_policy_job(parse_policy_job(body), reported.append)
+    assert sum(reported) == 64 and result["frames"] == 64
+    assert Versions(tmp_path / "lines" / "knn").latest().algorithm == "ppo"
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
