@@ -59,7 +59,6 @@ def run_one(method: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
         dqn={
             "learning_starts": min(1_000, args.frames // 2),
             "buffer_size": 20_000,
-            "torch_threads": args.torch_threads,
             "checkpoint_every": 10 * args.frames,  # only the final checkpoint
         },
         model_path=str(home / "line"),
@@ -69,6 +68,9 @@ def run_one(method: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
         llm.embed(["warm up"])
         if method == "ellm":
             llm.score("warm up", [" a", " b"], model=args.model)
+    import torch
+
+    torch.set_num_threads(args.torch_threads)  # this process's (a job never sets threads)
     started = time.perf_counter()
     result = train_ellm(job)
     seconds = time.perf_counter() - started

@@ -7,15 +7,27 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.recipes.base import RecipeConfig, registered_env
-from llmrl.recipes.ellm.intrinsic import CONDITIONING, LLM_SUGGESTERS, METHODS
+from llmrl.recipes.ellm.intrinsic import (
+    CONDITIONING,
+    LLM_SUGGESTERS,
+    METHODS,
+    profile_for_env,
+)
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
-from llmrl.recipes.ellm.training import TASKS
+from llmrl.recipes.ellm.training import AGENTS, TASKS
 
 
 class EllmConfig(RecipeConfig):
-    env: str = Field("CrafterText", description="Registered CrafterText-like env to train in.")
+    env: str = Field(
+        "CrafterText",
+        description="Registered env to train in: CrafterText-like, or Housekeep (its numeric "
+        "knowledge for the agent, the housekeep-llm / housekeep-oracle suggesters for the "
+        "methods ellm / oracle; all-goals has no Housekeep suggester).",
+    )
     env_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="The env's own settings (e.g. {length: 10000})."
+        default_factory=dict,
+        description="The env's own settings (e.g. {length: 10000}; Housekeep: {data_dir: ..., "
+        "split: val, max_steps: 60}).",
     )
     methods: list[str] = Field(
         ["ellm", "oracle", "none"],
@@ -49,9 +61,11 @@ class EllmConfig(RecipeConfig):
     num_envs: int = Field(8, ge=1, le=256, description="Envs stepped together.")
     eval_episodes: int = Field(20, ge=1, description="Episodes per evaluation.")
     eval_epsilon: float = Field(0.05, ge=0, le=1, description="Epsilon of evaluation episodes.")
-    finetune_task: str = Field(
-        "place crafting table",
-        description=f"The fine-tuning task (task reward only): {', '.join(TASKS)}.",
+    finetune_task: str | None = Field(
+        None,
+        description=f"The fine-tuning task (task reward only): {', '.join(TASKS)} (tidy: "
+        "Housekeep's, paying the change in correctly placed objects); None: 'place crafting "
+        "table' on Crafter, 'tidy' on Housekeep.",
     )
     finetune_frames: int = Field(
         50_000, ge=0, description="Fine-tuning budget, in frames (0: no fine-tuning)."
@@ -59,6 +73,17 @@ class EllmConfig(RecipeConfig):
     finetune_from: list[str] = Field(
         ["ellm"],
         description="Pretrained methods to fine-tune (each beside one agent from scratch).",
+    )
+    agent: str = Field(
+        "dqn",
+        description=f"The learner of every method: {' or '.join(AGENTS)} (dqn: dqn-ellm, ELLM's "
+        "double dueling 3-step DQN, with the settings below; ppo: Stable-Baselines3 PPO, "
+        "MultiInputPolicy, with `ppo`'s settings). Report rows of ppo read 'method (ppo)'.",
+    )
+    ppo: dict[str, Any] = Field(
+        default_factory=dict,
+        description="agent=ppo: SB3 PPO's own settings (e.g. {n_steps: 128, learning_rate: "
+        "0.0003, ent_coef: 0.01}); defaults n_steps 128, batch_size 256, lr 3e-4, SB3's others.",
     )
     learning_rate: float = Field(6.25e-5, gt=0, description="DQN's Adam learning rate.")
     buffer_size: int = Field(100_000, ge=1, description="DQN's replay buffer, in transitions.")
@@ -116,12 +141,47 @@ class EllmConfig(RecipeConfig):
             raise ValueError(f"expected one of {', '.join(CONDITIONING)}, got {value!r}")
         return value
 
+    @field_validator("agent")
+    @classmethod
+    def _agent_is_known(cls, value: str) -> str:
+        if value not in AGENTS:
+            raise ValueError(f"unknown agent {value!r}; agents: {', '.join(AGENTS)}")
+        return value
+
+    @field_validator("ppo")
+    @classmethod
+    def _ppo_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from llmrl.recipes.ellm.ppo import check_ppo_settings
+
+        return check_ppo_settings(value)
+
     @field_validator("finetune_task")
     @classmethod
-    def _task_is_known(cls, value: str) -> str:
-        if value not in TASKS:
+    def _task_is_known(cls, value: str | None) -> str | None:
+        if value is not None and value not in TASKS:
             raise ValueError(f"unknown fine-tune task {value!r}; tasks: {', '.join(TASKS)}")
         return value
+
+    @model_validator(mode="after")
+    def _fits_the_env(self) -> EllmConfig:
+        """Methods and task of the env's family (Crafter or Housekeep)."""
+        profile = profile_for_env(self.env)
+        if self.finetune_task is None:
+            self.finetune_task = profile.default_task
+        elif self.finetune_task not in profile.tasks:
+            raise ValueError(
+                f"finetune_task: {self.finetune_task!r} is no task of {self.env}; its tasks: "
+                f"{', '.join(profile.tasks)}"
+            )
+        unsupported = [
+            m for m in self.methods if m not in ("rnd", "knn", "none", *profile.suggesters)
+        ]
+        if unsupported:
+            raise ValueError(
+                f"methods: {unsupported} have no suggester on {self.env}; its methods: "
+                f"{', '.join(m for m in METHODS if m not in unsupported)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _finetune_from_pretrained(self) -> EllmConfig:

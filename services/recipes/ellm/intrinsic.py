@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -38,6 +39,120 @@ NOVELTY_METHODS = ("rnd", "knn")
 METHODS = ("ellm", "oracle", "all-goals", "rnd", "knn", "none")
 LLM_SUGGESTERS = ("llm", "llm-score")
 CONDITIONING = ("none", "suggestions", "caption", "both")
+CRAFTER_TASKS = {  # the fine-tuning tasks (the issue's names) and the achievement that pays each
+    "place crafting table": "place_table",
+    "attack cow": "eat_cow",
+    "collect stone": "collect_stone",
+}
+HOUSEKEEP_FIGURES = (  # an episode's figures on Housekeep: tidying, and exploring
+    "correctly_placed",
+    "correct_at_start",
+    "misplaced_at_start",
+    "success_rate",
+    "rooms_explored",
+    "objects_found",
+)
+
+
+@dataclass(frozen=True)
+class EnvProfile:
+    """What ELLM reads of an env family: the agent's numeric entries, the text entries, the
+    suggesters of the methods, and how a step's transition caption, an episode's figures and a
+    task's progress come out of the observations."""
+
+    name: str
+    agent_keys: tuple[str, ...]  # numeric entries the agent (and novelty rewards) read
+    embed_keys: tuple[str, ...]  # of those, cells of ids that dqn-ellm embeds
+    caption_key: str  # the state text suggestions are asked for
+    state_keys: tuple[str, ...]  # entries a suggester reads as its `state`
+    extra_keys: tuple[str, ...]  # other entries requested from the world
+    suggesters: dict[str, str]  # method -> suggester (ellm: None = the `suggester` setting)
+    tasks: dict[str, str]  # fine-tuning task -> what measures its progress
+    default_task: str
+
+    @property
+    def world_keys(self) -> list[str]:
+        keys = [*self.agent_keys, self.caption_key, *self.state_keys, *self.extra_keys]
+        return list(dict.fromkeys(keys))
+
+    def transitions(
+        self, before: dict[str, np.ndarray] | None, after: dict[str, np.ndarray]
+    ) -> list[str]:
+        """Per env, what its last step did in goal words ("" when nothing)."""
+        if self.name == "crafter":
+            return [str(text) for text in after["transition_caption"]]
+        from llmrl.recipes.ellm.housekeep import transition_caption
+
+        if before is None:
+            return [""] * len(after["known_house"])
+        return [
+            transition_caption(str(old), str(new))
+            for old, new in zip(before["known_house"], after["known_house"], strict=True)
+        ]
+
+    def progress(self, observations: dict[str, np.ndarray], task: str) -> np.ndarray:
+        """Per env, the task's progress counter (its increase is the task reward)."""
+        if self.name == "crafter":
+            from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
+
+            index = ACHIEVEMENTS.index(self.tasks[task])
+            return np.asarray(observations["achievements"])[:, index].astype(np.float64)
+        return np.asarray(observations[self.tasks[task]], np.float64).reshape(-1)
+
+    def figures(self, observations: dict[str, np.ndarray], i: int) -> dict[str, Any]:
+        """An episode's figures from its last observation: `unlocked` is Crafter's distinct
+        achievements, Housekeep's objects put right (correctly placed minus at the start)."""
+        if self.name == "crafter":
+            achievements = np.asarray(observations["achievements"][i]).astype(int)
+            return {"achievements": achievements.tolist(), "unlocked": int(achievements.sum())}
+        values = {key: float(observations[key][i]) for key in HOUSEKEEP_FIGURES}
+        rearranged = values["correctly_placed"] - values["correct_at_start"]
+        return {**values, "unlocked": int(rearranged)}
+
+
+CRAFTER = EnvProfile(
+    name="crafter",
+    agent_keys=AGENT_KEYS,
+    embed_keys=("local_map",),
+    caption_key="caption",
+    state_keys=AGENT_KEYS,
+    extra_keys=("transition_caption",),
+    suggesters={"ellm": "", "oracle": "oracle", "all-goals": "all-goals"},
+    tasks=CRAFTER_TASKS,
+    default_task="place crafting table",
+)
+# Housekeep: the agent reads what it knows as numbers (the env's `slots`...); suggestions are
+# asked for the known house (its JSON: the same knowledge, the same suggestions); the oracle
+# reads the privileged true placements, which the agent never sees
+HOUSEKEEP = EnvProfile(
+    name="housekeep",
+    agent_keys=("slots", "object_receptacles", "receptacle_rooms"),
+    embed_keys=(),
+    caption_key="known_house",
+    state_keys=("known_house", "correct_receptacles"),
+    extra_keys=HOUSEKEEP_FIGURES,
+    suggesters={"ellm": "housekeep-llm", "oracle": "housekeep-oracle"},
+    tasks={"tidy": "correctly_placed"},
+    default_task="tidy",
+)
+PROFILES = {"crafter": CRAFTER, "housekeep": HOUSEKEEP}
+
+
+def profile_for_env(env: str) -> EnvProfile:
+    """The profile of a registered env id, from its tags (before any env is made)."""
+    from llmrl.common.registry import registry
+
+    tags = registry.entry("env", env).metadata.get("tags") or ()
+    return HOUSEKEEP if "housekeep" in tags else CRAFTER
+
+
+def profile_of(observation_space: Any, env: str = "env") -> EnvProfile:
+    """The profile whose entries the env has (CrafterText-like first)."""
+    for profile in PROFILES.values():
+        if all(key in observation_space.spaces for key in profile.world_keys):
+            return profile
+    needs = "; ".join(f"{p.name}: {', '.join(p.world_keys)}" for p in PROFILES.values())
+    raise ValueError(f"env: {env} lacks the observations ELLM needs ({needs})")
 
 
 class NoReward:
@@ -66,8 +181,9 @@ class SuggestionSource:
         embed: Callable[[list[str]], np.ndarray] | None = None,
         conditioning: str = "none",
         embedding_dim: int = 0,
+        profile: EnvProfile = CRAFTER,
     ) -> None:
-        self.name = name
+        self.name, self.profile = name, profile
         self.suggester, self.rewards = suggester, list(rewards)
         self.embed, self.conditioning, self.embedding_dim = embed, conditioning, embedding_dim
         self.suggestions: list[list[str]] = [[] for _ in self.rewards]
@@ -80,9 +196,9 @@ class SuggestionSource:
             return
         started = time.perf_counter()
         answers = self.suggester.suggest_many(
-            [str(observations["caption"][i]) for i in chosen],
+            [str(observations[self.profile.caption_key][i]) for i in chosen],
             [self.rewards[i].achieved for i in chosen],
-            states=[{key: observations[key][i] for key in AGENT_KEYS} for i in chosen],
+            states=[{key: observations[key][i] for key in self.profile.state_keys} for i in chosen],
         )
         for i, answer in zip(chosen, answers, strict=True):
             self.suggestions[i] = list(answer)
@@ -93,11 +209,13 @@ class SuggestionSource:
             self.rewards[i].reset()
         self._suggest(observations, envs)
 
-    def step(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> np.ndarray:
+    def step(
+        self, observations: dict[str, np.ndarray], envs: np.ndarray, transitions: list[str]
+    ) -> np.ndarray:
         rewards = np.zeros(len(envs), np.float32)
         started = time.perf_counter()
         for i in np.flatnonzero(envs):
-            transition = str(observations["transition_caption"][i])
+            transition = transitions[i]
             if transition:
                 reward, goal = self.rewards[i].reward(transition, self.suggestions[i])
                 if goal is not None:
@@ -120,7 +238,7 @@ class SuggestionSource:
                     goals[i] = np.asarray(self.embed(suggestions), np.float32).mean(axis=0)
             extra["goal_embedding"] = goals
         if self.conditioning in ("caption", "both"):
-            captions = [str(c) for c in observations["caption"]]
+            captions = [str(c) for c in observations[self.profile.caption_key]]
             extra["caption_embedding"] = np.asarray(self.embed(captions), np.float32)
         self.seconds["embed"] += time.perf_counter() - started
         return extra
@@ -134,16 +252,18 @@ class SuggestionSource:
 class NoveltySource:
     """A novelty reward (RND, kNN, none) over the agent's numeric observation."""
 
-    def __init__(self, reward: Any) -> None:
-        self.reward, self.name = reward, reward.name
+    def __init__(self, reward: Any, keys: Sequence[str] = AGENT_KEYS) -> None:
+        self.reward, self.name, self.keys = reward, reward.name, tuple(keys)
         self.seconds = {"reward": 0.0}
 
     def start(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> None:
         pass
 
-    def step(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> np.ndarray:
+    def step(
+        self, observations: dict[str, np.ndarray], envs: np.ndarray, transitions: list[str]
+    ) -> np.ndarray:
         started = time.perf_counter()
-        numeric = {key: observations[key] for key in AGENT_KEYS if key in observations}
+        numeric = {key: observations[key] for key in self.keys if key in observations}
         rewards = np.where(envs, self.reward(numeric), 0.0).astype(np.float32)
         self.seconds["reward"] += time.perf_counter() - started
         return rewards
@@ -164,7 +284,7 @@ class NoveltySource:
 
 class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
     """Intrinsic (and task) reward, numeric observations and finished-episode infos over a
-    vector of CrafterText envs (see module docstring)."""
+    vector of CrafterText or Housekeep envs (`profile`; see module docstring)."""
 
     def __init__(
         self,
@@ -172,20 +292,25 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         source: Any,
         *,
         extrinsic_scale: float = 0.0,
-        task_index: int | None = None,
+        task: str | None = None,
         embedding_dim: int = 0,
+        profile: EnvProfile = CRAFTER,
     ) -> None:
         super().__init__(env)
-        self.source = source
-        self.extrinsic_scale, self.task_index = extrinsic_scale, task_index
+        self.source, self.profile = source, profile
+        self.extrinsic_scale, self.task = extrinsic_scale, task
+        if task is not None and task not in profile.tasks:
+            raise ValueError(
+                f"task: {task!r} is no {profile.name} task; tasks: {', '.join(profile.tasks)}"
+            )
         inner = env.single_observation_space
-        missing = [key for key in (*AGENT_KEYS, *TEXT_KEYS) if key not in inner.spaces]
+        missing = [key for key in profile.world_keys if key not in inner.spaces]
         if missing:
             raise ValueError(
-                f"env: observations lack {', '.join(missing)}; ELLM needs a CrafterText-like "
-                f"env with {', '.join((*AGENT_KEYS, *TEXT_KEYS))}"
+                f"env: observations lack {', '.join(missing)}; ELLM on {profile.name} needs "
+                f"{', '.join(profile.world_keys)}"
             )
-        entries = {key: inner[key] for key in AGENT_KEYS}
+        entries = {key: inner[key] for key in profile.agent_keys}
         conditioning = getattr(source, "conditioning", "none")
         if conditioning in ("suggestions", "both"):
             entries["goal_embedding"] = spaces.Box(-1.0, 1.0, (embedding_dim,), np.float32)
@@ -197,7 +322,8 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         )
         n = self.num_envs
         self.resetting = np.zeros(n, dtype=bool)
-        self.previous_achievements = np.zeros((n, len(inner["achievements"].low)), np.int64)
+        self.previous_progress = np.zeros(n)
+        self.previous: dict[str, np.ndarray] | None = None  # the last observations (captions)
         self.returns = {
             "intrinsic": np.zeros(n),
             "extrinsic": np.zeros(n),
@@ -207,9 +333,24 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         self.seconds = {"env": 0.0}
 
     def _agent_observations(self, observations: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        agent = {key: observations[key] for key in AGENT_KEYS}
+        agent = {key: observations[key] for key in self.profile.agent_keys}
         agent.update(self.source.extra_observations(observations))
         return agent
+
+    def _progress(self, observations: dict[str, np.ndarray]) -> np.ndarray:
+        if self.task is None:
+            return np.zeros(self.num_envs)
+        return self.profile.progress(observations, self.task)
+
+    def _remember(
+        self, observations: dict[str, np.ndarray], envs: np.ndarray | None = None
+    ) -> None:
+        """Keep the text of the last observations (Housekeep's transitions compare them)."""
+        if self.previous is None or envs is None:
+            self.previous = {k: np.array(v) for k, v in observations.items()}
+            return
+        for key, value in observations.items():
+            self.previous[key][envs] = value[envs]
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -217,7 +358,8 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         observations, info = self.env.reset(seed=seed, options=options)
         everyone = np.ones(self.num_envs, dtype=bool)
         self.source.start(observations, everyone)
-        self.previous_achievements[:] = observations["achievements"]
+        self.previous_progress[:] = self._progress(observations)
+        self._remember(observations)
         self.resetting[:] = False
         for returns in self.returns.values():
             returns[:] = 0.0
@@ -231,15 +373,13 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         stepped = ~self.resetting
         if self.resetting.any():  # these envs began new episodes: no reward, fresh goals
             self.source.start(observations, self.resetting)
-        intrinsic = np.where(stepped, self.source.step(observations, stepped), 0.0)
-        achievements = np.asarray(observations["achievements"])
-        task = np.zeros(self.num_envs)
-        if self.task_index is not None:
-            newly = (
-                achievements[:, self.task_index] > self.previous_achievements[:, self.task_index]
-            )
-            task = (newly & stepped).astype(np.float64)
-        self.previous_achievements[:] = achievements
+        transitions = self.profile.transitions(self.previous, observations)
+        transitions = [text if ok else "" for text, ok in zip(transitions, stepped, strict=True)]
+        intrinsic = np.where(stepped, self.source.step(observations, stepped, transitions), 0.0)
+        progress = self._progress(observations)
+        task = np.where(stepped, progress - self.previous_progress, 0.0)
+        self.previous_progress[:] = progress
+        self._remember(observations)
         extrinsic = np.where(stepped, extrinsic, 0.0)
         reward = intrinsic + self.extrinsic_scale * extrinsic + task
         self.returns["intrinsic"] += intrinsic
@@ -252,8 +392,7 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
             episodes.append(
                 {
                     "env": int(i),
-                    "achievements": achievements[i].astype(int).tolist(),
-                    "unlocked": int(achievements[i].sum()),
+                    **self.profile.figures(observations, int(i)),
                     "length": int(self.lengths[i]),
                     **{f"{name}_return": float(r[i]) for name, r in self.returns.items()},
                 }
@@ -265,6 +404,25 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
         infos = dict(infos)
         infos["episodes"] = episodes
         return self._agent_observations(observations), reward, terminated, truncated, infos
+
+    def restart(self, ended: np.ndarray) -> dict[str, np.ndarray]:
+        """Same-step autoreset for adapters (SB3): start the `ended` envs' next episodes now,
+        stepping only them in the world (its `active` mask; the others are not stepped and
+        repeat their observation), and return every env's agent observation. Without it the
+        next `step` resets them instead (NEXT_STEP)."""
+        ended = np.asarray(ended, dtype=bool)
+        vector = self.env
+        if not ended.any():
+            raise ValueError("restart: no env ended")
+        if not self.resetting[ended].all():
+            raise ValueError("restart: only envs whose episode just ended can restart")
+        result = vector.world.step(observations=vector.keys, active=ended)
+        observations = {key: np.asarray(result[key]) for key in vector.keys}
+        self.source.start(observations, ended)
+        self.previous_progress[ended] = self._progress(observations)[ended]
+        self._remember(observations, ended)
+        self.resetting[ended] = False
+        return self._agent_observations(observations)
 
     def counters(self) -> dict[str, float]:
         return self.source.counters()

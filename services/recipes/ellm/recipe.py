@@ -36,7 +36,14 @@ SCRATCH = "scratch"
 class Ellm(Recipe):
     Config = EllmConfig
     config: EllmConfig
-    headline_metrics = ("achievements_last10", "eval_achievements", "crafter_score")
+    headline_metrics = (
+        "achievements_last10",
+        "eval_achievements",
+        "crafter_score",
+        "rearranged_last10",  # Housekeep
+        "eval_rearranged",
+        "eval_success_rate",
+    )
 
     def phases(self) -> list[Phase]:
         cfg = self.config
@@ -102,7 +109,6 @@ class Ellm(Recipe):
             "train_frequency": cfg.train_frequency,
             "hidden": cfg.hidden,
             "checkpoint_every": cfg.checkpoint_every,
-            "torch_threads": 1,  # a small MLP: more threads only add contention
         }
 
     # -- phases -----------------------------------------------------------------------------
@@ -117,7 +123,10 @@ class Ellm(Recipe):
         job = EllmTrainingJob(
             **self.settings(ctx, stage, method),
             frames=frames,
-            dqn=self.dqn_settings(),
+            agent=cfg.agent,
+            dqn=self.dqn_settings() if cfg.agent == "dqn" else {},
+            ppo=cfg.ppo if cfg.agent == "ppo" else {},
+            checkpoint_every=cfg.checkpoint_every,
             model_path=str(self.line(ctx, stage, method)),
             init_from=init_from,
             tensorboard_dir=str(ctx.out_dir / "tb" / stage / method),
@@ -128,6 +137,9 @@ class Ellm(Recipe):
         ctx.progress.start(phase, frames, unit="frames")
         try:
             if ctx.simulator is None:
+                import torch
+
+                torch.set_num_threads(1)  # this process's own: a small MLP, more threads contend
                 result = train_ellm(job, on_progress=ctx.progress.advance)
             else:
                 from llmrl.learner.policy_jobs import run_on_learner
@@ -157,6 +169,7 @@ class Ellm(Recipe):
                 llm=ctx.llm if settings.method not in NOVELTY else None,
                 simulator=ctx.simulator,
                 on_episode=lambda episode: ctx.progress.advance(1),
+                agent=cfg.agent,
             )
         finally:
             ctx.progress.finish()
@@ -186,7 +199,7 @@ class Ellm(Recipe):
             }
         results = ellm_results(cfg, ctx.out_dir, pretrain, evaluations, finetune)
         ctx.write_results(results)
-        ctx.set_summary(
-            **{f"crafter_score/{row['method']}": row["crafter_score"] for row in results.rows}
-        )
+        headline = "crafter_score" if results.rows and "crafter_score" in results.rows[0] else None
+        headline = headline or "eval_success_rate"  # Housekeep
+        ctx.set_summary(**{f"{headline}/{row['method']}": row[headline] for row in results.rows})
         return {"rows": len(results.rows)}

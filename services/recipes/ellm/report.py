@@ -18,7 +18,8 @@ import numpy as np
 
 from llmrl.recipes.base import Results
 from llmrl.recipes.ellm.config import EllmConfig
-from llmrl.recipes.ellm.training import ACHIEVEMENTS, TASKS, read_episodes
+from llmrl.recipes.ellm.training import TASKS, read_episodes
+from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 SUCCESS_RATES_FILE = "success_rates.json"
 LAST_FRACTION = 0.1  # "the last 10% of pretraining"
@@ -87,39 +88,52 @@ def ellm_results(
     evaluations: dict[str, dict[str, Any]],
     finetune: dict[str, dict[str, Any]],
 ) -> Results:
+    from llmrl.recipes.ellm.intrinsic import HOUSEKEEP, profile_for_env
+
+    housekeep = profile_for_env(cfg.env) is HOUSEKEEP
     rows, curves, rates = [], {}, {}
+    label = (lambda name: name) if cfg.agent == "dqn" else (lambda name: f"{name} ({cfg.agent})")
     finetune_curves = {}
     for start, train in finetune.items():
         finetune_curves[start] = read_episodes(Path(train["checkpoint"]).parent)
     for method in cfg.methods:
         episodes = read_episodes(Path(pretrain[method]["checkpoint"]).parent)
-        curves[method] = episodes
+        curves[label(method)] = episodes
         evaluated = evaluations[method]["episodes"]
-        rates[method] = success_rates(evaluated)
+        late = last_fraction(episodes, cfg.pretrain_frames)
         row: dict[str, Any] = {
-            "method": method,
+            "method": label(method),
             "frames": pretrain[method]["frames"],
             "episodes": len(episodes),
-            "achievements_last10": mean_of(
-                last_fraction(episodes, cfg.pretrain_frames), "unlocked"
-            ),
-            "eval_achievements": mean_of(evaluated, "unlocked"),
-            "crafter_score": crafter_score(rates[method]),
-            **llm_figures(pretrain[method]),
-            "finetune_success": float("nan"),
         }
+        if housekeep:  # objects put right per episode, and Housekeep's own success rate
+            row["rearranged_last10"] = mean_of(late, "unlocked")
+            row["eval_rearranged"] = mean_of(evaluated, "unlocked")
+            row["eval_success_rate"] = mean_of(evaluated, "success_rate")
+            row["objects_found_last10"] = mean_of(late, "objects_found")
+            row["eval_objects_found"] = mean_of(evaluated, "objects_found")
+            row["eval_rooms_explored"] = mean_of(evaluated, "rooms_explored")
+        else:
+            rates[label(method)] = success_rates(evaluated)
+            row["achievements_last10"] = mean_of(late, "unlocked")
+            row["eval_achievements"] = mean_of(evaluated, "unlocked")
+            row["crafter_score"] = crafter_score(rates[label(method)])
+        row.update({**llm_figures(pretrain[method]), "finetune_success": float("nan")})
         rows.append(row)
     for start, episodes in finetune_curves.items():
         late = last_fraction(episodes, cfg.finetune_frames)
         success = float(np.mean([e["task_return"] > 0 for e in late])) if late else float("nan")
-        target = next((r for r in rows if r["method"] == start), None)
+        target = next((r for r in rows if r["method"] == label(start)), None)
         if target is None:  # from scratch: a row of its own
             target = {key: float("nan") for key in rows[0]} if rows else {}
-            target.update({"method": start, "frames": 0, "episodes": 0})
+            target.update({"method": label(start), "frames": 0, "episodes": 0})
             rows.append(target)
         target["finetune_success"] = success
     plots = []
-    if plot_achievement_curves(curves, cfg.pretrain_frames, out_dir / "achievements.png"):
+    measure = "objects put right" if housekeep else "achievements unlocked"
+    if plot_achievement_curves(
+        curves, cfg.pretrain_frames, out_dir / "achievements.png", f"{measure} per episode"
+    ):
         plots.append("achievements.png")
     if rates and plot_success_rates(rates, out_dir / "success_rates.png"):
         plots.append("success_rates.png")
@@ -127,24 +141,38 @@ def ellm_results(
         finetune_curves, cfg.finetune_frames, cfg.finetune_task, out_dir / "finetune.png"
     ):
         plots.append("finetune.png")
+    if housekeep:
+        measures = [
+            "rearranged_last10: objects put right per training episode (correctly placed at "
+            "the end minus at the start), mean over the episodes that ended in the last 10% of "
+            "pretraining; suggester housekeep-llm (ellm) / housekeep-oracle (oracle)",
+            f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; eval_success_rate: "
+            "Housekeep's success_rate metric at the episode's end, mean; objects_found, "
+            "rooms_explored: how far the episode explored (the env's counters at its end)",
+        ]
+    else:
+        measures = [
+            "achievements_last10: distinct achievements unlocked per training episode, mean "
+            "over the episodes that ended in the last 10% of pretraining",
+            f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "
+            "exp(mean ln(1 + s_i)) - 1 over the 22 success rates s_i in %",
+        ]
     notes = [
         f"env {cfg.env}; {cfg.pretrain_frames} pretraining frames per method, seed {cfg.seed}; "
         f"suggester {cfg.suggester} ({cfg.model}), threshold {cfg.threshold}, "
-        f"conditioning {cfg.conditioning}",
-        "achievements_last10: distinct achievements unlocked per training episode, mean over "
-        "the episodes that ended in the last 10% of pretraining",
-        f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "
-        "exp(mean ln(1 + s_i)) - 1 over the 22 success rates s_i in %",
+        f"conditioning {cfg.conditioning}; agent {cfg.agent}",
+        *measures,
         f"finetune_success: share of episodes unlocking '{cfg.finetune_task}' "
         f"({TASKS[cfg.finetune_task]}) in the last 10% of {cfg.finetune_frames} fine-tuning "
         "frames (task reward only)",
         PAPER_NOTE,
     ]
-    per_achievement = {
-        m: dict(zip(ACHIEVEMENTS, r.round(2).tolist(), strict=True)) for m, r in rates.items()
-    }
-    (out_dir / SUCCESS_RATES_FILE).write_text(json.dumps(per_achievement, indent=2) + "\n")
-    notes.append(f"success rates (%) per achievement and method: {SUCCESS_RATES_FILE}")
+    if rates:
+        per_achievement = {
+            m: dict(zip(ACHIEVEMENTS, r.round(2).tolist(), strict=True)) for m, r in rates.items()
+        }
+        (out_dir / SUCCESS_RATES_FILE).write_text(json.dumps(per_achievement, indent=2) + "\n")
+        notes.append(f"success rates (%) per achievement and method: {SUCCESS_RATES_FILE}")
     return Results(title=f"ellm on {cfg.env}", rows=rows, notes=notes, plots=plots)
 
 
@@ -172,7 +200,10 @@ def binned(
 
 
 def plot_achievement_curves(
-    curves: dict[str, list[dict[str, Any]]], frames: int, path: Path
+    curves: dict[str, list[dict[str, Any]]],
+    frames: int,
+    path: Path,
+    ylabel: str = "achievements unlocked per episode",
 ) -> bool:
     if not any(curves.values()):
         return False
@@ -182,7 +213,7 @@ def plot_achievement_curves(
         xs, ys = binned(episodes, "unlocked", frames)
         ax.plot(xs, ys, marker=".", label=method)
     ax.set_xlabel("pretraining frames")
-    ax.set_ylabel("achievements unlocked per episode")
+    ax.set_ylabel(ylabel)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

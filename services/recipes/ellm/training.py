@@ -14,6 +14,8 @@ the episodes logged after its latest version, then continues from that version.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -24,29 +26,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
 from llmrl.recipes.ellm.intrinsic import (
-    AGENT_KEYS,
     CONDITIONING,
+    CRAFTER,
+    CRAFTER_TASKS,
+    HOUSEKEEP,
     LLM_SUGGESTERS,
     METHODS,
-    SUGGESTION_METHODS,
-    TEXT_KEYS,
+    EnvProfile,
     IntrinsicRewardWrapper,
     NoReward,
     NoveltySource,
     SuggestionSource,
+    profile_of,
 )
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD, CachedEmbedder, SuggestionReward
-from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 ALGORITHM = "dqn-ellm"  # a registered learner algorithm (llmrl.learner.algorithms)
+AGENTS = ("dqn", "ppo")  # dqn: dqn-ellm; ppo: Stable-Baselines3 PPO (`ppo.py`)
 EPISODES_FILE = "episodes.jsonl"
 EARLY_FRACTION = 0.1  # the caption cache hit rate is reported after this share of the frames
-# the fine-tuning tasks (the issue's names) and the achievement that pays each
-TASKS = {
-    "place crafting table": "place_table",
-    "attack cow": "eat_cow",
-    "collect stone": "collect_stone",
-}
+# the fine-tuning tasks and what pays each: Crafter's (the issue's names, an achievement) and
+# Housekeep's ("tidy": the increase in correctly placed objects)
+TASKS = {**CRAFTER_TASKS, **HOUSEKEEP.tasks}
 
 
 # dqn-ellm settings a training job sets from its own fields (or the learner's configuration)
@@ -58,6 +59,11 @@ JOB_OWNED_DQN_SETTINGS = {
     "num_envs",
     "keys",
 }
+# dqn-ellm settings that act on the whole process: the learner service owns its threads
+PROCESS_SETTINGS = {"torch_threads"}
+# the gateway ledger's keys: a job bills its own run and tags under "ellm"; run ids as the
+# gateway's names (llm_gateway.names: letters, digits, '_', '.', '-'; no '..')
+TAG_ROOT = "ellm"
 MAX_BUFFER_SIZE = 10_000_000  # transitions: a replay buffer bounded in memory
 
 
@@ -92,7 +98,32 @@ class EllmEnvSettings(BaseModel):
 
     seed: int = Field(0, ge=0)
     run_id: str = Field("default", description="the run LLM calls are billed to")
-    tag: str = Field("ellm", description="the ledger tag of the LLM calls")
+    tag: str = Field(TAG_ROOT, description="the ledger tag of the LLM calls (ellm or ellm/...)")
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id_is_a_name(cls, value: str) -> str:
+        from llmrl.llm_gateway.names import is_safe_name
+
+        if not is_safe_name(value):
+            raise ValueError(
+                "expected a run id (1-128 letters, digits, '_', '.', '-'; no '..'), "
+                f"got {value[:200]!r}"
+            )
+        return value
+
+    @field_validator("tag")
+    @classmethod
+    def _tag_is_ellms(cls, value: str) -> str:
+        from llmrl.llm_gateway.names import is_safe_name
+
+        parts = value.split("/")
+        if parts[0] != TAG_ROOT or len(value) > 200 or not all(map(is_safe_name, parts)):
+            raise ValueError(
+                f"expected {TAG_ROOT!r} or '{TAG_ROOT}/<part>/...' (parts of letters, digits, "
+                f"'_', '.', '-'; at most 200 characters), got {value[:200]!r}"
+            )
+        return value
 
 
 class EllmTrainingJob(EllmEnvSettings):
@@ -100,7 +131,14 @@ class EllmTrainingJob(EllmEnvSettings):
 
     kind: Literal["ellm"] = Field("ellm", description="the learner's policy job kind")
     frames: int = Field(..., ge=1, description="frames to train for (env steps, all envs)")
+    agent: Literal[AGENTS] = Field("dqn", description="dqn (dqn-ellm) or ppo (SB3 PPO)")  # type: ignore[valid-type]
     dqn: dict[str, Any] = Field(default_factory=dict, description="dqn-ellm settings")
+    ppo: dict[str, Any] = Field(
+        default_factory=dict, description="SB3 PPO settings (n_steps, learning_rate...)"
+    )
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="PPO: frames between checkpoints (dqn: dqn.checkpoint_every)"
+    )
     model_path: str = Field(..., description="the checkpoint line (a directory)")
     init_from: str | None = Field(None, description="a pretrained checkpoint to fine-tune")
     tensorboard_dir: str | None = None
@@ -118,8 +156,13 @@ class EllmTrainingJob(EllmEnvSettings):
 
         from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
 
-        known = {f.name for f in fields(DqnEllmConfig)} - JOB_OWNED_DQN_SETTINGS
+        known = {f.name for f in fields(DqnEllmConfig)} - JOB_OWNED_DQN_SETTINGS - PROCESS_SETTINGS
         for key in value:
+            if key in PROCESS_SETTINGS:
+                raise ValueError(
+                    f"dqn.{key}: not a job's setting: it would change the threads of the whole "
+                    "learner process, which sets its own (OMP_NUM_THREADS on the learner)"
+                )
             if key not in known:
                 raise ValueError(
                     f"dqn.{key}: not a dqn-ellm setting a job may set; known: "
@@ -129,6 +172,13 @@ class EllmTrainingJob(EllmEnvSettings):
             raise ValueError(f"dqn.buffer_size: at most {MAX_BUFFER_SIZE:,} transitions")
         DqnEllmConfig(**value)  # its ValueError names the key
         return value
+
+    @field_validator("ppo")
+    @classmethod
+    def _ppo_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from llmrl.recipes.ellm.ppo import check_ppo_settings
+
+        return check_ppo_settings(value)
 
 
 class _Scaled:
@@ -141,20 +191,29 @@ class _Scaled:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.source, name)
 
-    def step(self, observations: dict[str, np.ndarray], envs: np.ndarray) -> np.ndarray:
-        return self.scale * self.source.step(observations, envs)
+    def step(
+        self, observations: dict[str, np.ndarray], envs: np.ndarray, transitions: list[str]
+    ) -> np.ndarray:
+        return self.scale * self.source.step(observations, envs, transitions)
 
 
-def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]) -> Any:
+def reward_source(
+    settings: EllmEnvSettings, llm: Any, described: dict[str, Any], profile: EnvProfile = CRAFTER
+) -> Any:
     """The method's reward source for `settings.num_envs` envs."""
     method = settings.method
     if method in ("rnd", "knn"):
         from llmrl.recipes.ellm.novelty import KnnNoveltyReward, RndReward
 
         novelty = RndReward if method == "rnd" else KnnNoveltyReward
-        return NoveltySource(novelty(described, seed=settings.seed))
+        return NoveltySource(novelty(described, seed=settings.seed), profile.agent_keys)
     if method == "none":
-        return NoveltySource(NoReward())
+        return NoveltySource(NoReward(), profile.agent_keys)
+    if method not in profile.suggesters:
+        raise ValueError(
+            f"method: {method} has no {profile.name} suggester; methods with suggestions there: "
+            f"{', '.join(profile.suggesters)}"
+        )
     from llmrl.recipes.ellm.suggesters import make_suggester
 
     embed = CachedEmbedder(
@@ -162,8 +221,9 @@ def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]
             list(texts), model=settings.embed_model, run_id=settings.run_id, tag=settings.tag
         )
     )
-    name = settings.suggester if method == "ellm" else SUGGESTION_METHODS[method]
-    kwargs = {"model": settings.model} if name in LLM_SUGGESTERS else {}
+    name = profile.suggesters[method] or settings.suggester
+    uses_model = name in (*LLM_SUGGESTERS, HOUSEKEEP.suggesters["ellm"])
+    kwargs = {"model": settings.model} if uses_model else {}
     suggester = make_suggester(
         {"name": name, "kwargs": kwargs},
         connect_llm=lambda: llm,
@@ -171,7 +231,9 @@ def reward_source(settings: EllmEnvSettings, llm: Any, described: dict[str, Any]
     )
     rewards = [SuggestionReward(embed, settings.threshold) for _ in range(settings.num_envs)]
     dim = 0 if settings.conditioning == "none" else int(embed(["a goal"]).shape[1])
-    return SuggestionSource(method, suggester, rewards, embed, settings.conditioning, dim)
+    return SuggestionSource(
+        method, suggester, rewards, embed, settings.conditioning, dim, profile=profile
+    )
 
 
 def make_env(
@@ -187,32 +249,31 @@ def make_env(
         settings.env, settings.num_envs, settings.seed, simulator, **settings.env_kwargs
     )
     try:
-        keys = [*AGENT_KEYS, *TEXT_KEYS]
-        missing = [key for key in keys if key not in world.observation_space.spaces]
-        if missing:
+        profile = profile_of(world.observation_space, settings.env)
+        if settings.task is not None and settings.task not in profile.tasks:
             raise ValueError(
-                f"env: {settings.env} lacks the observations {', '.join(missing)} that ELLM "
-                "needs (a CrafterText-like env)"
+                f"task: {settings.task!r} is no {profile.name} task; tasks: "
+                f"{', '.join(profile.tasks)}"
             )
-        vector = WorldVectorEnv(world, keys=keys)
-        numeric = {key: world.observation_space[key] for key in AGENT_KEYS}
+        vector = WorldVectorEnv(world, keys=profile.world_keys)
+        numeric = {key: world.observation_space[key] for key in profile.agent_keys}
         from gymnasium import spaces
 
-        described = describe_space(spaces.Dict(numeric), ("local_map",))
+        described = describe_space(spaces.Dict(numeric), profile.embed_keys)
         if llm is None and settings.method not in ("rnd", "knn", "none"):
             from llmrl.llm_gateway.client import connect
 
             llm = connect()
-        source = reward_source(settings, llm, described)
+        source = reward_source(settings, llm, described, profile)
         if settings.intrinsic_scale != 1.0:
             source = _Scaled(source, settings.intrinsic_scale)
-        task_index = ACHIEVEMENTS.index(TASKS[settings.task]) if settings.task else None
         return IntrinsicRewardWrapper(
             vector,
             source,
             extrinsic_scale=settings.extrinsic_scale,
-            task_index=task_index,
+            task=settings.task,
             embedding_dim=getattr(source, "embedding_dim", 0),
+            profile=profile,
         )
     except BaseException:
         world.close()
@@ -233,11 +294,21 @@ def read_episodes(line: str | Path) -> list[dict[str, Any]]:
 
 
 def _drop_episodes_after(line: Path, frames: int) -> None:
-    """A resumed job forgets the episodes logged after its latest version."""
+    """A resumed job forgets the episodes logged after its latest version. The file is
+    replaced whole (a temporary file, then `os.replace`): a kill mid-way leaves the old one."""
     kept = [e for e in read_episodes(line) if e["frames"] <= frames]
     path = line / EPISODES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(e) + "\n" for e in kept))
+    descriptor, name = tempfile.mkstemp(prefix=f".{EPISODES_FILE}.", dir=path.parent)
+    temporary = Path(name)
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write("".join(json.dumps(e) + "\n" for e in kept))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 @registry.register_policy_job("ellm", request=EllmTrainingJob)
@@ -272,17 +343,33 @@ def train_ellm(
             early = envs.counters()
 
     try:
-        checkpoint = registry.get_algorithm(ALGORITHM).train(
-            envs,
-            line,
-            on_progress=on_progress,
-            on_step=on_step,
-            init_from=job.init_from,
-            total_timesteps=job.frames,
-            seed=job.seed,
-            tensorboard_dir=job.tensorboard_dir,
-            **job.dqn,
-        )
+        if job.agent == "ppo":
+            from llmrl.recipes.ellm.ppo import CHECKPOINT_EVERY, train_ppo_ellm
+
+            checkpoint = train_ppo_ellm(
+                envs,
+                line,
+                total_timesteps=job.frames,
+                seed=job.seed,
+                tensorboard_dir=job.tensorboard_dir,
+                init_from=job.init_from,
+                checkpoint_every=job.checkpoint_every or CHECKPOINT_EVERY,
+                on_progress=on_progress,
+                on_step=on_step,
+                **job.ppo,
+            )
+        else:
+            checkpoint = registry.get_algorithm(ALGORITHM).train(
+                envs,
+                line,
+                on_progress=on_progress,
+                on_step=on_step,
+                init_from=job.init_from,
+                total_timesteps=job.frames,
+                seed=job.seed,
+                tensorboard_dir=job.tensorboard_dir,
+                **job.dqn,
+            )
     finally:
         log_file.close()
         envs.close()
@@ -305,12 +392,19 @@ def evaluate_agent(
     llm: Any = None,
     simulator: str | None = None,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
+    agent: str = "dqn",
 ) -> list[dict[str, Any]]:
-    """`episodes` episodes of the checkpoint's policy (epsilon-greedy, seeded) in the
-    method's env (goal-conditioned agents see their suggestions); each episode's figures."""
-    from llmrl.learner.algorithms import load_cached
+    """`episodes` episodes of the checkpoint's policy (epsilon-greedy, seeded; PPO samples its
+    own policy) in the method's env (goal-conditioned agents see their suggestions); each
+    episode's figures."""
+    if agent == "ppo":
+        from llmrl.recipes.ellm.ppo import load_policy
 
-    policy = load_cached(ALGORITHM, checkpoint)
+        policy = load_policy(checkpoint)
+    else:
+        from llmrl.learner.algorithms import load_cached
+
+        policy = load_cached(ALGORITHM, checkpoint)
     envs = make_env(settings, llm, simulator)
     rng = np.random.default_rng(settings.seed)
     finished: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support.processes import child_env
 
 CONFIG = [
@@ -26,18 +27,26 @@ CONFIG = [
 ]
 
 
-def run(out: Path, home: Path) -> subprocess.Popen:
+AGENTS = {  # dqn-ellm, and SB3 PPO (64-frame rollouts: 1600 frames are 25 of them)
+    "dqn": [],
+    "ppo": ["agent=ppo", "ppo={n_steps: 16, batch_size: 32, n_epochs: 1}"],
+}
+
+
+def run(out: Path, home: Path, agent: str = "dqn") -> subprocess.Popen:
     env = child_env({"LLMRL_PLUGINS": "support.tiny_crafter_text", "LLMRL_HOME": str(home)})
-    command = [sys.executable, "-m", "llmrl.cli", "run", "ellm", *CONFIG, "--out", str(out)]
+    config = [*CONFIG, *AGENTS[agent]]
+    command = [sys.executable, "-m", "llmrl.cli", "run", "ellm", *config, "--out", str(out)]
     return subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
 
 
-def test_a_killed_pretraining_resumes(tmp_path: Path):
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_a_killed_pretraining_resumes(tmp_path: Path, agent: str):
     out, home = tmp_path / "run", tmp_path / "home"
     line = out / "checkpoints" / "pretrain" / "rnd"
-    first = run(out, home)
+    first = run(out, home, agent)
     deadline = time.monotonic() + 600
     while not (line / "2").is_dir():  # two checkpoints written: kill it mid-pretraining
         assert first.poll() is None, first.stderr.read()
@@ -48,7 +57,7 @@ def test_a_killed_pretraining_resumes(tmp_path: Path):
     killed_at = json.loads((line / "2" / "llmrl_checkpoint.json").read_text())["result"]
     assert 0 < killed_at["global_step"] < 1600
 
-    second = run(out, home)
+    second = run(out, home, agent)
     assert second.wait(timeout=600) == 0, second.stderr.read()
     versions = sorted(int(p.name) for p in line.iterdir() if p.name.isdigit())
     final = json.loads((line / str(versions[-1]) / "llmrl_checkpoint.json").read_text())
@@ -60,4 +69,5 @@ def test_a_killed_pretraining_resumes(tmp_path: Path):
     frames = [e["frames"] for e in episodes]
     assert frames == sorted(frames) and frames[-1] <= 1600  # no episode logged twice
     rows = json.loads((out / "results.json").read_text())["rows"]
-    assert rows[0]["method"] == "rnd" and rows[0]["frames"] == 1600
+    label = "rnd" if agent == "dqn" else f"rnd ({agent})"
+    assert rows[0]["method"] == label and rows[0]["frames"] == 1600

@@ -10,7 +10,12 @@ Observations: `text` (the context, `context.py`), `known_house` (the same, as JS
 counters (`step`, `rooms_explored`, `receptacles_found`, `objects_found`, `correctly_placed`,
 `correct_at_start`, `misplaced_at_start`, `holding`), metrics (`success_rate`,
 `object_success`, `soft_score`, `distance`), `success` (every object is on a correct
-receptacle), `skill_status`, and the privileged Text entries
+receptacle), `skill_status`, what the agent knows as numbers laid out like the actions (for RL
+agents on numbers, e.g. ELLM's): `slots` (0/1 flags: per room slot exists, explored, agent in
+it; per receptacle slot found, inspected, agent at it; per object slot found, held),
+`object_receptacles` (per object slot 1 + the receptacle slot it was seen on, 0 unknown or
+held) and `receptacle_rooms` (per receptacle slot 1 + its room slot once found, else 0),
+and the privileged Text entries
 `oracle_plan`, `feasible_skills` and `correct_receptacles` (JSON: object -> correct receptacles).
 
 Settings (constructor keywords, also world settings):
@@ -145,6 +150,10 @@ class HousekeepEnv(SkillEnv):
         for name in ("object_success", "soft_score"):
             entries[name] = spaces.Box(0.0, 1.0, shape=(), dtype=np.float32)
         entries["distance"] = spaces.Box(0.0, 1e6, shape=(), dtype=np.float32)
+        rooms, recs, objs = max_rooms, max_receptacles, max_objects
+        entries["slots"] = spaces.Box(0, 1, shape=(3 * rooms + 3 * recs + 2 * objs,), dtype=np.int8)
+        entries["object_receptacles"] = spaces.Box(0, recs, shape=(objs,), dtype=np.int32)
+        entries["receptacle_rooms"] = spaces.Box(0, rooms, shape=(recs,), dtype=np.int32)
         self.observation_space = spaces.Dict(entries)
         self.house: House | None = None
 
@@ -463,6 +472,39 @@ class HousekeepEnv(SkillEnv):
             last_feedback=self.last_feedback,
         )
 
+    def _numeric_knowledge(self) -> dict[str, np.ndarray]:
+        """`slots`, `object_receptacles`, `receptacle_rooms` (module docstring): what the agent
+        knows, indexed as the action layout indexes rooms, receptacles and objects."""
+        house = self._house()
+        layout = self.layout
+        rooms = np.zeros((layout.max_rooms, 3), np.int8)
+        rooms[: len(house.rooms), 0] = 1
+        for i, room in enumerate(house.rooms):
+            rooms[i, 1] = room in self.explored
+            rooms[i, 2] = room == self.room
+        recs = np.zeros((layout.max_receptacles, 3), np.int8)
+        receptacle_rooms = np.zeros(layout.max_receptacles, np.int32)
+        for r in self.found_receptacles:
+            recs[r, 0] = 1
+            receptacle_rooms[r] = 1 + house.rooms.index(house.receptacles[r].room)
+        for r in self.inspected:
+            recs[r, 1] = 1
+        if self.at is not None:
+            recs[self.at, 2] = 1
+        objs = np.zeros((layout.max_objects, 2), np.int8)
+        object_receptacles = np.zeros(layout.max_objects, np.int32)
+        for o in self.found_objects:
+            objs[o, 0] = 1
+            if self.placement[o] is not None:
+                object_receptacles[o] = 1 + self.placement[o]
+        if self.held is not None:
+            objs[self.held, 1] = 1
+        return {
+            "slots": np.concatenate([rooms.ravel(), recs.ravel(), objs.ravel()]),
+            "object_receptacles": object_receptacles,
+            "receptacle_rooms": receptacle_rooms,
+        }
+
     def observe(self, skill_status: SkillStatus = SkillStatus.NONE) -> dict[str, Any]:
         house = self._house()
         metrics = rearrangement_metrics(house, self.placement, self.touched)
@@ -490,6 +532,7 @@ class HousekeepEnv(SkillEnv):
         obs["object_success"] = np.asarray(metrics.object_success, dtype=np.float32)
         obs["soft_score"] = np.asarray(metrics.soft_score, dtype=np.float32)
         obs["distance"] = np.asarray(self.distance, dtype=np.float32)
+        obs.update(self._numeric_knowledge())
         return obs
 
     def _info(

@@ -1,0 +1,173 @@
+"""ELLM with Stable-Baselines3 PPO as the learner (`agent=ppo`): the SB3 adapter's same-step
+autoreset reports the wrapper's own episodes and rewards, a tiny run pretrains, evaluates and
+fine-tunes from the PPO weights, a resumed job continues from its version, bad values are named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import support.tiny_crafter_text  # noqa: F401  (registers TinyCrafterText)
+import torch
+from stable_baselines3 import PPO
+from support.tiny_crafter_text import ENV_ID
+
+from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
+from llmrl.learner.versions import Versions
+from llmrl.orchestrator.embedded import run_embedded
+from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.ellm.ppo import make_vec_env
+from llmrl.recipes.ellm.training import EllmEnvSettings, EllmTrainingJob, make_env, train_ellm
+
+TINY_PPO = {
+    "env": ENV_ID,
+    "num_envs": 4,
+    "pretrain_frames": 420,
+    "finetune_frames": 420,
+    "eval_episodes": 4,
+    "checkpoint_every": 200,
+    "agent": "ppo",
+    "ppo": {"n_steps": 16, "batch_size": 32, "n_epochs": 2, "policy_kwargs": {"net_arch": [32]}},
+}
+
+
+def test_the_sb3_adapter_reports_the_wrappers_episodes_and_rewards():
+    # deterministic rewards (crafter's and the task's; a novelty reward would learn on the
+    # NEXT_STEP reset steps too, which same-step autoreset does not take)
+    settings = EllmEnvSettings(
+        env=ENV_ID,
+        num_envs=1,
+        method="none",
+        extrinsic_scale=1.0,
+        task="place crafting table",
+        seed=3,
+    )
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 5, size=(70, 1))  # the tiny env has 5 actions
+    wrapper = make_env(settings)
+    reference, rewards = [], 0.0
+    try:  # NEXT_STEP: the step after an end only resets (reward 0, action ignored)
+        wrapper.reset(seed=settings.seed)
+        steps = iter(actions)
+        for row in steps:
+            _, reward, _, _, infos = wrapper.step(row)
+            rewards += float(reward[0])
+            for episode in infos["episodes"]:
+                reference.append((episode, rewards))
+                rewards = 0.0
+                wrapper.step(row)  # the reset step: not an action of the next episode
+    finally:
+        wrapper.close()
+    # same-step: the episode's next observation comes at once; one env, so the same actions
+    # (minus the reset steps) give the same episodes
+    wrapper = make_env(settings)
+    adapted, rewards = [], 0.0
+    try:
+        vec = make_vec_env(wrapper)
+        vec.seed(settings.seed)
+        vec.reset()
+        for row in actions[: sum(e["length"] for e, _ in reference)]:
+            _, reward, dones, infos = vec.step(row)
+            rewards += float(reward[0])
+            if dones[0]:
+                assert set(infos[0]["terminal_observation"]) == set(vec.observation_space.spaces)
+                adapted.append((infos[0]["episode"], rewards))
+                rewards = 0.0
+    finally:
+        wrapper.close()
+    assert len(reference) >= 2 and len(adapted) == len(reference)
+    for (episode, total), (sb3, summed) in zip(reference, adapted, strict=True):
+        assert sb3["l"] == episode["length"] and sb3["achievements"] == episode["achievements"]
+        assert sb3["r"] == pytest.approx(total) == pytest.approx(summed)
+        assert sb3["task_return"] == episode["task_return"]
+    assert sum(total for _, total in reference) > 0
+
+
+def test_a_tiny_ppo_run_pretrains_evaluates_finetunes_and_reports(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    out = tmp_path / "run"
+    config = {**TINY_PPO, "methods": ["rnd", "none"], "finetune_from": ["rnd"]}
+    run_embedded("ellm", config, out_dir=out, progress=False)
+    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert sorted(rows) == ["none (ppo)", "rnd (ppo)", "scratch (ppo)"]
+    for method in ("rnd (ppo)", "none (ppo)"):
+        assert rows[method]["frames"] == 448  # 4 envs x 16-step rollouts, at or past 420
+        assert rows[method]["episodes"] == 4 * 5
+        assert 0 <= rows[method]["eval_achievements"] <= 3
+    assert 0 <= rows["rnd (ppo)"]["finetune_success"] <= 1
+    line = Versions(out / "checkpoints/pretrain/rnd")
+    assert line.latest().algorithm == "ppo" and len(line.versions()) >= 2  # every 200 frames
+    assert list((out / "tb/pretrain/rnd").rglob("events.out.tfevents.*"))
+    for start in ("rnd", "scratch"):
+        assert Versions(out / "checkpoints/finetune" / start).latest().algorithm == "ppo"
+
+
+def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    common: dict = {
+        "env": ENV_ID,
+        "num_envs": 2,
+        "method": "rnd",
+        "agent": "ppo",
+        "ppo": {"n_steps": 8, "batch_size": 16, "n_epochs": 1},
+        "checkpoint_every": 16,  # two learn calls per job
+    }
+    line = {"model_path": str(tmp_path / "line")}
+    reported: list[int] = []
+    first = train_ellm(EllmTrainingJob(**common, **line, frames=32), reported.append)
+    assert first["frames"] == 32 and sum(reported) == 32
+    reported.clear()
+    resumed = train_ellm(EllmTrainingJob(**common, **line, frames=64), reported.append)
+    assert resumed["frames"] == 64 and sum(reported) == 32  # the frames it added
+    assert Versions(tmp_path / "line").versions() == ["1", "2", "3", "4"]
+    logged = [json.loads(t) for t in (tmp_path / "line/episodes.jsonl").open()]
+    assert [e["frames"] for e in logged] == sorted(e["frames"] for e in logged)
+    # fine-tuning starts a fresh line (its own frame count) from the pretrained weights:
+    # with a learning rate of 0 they come out unchanged
+    tuned = train_ellm(
+        EllmTrainingJob(
+            **{**common, "ppo": {**common["ppo"], "learning_rate": 0.0}},
+            frames=16,
+            task="place crafting table",
+            intrinsic_scale=0.0,
+            init_from=resumed["checkpoint"],
+            model_path=str(tmp_path / "tuned"),
+        )
+    )
+    assert tuned["frames"] == 16
+    before = PPO.load(Path(resumed["checkpoint"]) / "model.zip", device="cpu").policy
+    after = PPO.load(Path(tuned["checkpoint"]) / "model.zip", device="cpu").policy
+    for key, value in before.state_dict().items():
+        assert torch.equal(value, after.state_dict()[key]), key
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"agent": "sac"}, "agent"),
+        ({"agent": "ppo", "ppo": {"gae_lambda_typo": 0.9}}, "ppo.gae_lambda_typo"),
+        ({"agent": "ppo", "ppo": {"n_steps": 0}}, "ppo.n_steps"),
+        ({"agent": "ppo", "ppo": {"seed": 1}}, "ppo.seed"),
+    ],
+)
+def test_bad_agent_settings_name_the_key(config: dict, key: str):
+    with pytest.raises(ConfigError, match=key.split(".")[0]) as error:
+        validate_config("ellm", config)
+    assert key in str(error.value) or key == "agent"
+
+
+def test_a_job_with_a_bad_agent_names_the_field(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    body = {
+        "kind": "ellm",
+        "env": ENV_ID,
+        "method": "none",
+        "frames": 8,
+        "model_path": str(tmp_path / "line"),
+    }
+    with pytest.raises(PolicyJobError, match="agent"):
+        parse_policy_job({**body, "agent": "a3c"})
+    with pytest.raises(PolicyJobError, match=r"ppo\.verbose"):
+        parse_policy_job({**body, "agent": "ppo", "ppo": {"verbose": 2}})
