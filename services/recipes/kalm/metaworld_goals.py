@@ -11,7 +11,7 @@ imagination needs are functions of an observation:
   the gripper's finger centre (reach) or a joint (hammer: the nail's slide joint), the
   observation's nearest stand-in is used (the hand; the nail's position against its goal).
   `expert_agreement` measures how often it agrees with the simulator's own flag on the
-  scripted experts' episodes (README: 94-100% of steps per task).
+  scripted experts' episodes (README: 95-100% of steps per task).
 * `valid_state(state)`: finite, and within bounds: the hand (now and in the previous frame)
   in Meta-World's own hand space (`SawyerXYZEnv._HAND_SPACE`, the arm's reachable box), the
   gripper opening in Meta-World's declared [-1, 1], quaternion components in [-1, 1], and every
