@@ -6,8 +6,9 @@ Phases (each resumable; a completed one is never run again):
                              with the instructions' sentence embeddings (gateway `embed`)
   ground                     grounding SFT of the LLM on the real data (`kalm-grounding`)
   imagine/<level>            rollouts the grounded LLM imagines for the level's instructions
-                             from real initial states; invalid ones filtered; kept share and
-                             goal-match rate; `imagined/<level>.npz`
+                             from real initial states (CLEVR-Robot, Meta-World); filtered by
+                             `imagined_filter` (valid states / also goal met); kept shares
+                             under both and goal-match rate; `imagined/<level>.npz`
   offline/<alg>/<data>/<s>   an offline RL policy (d3rlpy) on `real` or `real+imagined` data
   evaluate/<alg>/<data>/<s>/<level>   its episodes in the env on the level's goals
   report                     results table (algorithm x level x data), PNGs, paper figures
