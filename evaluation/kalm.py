@@ -5,6 +5,7 @@ the `kalm` recipe end to end, the issue's target checked.
     python evaluation/kalm.py --grounding-layers 0 --grounding-steps 2000 \\
         --imagined-per-level 2000 --offline-steps 50000 --scripted-episodes 2000  # full
     python evaluation/kalm.py --env MetaWorld --algorithms bc iql --seeds 1
+    python evaluation/kalm.py --imagined-filter goal   # keep only goal-reaching imagined data
 
 Runs the recipe in embedded mode and prints its table (success per algorithm x level x data,
 the gain of imagined data) with the paper's figures beside it, and whether the target holds:
@@ -52,6 +53,13 @@ def main() -> int:
     parser.add_argument("--imagined-per-level", type=int, default=128)
     parser.add_argument("--imagine-max-steps", type=int, default=6)
     parser.add_argument("--imagined-weight", type=int, default=2)
+    parser.add_argument(
+        "--imagined-filter",
+        choices=["valid", "goal"],
+        default="valid",
+        help="valid: drop imagined rollouts with an invalid state (KALM); goal: also those "
+        "whose final state misses the goal under the level's success function (our option)",
+    )
     parser.add_argument("--offline-steps", type=int, default=2000)
     parser.add_argument("--seeds", type=int, default=3, help="offline RL seeds")
     parser.add_argument("--eval-episodes", type=int, default=100, help="per level and seed")
@@ -72,6 +80,7 @@ def main() -> int:
         "imagined_per_level": args.imagined_per_level,
         "imagine_max_steps": args.imagine_max_steps,
         "imagined_weight": args.imagined_weight,
+        "imagined_filter": args.imagined_filter,
         "offline_steps": args.offline_steps,
         "offline_seeds": args.seeds,
         "eval_episodes": args.eval_episodes,

@@ -14,6 +14,7 @@ from llmrl.learner.llm.imagine import (
     goal_match_rate,
     imagine,
     parse_text_rollout,
+    select_rollouts,
 )
 from llmrl.simulator.envs.clevr_robot import GOALS, random_state, success, valid_state
 
@@ -102,3 +103,39 @@ def test_cached_imagination_matches_reading_the_whole_sequence(tiny_model_dir):
         items.append(("action", rollout.actions[0], False))
         expected = model.predict_state(model.last_hidden([items]))[0]
         np.testing.assert_allclose(rollout.states[1], expected, atol=1e-4)
+
+
+def test_the_goal_filter_keeps_exactly_the_valid_rollouts_that_meet_their_goal():
+    goal = GOALS[0]  # red in front of blue... whichever: the success function decides
+    rng = np.random.default_rng(3)
+    meets, misses = [], []
+    while len(meets) < 3 or len(misses) < 3:
+        state = random_state(rng)
+        (meets if success(state, goal) else misses).append(state)
+    start = misses[0]
+    invalid = meets[2].copy()
+    invalid[0] = 5.0  # meets the goal? never mind: off the table
+    rollouts = [
+        Rollout(np.stack([start, meets[0]]), np.array([1]), True),  # valid, meets
+        Rollout(np.stack([start, misses[1]]), np.array([1]), True),  # valid, misses
+        Rollout(np.stack([start, meets[0], meets[1]]), np.array([1, 2]), True),  # meets
+        Rollout(np.stack([start, meets[1], misses[2]]), np.array([1, 2]), True),  # leaves it
+        Rollout(np.stack([start, invalid]), np.array([1]), True),  # invalid state
+    ]
+    goals = [goal] * len(rollouts)
+    kept, share = select_rollouts(rollouts, valid_state, "goal", goals, success)
+    assert kept == [0, 2] and share == pytest.approx(0.4)
+    kept, share = select_rollouts(rollouts, valid_state, "valid", goals, success)
+    assert kept == [0, 1, 2, 3] and share == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="imagined_filter"):
+        select_rollouts(rollouts, valid_state, "lucky", goals, success)
+
+
+def test_continuous_text_rollouts_parse_and_a_wrong_sized_action_is_dropped():
+    start = np.zeros(2, np.float32)
+    text = " [0.5, -0.5] [0.10, 0.20] [1.0, 0.0, 2.0] [0.30, 0.40] end"
+    rollout = parse_text_rollout(text, start, 2, 10, discrete=False, action_dim=2)
+    assert rollout.actions.shape == (2, 2) and rollout.stopped
+    assert rollout.actions[0].tolist() == [0.5, -0.5] and np.isnan(rollout.actions[1]).all()
+    kept, _ = filter_rollouts([rollout], lambda s: True)
+    assert kept == []

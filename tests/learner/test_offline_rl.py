@@ -124,3 +124,77 @@ def test_the_policy_follows_the_instruction_embedding_of_an_offline_dataset(tmp_
     assert (policy.act(states, np.tile(np.eye(2, 8)[1], (20, 1))) == 30).all()
     with pytest.raises(ValueError, match="embeddings"):
         policy.act(states)
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"steps": -5}, "steps"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"steps_per_epoch": 1.5}, "steps_per_epoch"),
+        ({"learning_rate": 0}, "learning_rate"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"alpha": -1}, "alpha"),
+        ({"hidden_units": []}, "hidden_units"),
+        ({"hidden_units": [64, 0]}, "hidden_units"),
+        ({"action_size": 0}, "action_size"),
+        ({"epochs": 3}, "epochs"),
+    ],
+)
+def test_bad_settings_are_refused_before_training_naming_the_key(tmp_path, settings, key):
+    from llmrl.learner.algorithms.offline_rl import parse_settings
+
+    with pytest.raises(ValueError, match=key):
+        parse_settings(settings)
+    dataset, _, _ = trivial_discrete(n=50)
+    with pytest.raises(ValueError, match=key):
+        registry.get_algorithm("bc").train(dataset, Versions(tmp_path / "bc"), **settings)
+    assert not (tmp_path / "bc").exists() or not any((tmp_path / "bc").iterdir())
+
+
+def test_a_too_small_action_size_is_refused_against_the_dataset(tmp_path):
+    from llmrl.common.offline_dataset import OfflineDataset
+
+    rng = np.random.default_rng(0)
+    n = 20
+    dataset = OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="scripted",
+        observations=rng.normal(size=(n, 10)),
+        actions=np.arange(n) % 12,  # ids up to 11
+        rewards=np.zeros(n),
+        terminals=np.zeros(n, bool),
+        timeouts=(np.arange(n) % 5) == 4,
+        episode_ids=np.arange(n) // 5,
+        final_observations=rng.normal(size=(4, 10)),
+        instructions=np.asarray(["push"] * 4),
+        goals=np.zeros((4, 6)),
+    )
+    progress = []
+    with pytest.raises(ValueError, match=r"action_size: 10 is too small.*up to 11"):
+        registry.get_algorithm("bc").train(
+            dataset, Versions(tmp_path / "bc"), on_progress=progress.append, action_size=10
+        )
+    assert progress == []  # refused before the first step
+    checkpoint = registry.get_algorithm("bc").train(
+        dataset, Versions(tmp_path / "bc"), steps=2, batch_size=4, action_size=12
+    )
+    assert checkpoint.result["action_size"] == 12
+
+
+def test_d3rlpy_configures_structlog_once():
+    import logging
+
+    import structlog
+
+    from llmrl.learner.algorithms.offline_rl import _d3rlpy
+
+    _d3rlpy()
+    before = structlog.get_config()
+    try:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+        mine = structlog.get_config()
+        _d3rlpy()  # a later call leaves the configuration a caller made since alone
+        assert structlog.get_config() == mine
+    finally:
+        structlog.configure(**before)

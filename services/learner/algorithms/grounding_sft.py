@@ -109,6 +109,11 @@ class GroundingSft(Algorithm):
         discrete = bool(first.discrete)
         if discrete:
             seen = max(int(np.max(a)) for _, _, a in episodes) + 1
+            if cfg["action_size"] is not None and int(cfg["action_size"]) < seen:
+                raise ValueError(
+                    f"action_size: {cfg['action_size']} is too small for this dataset, whose "
+                    f"actions go up to {seen - 1} (needs at least {seen})"
+                )
             spec = GroundingSpec(
                 state_dim=int(first.observations.shape[1]),
                 action_size=int(cfg["action_size"] or seen),

@@ -21,15 +21,22 @@ epoch at a time (its own logger silenced), write each epoch's mean losses as Ten
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.algorithms.base import (
+    Algorithm,
+    Progress,
+    check_number,
+    setting,
+    settings_help,
+)
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
 FAMILY = "offline-rl"
@@ -37,34 +44,74 @@ POLICY_FILE = "policy.d3"
 DISCRETE_ONLY: tuple[str, ...] = ()
 CONTINUOUS_ONLY = ("td3+bc", "iql", "awac")
 ALGORITHMS = ("bc", "cql", "td3+bc", "iql", "awac")
-SETTINGS = (
-    "steps",  # gradient steps
-    "steps_per_epoch",  # steps between TensorBoard points
-    "batch_size",
-    "learning_rate",  # every optimizer of the algorithm
-    "hidden_units",  # the MLPs' widths
-    "alpha",  # discrete CQL's conservative weight (KALM: 10); TD3+BC's alpha
-    "gamma",
-    "seed",
-    "action_size",  # discrete: number of actions (default: the dataset's largest + 1)
-    "tensorboard_dir",
-)
-DEFAULTS: dict[str, Any] = {
-    "steps": 10_000,
-    "steps_per_epoch": 1_000,
-    "batch_size": 256,
-    "learning_rate": 3e-4,
-    "hidden_units": [256, 256],
-    "alpha": None,
-    "gamma": 0.99,
-    "seed": 0,
-    "action_size": None,
-    "tensorboard_dir": None,
-}
 
 
+@dataclass
+class OfflineRLConfig:
+    """Every setting, with its help text (`setting_help`); bad values name the key."""
+
+    steps: int = setting(10_000, "gradient steps")
+    steps_per_epoch: int = setting(1_000, "steps between TensorBoard points")
+    batch_size: int = setting(256, "transitions per gradient step")
+    learning_rate: float = setting(3e-4, "learning rate of every optimizer of the algorithm")
+    hidden_units: tuple[int, ...] = setting((256, 256), "the MLPs' hidden widths (a list)")
+    alpha: float | None = setting(
+        None, "discrete CQL's conservative weight (None: KALM's 10); TD3+BC's (None: 2.5)"
+    )
+    gamma: float = setting(0.99, "discount factor, in [0, 1]")
+    seed: int = setting(0, "seed of d3rlpy (torch, numpy) and the batches")
+    action_size: int | None = setting(
+        None, "discrete actions (None: the dataset's largest id + 1; must exceed every id)"
+    )
+    tensorboard_dir: str | None = setting(None, "TensorBoard directory (None: none)")
+
+    def __post_init__(self) -> None:
+        for key in ("steps", "steps_per_epoch", "batch_size"):
+            check_number(key, getattr(self, key), integer=True, positive=True)
+        check_number("learning_rate", self.learning_rate, positive=True)
+        check_number("seed", self.seed, integer=True)
+        check_number("gamma", self.gamma)
+        if self.gamma > 1:
+            raise ValueError(f"gamma: expected a number in [0, 1], got {self.gamma!r}")
+        if self.alpha is not None:
+            check_number("alpha", self.alpha)
+        if self.action_size is not None:
+            check_number("action_size", self.action_size, integer=True, positive=True)
+        if isinstance(self.hidden_units, str | bytes) or not isinstance(
+            self.hidden_units, list | tuple
+        ):
+            raise ValueError(f"hidden_units: expected a list of widths, got {self.hidden_units!r}")
+        if not self.hidden_units:
+            raise ValueError("hidden_units: expected at least one width")
+        for width in self.hidden_units:
+            check_number("hidden_units", width, integer=True, positive=True)
+        self.hidden_units = tuple(self.hidden_units)
+
+
+SETTINGS = tuple(f.name for f in fields(OfflineRLConfig))
+DEFAULTS: dict[str, Any] = asdict(OfflineRLConfig())
+
+
+def setting_help() -> dict[str, str]:
+    """Each setting's help text (`--help` of whoever exposes them)."""
+    return settings_help(OfflineRLConfig)
+
+
+def parse_settings(settings: dict[str, Any], owner: str = "offline RL") -> OfflineRLConfig:
+    """`settings` checked: an unknown key or a bad value is a ValueError naming the key."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ValueError(
+            f"{owner}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(SETTINGS)}"
+        )
+    return OfflineRLConfig(**settings)
+
+
+@functools.cache
 def _d3rlpy() -> Any:
-    import d3rlpy  # heavy (torch, gym): imported only when training or loading
+    """d3rlpy, imported once (heavy: torch, gym) when training or loading; its structlog
+    output quietened once, so a caller's own structlog configuration made later stands."""
+    import d3rlpy
 
     _quiet_structlog()
     return d3rlpy
@@ -78,6 +125,19 @@ def _quiet_structlog() -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def check_action_size(dataset: Any, action_size: int | None) -> None:
+    """A discrete `action_size` must exceed every action id of the dataset (d3rlpy would fail
+    with an index error in the middle of training otherwise)."""
+    if action_size is None or not getattr(dataset, "discrete", False):
+        return
+    largest = int(np.max(dataset.actions)) if len(dataset.actions) else -1
+    if largest >= action_size:
+        raise ValueError(
+            f"action_size: {action_size} is too small for this dataset, whose actions go up to "
+            f"{largest} (needs at least {largest + 1})"
+        )
 
 
 def make_config(name: str, discrete: bool, settings: dict[str, Any]) -> Any:
@@ -149,6 +209,7 @@ def as_mdp_dataset(
                 f"got {instruction_embeddings.shape}"
             )
     if getattr(source, "discrete", False):
+        check_action_size(source, action_size)
         return source.to_mdp_dataset(
             with_instruction_embeddings=instruction_embeddings, action_size=action_size
         )
@@ -180,8 +241,7 @@ class OfflineRLAlgorithm(Algorithm):
         instruction_embeddings: np.ndarray | None = None,
         **settings: Any,
     ) -> Checkpoint:
-        self.check_settings(settings, SETTINGS)
-        cfg = {**DEFAULTS, **settings}
+        cfg = asdict(parse_settings(settings, self.name))
         d3rlpy = _d3rlpy()
         d3rlpy.seed(int(cfg["seed"]))
         dataset = as_mdp_dataset(source, instruction_embeddings, cfg["action_size"])

@@ -4,6 +4,10 @@ instruction asks for, from a real initial state, one action and one state at a t
     rollouts = imagine(model, initial_states, instructions, max_steps=10)
     kept, share = filter_rollouts(rollouts, valid_state)      # the env's validity check
     rate = goal_match_rate(kept, goals, success)              # the env's success function
+    kept, share = select_rollouts(rollouts, valid_state, "goal", goals, success)  # both
+
+Continuous (Box) actions come from the action head's regression and are clipped to the Box
+(`action_bounds`) before the model reads them back, as the env would clip them.
 
 With slots (`numbers="tokens"`), each step reads the stop head and the action head at the
 last state (greedy), appends the action's slot, then reads the state head there and appends
@@ -46,9 +50,11 @@ def imagine(
     *,
     max_steps: int = 10,
     batch_size: int = 32,
+    action_bounds: tuple[Any, Any] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> list[Rollout]:
-    """One rollout per (initial state, instruction), in order."""
+    """One rollout per (initial state, instruction), in order; continuous actions clipped to
+    `action_bounds` (low, high: numbers or arrays of the action's size)."""
     import torch
 
     if len(initial_states) != len(instructions):
@@ -62,16 +68,27 @@ def imagine(
             states = np.asarray(initial_states[start : start + batch_size], np.float32)
             texts = list(instructions[start : start + batch_size])
             if model.spec.numbers == "text":
-                rollouts += _imagine_text(model, states, texts, max_steps)
+                rollouts += _imagine_text(model, states, texts, max_steps, action_bounds)
             else:
-                rollouts += _imagine_slots(model, states, texts, max_steps)
+                rollouts += _imagine_slots(model, states, texts, max_steps, action_bounds)
             if on_progress is not None:
                 on_progress(len(texts))
     return rollouts
 
 
+def _clip(actions: np.ndarray, bounds: tuple[Any, Any] | None) -> np.ndarray:
+    """Continuous actions clipped to the Box (discrete ids and no bounds: unchanged)."""
+    if bounds is None or actions.dtype.kind in "iu":
+        return actions
+    return np.clip(actions, bounds[0], bounds[1]).astype(np.float32)
+
+
 def _imagine_slots(
-    model: GroundedLM, initial: np.ndarray, instructions: list[str], max_steps: int
+    model: GroundedLM,
+    initial: np.ndarray,
+    instructions: list[str],
+    max_steps: int,
+    action_bounds: tuple[Any, Any] | None = None,
 ) -> list[Rollout]:
     """Every row advances in lockstep, one slot at a time, on the LM's key/value cache: the
     prompts are left-padded, so each new slot is one position further in every row."""
@@ -112,6 +129,7 @@ def _imagine_slots(
     stopped = np.zeros(len(instructions), bool)
     for t in range(max_steps):
         chosen, stop = model.predict_action(hidden)
+        chosen = _clip(chosen, action_bounds)
         if t > 0:  # at least one step: an empty rollout teaches nothing
             stopped |= stop > 0.5
         if stopped.all():
@@ -124,8 +142,9 @@ def _imagine_slots(
         for i in np.flatnonzero(~stopped):
             states[i].append(predicted[i])
         hidden = advance(model.state_slot(predicted)[:, None])
+    empty = np.zeros((0,) if model.spec.discrete else (0, int(model.spec.action_dim or 0)))
     return [
-        Rollout(np.stack(s).astype(np.float32), np.asarray(a), bool(done))
+        Rollout(np.stack(s).astype(np.float32), np.asarray(a) if a else empty, bool(done))
         for s, a, done in zip(states, actions, stopped, strict=True)
     ]
 
@@ -134,7 +153,11 @@ _NUMBER_LIST = re.compile(r"\[([^\]]*)\]")
 
 
 def _imagine_text(
-    model: GroundedLM, initial: np.ndarray, instructions: list[str], max_steps: int
+    model: GroundedLM,
+    initial: np.ndarray,
+    instructions: list[str],
+    max_steps: int,
+    action_bounds: tuple[Any, Any] | None = None,
 ) -> list[Rollout]:
     import torch
 
@@ -157,17 +180,29 @@ def _imagine_text(
         pad_token_id=pad,
     )
     texts = tokenizer.batch_decode(output[:, width:], skip_special_tokens=True)
-    return [
-        parse_text_rollout(text, s, model.spec.state_dim, max_steps, model.spec.discrete)
+    rollouts = [
+        parse_text_rollout(
+            text, s, model.spec.state_dim, max_steps, model.spec.discrete, model.spec.action_dim
+        )
         for text, s in zip(texts, initial, strict=True)
     ]
+    for rollout in rollouts:
+        rollout.actions = _clip(rollout.actions, action_bounds)
+    return rollouts
 
 
 def parse_text_rollout(
-    text: str, initial: np.ndarray, state_dim: int, max_steps: int, discrete: bool = True
+    text: str,
+    initial: np.ndarray,
+    state_dim: int,
+    max_steps: int,
+    discrete: bool = True,
+    action_dim: int | None = None,
 ) -> Rollout:
-    """A rollout from generated text " a3 [x, y, ...] a17 [...] end"; parsing stops at the first
-    piece that is not an action followed by a state."""
+    """A rollout from generated text " a3 [x, y, ...] a17 [...] end" (continuous actions:
+    " [a, b, c, d] [x, y, ...]"); parsing stops at the first piece that is not an action
+    followed by a state. A continuous action of the wrong size (not `action_dim` numbers) is
+    NaN, which the filter drops."""
     states, actions = [np.asarray(initial, np.float32)], []
     pattern = r"\s*a(\d+)\s*" if discrete else r"\s*(\[[^\]]*\])\s*"
     step = re.compile(pattern + r"\[([^\]]*)\]")
@@ -181,6 +216,8 @@ def parse_text_rollout(
             break
         action_text, state_text = match.group(1), match.group(2)
         action: Any = int(action_text) if discrete else _numbers(action_text.strip("[]"))
+        if not discrete and action_dim is not None and len(action) != action_dim:
+            action = np.full(action_dim, np.nan, np.float32)
         state = _numbers(state_text)
         if len(state) != state_dim:
             state = np.full(state_dim, np.nan, np.float32)  # the filter drops the rollout
@@ -201,13 +238,39 @@ def filter_rollouts(
     rollouts: Sequence[Rollout], valid_state: Callable[[np.ndarray], bool]
 ) -> tuple[list[int], float]:
     """Indices of the rollouts whose every state is valid (finite, on the table, no overlap:
-    the env's `valid_state`) and that take at least one action; and their share."""
+    the env's `valid_state`), whose actions are finite, and that take at least one action;
+    and their share."""
     kept = [
         i
         for i, rollout in enumerate(rollouts)
         if len(rollout.actions) > 0
+        and np.isfinite(np.asarray(rollout.actions, np.float64)).all()
         and all(np.isfinite(s).all() and valid_state(s) for s in rollout.states)
     ]
+    return kept, (len(kept) / len(rollouts) if rollouts else 0.0)
+
+
+FILTERS = ("valid", "goal")
+
+
+def select_rollouts(
+    rollouts: Sequence[Rollout],
+    valid_state: Callable[[np.ndarray], bool],
+    mode: str = "valid",
+    goals: Sequence[Any] | None = None,
+    success: Callable[[np.ndarray, Any], bool] | None = None,
+) -> tuple[list[int], float]:
+    """The rollouts an imagined dataset keeps, and their share: `valid` as `filter_rollouts`;
+    `goal` also drops the valid ones whose final state does not meet their goal (`success`,
+    one goal per rollout)."""
+    if mode not in FILTERS:
+        raise ValueError(f"imagined_filter: expected one of {', '.join(FILTERS)}, got {mode!r}")
+    kept, share = filter_rollouts(rollouts, valid_state)
+    if mode == "valid":
+        return kept, share
+    if goals is None or success is None:
+        raise ValueError("imagined_filter: goal needs each rollout's goal and a success function")
+    kept = [i for i in kept if success(rollouts[i].final_state, goals[i])]
     return kept, (len(kept) / len(rollouts) if rollouts else 0.0)
 
 

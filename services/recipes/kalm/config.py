@@ -9,6 +9,8 @@ from llmrl.recipes.base import RecipeConfig
 ENVS = ("ClevrRobot", "MetaWorld")
 LEVELS = ("training", "rephrased", "unseen-easy", "unseen-hard")
 IMAGINE_LEVELS = ("rephrased", "unseen-easy", "unseen-hard")
+METAWORLD_IMAGINE_LEVELS = ("unseen-easy", "unseen-hard")
+IMAGINED_FILTERS = ("valid", "goal")
 DISCRETE_ALGORITHMS = ("bc", "cql")
 CONTINUOUS_ALGORITHMS = ("bc", "cql", "td3+bc", "iql", "awac")
 DATA_SOURCES = ("scripted", "released")
@@ -40,7 +42,7 @@ class KalmConfig(RecipeConfig):
     variants: list[str] | None = Field(
         None,
         description=f"Training data of the offline policies: {', '.join(VARIANTS)} "
-        "(default: both for ClevrRobot; real for MetaWorld, which imagines nothing yet).",
+        "(default: both).",
     )
     algorithms: list[str] | None = Field(
         None,
@@ -55,7 +57,14 @@ class KalmConfig(RecipeConfig):
     imagine_levels: list[str] | None = Field(
         None,
         description=f"Levels whose instructions are imagined: {', '.join(IMAGINE_LEVELS)} "
-        "(default: all three for ClevrRobot).",
+        "(default: all three for ClevrRobot; unseen-easy and unseen-hard, the tasks' "
+        "instructions, for MetaWorld).",
+    )
+    imagined_filter: str = Field(
+        "valid",
+        description="Imagined rollouts kept: valid (KALM: drop those with an invalid state) or "
+        "goal (also drop those whose final state does not meet the goal under the level's "
+        "success function; our option, not the paper's). Both shares are reported.",
     )
     model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")
     numbers: str = Field(
@@ -117,10 +126,10 @@ class KalmConfig(RecipeConfig):
         clevr = values.get("env", "ClevrRobot") != "MetaWorld"
         defaults = {
             "data": ["scripted", "released"] if clevr else ["scripted"],
-            "variants": list(VARIANTS) if clevr else ["real"],
+            "variants": list(VARIANTS),
             "algorithms": ["bc", "cql"] if clevr else ["bc", "iql"],
             "levels": list(LEVELS) if clevr else [lv for lv in LEVELS if lv != "rephrased"],
-            "imagine_levels": list(IMAGINE_LEVELS) if clevr else [],
+            "imagine_levels": list(IMAGINE_LEVELS if clevr else METAWORLD_IMAGINE_LEVELS),
         }
         return {**values, **{k: v for k, v in defaults.items() if values.get(k) is None}}
 
@@ -151,6 +160,13 @@ class KalmConfig(RecipeConfig):
             raise ValueError(f"expected world or episodes, got {value!r}")
         return value
 
+    @field_validator("imagined_filter")
+    @classmethod
+    def _filter_is_known(cls, value: str) -> str:
+        if value not in IMAGINED_FILTERS:
+            raise ValueError(f"expected one of {', '.join(IMAGINED_FILTERS)}, got {value!r}")
+        return value
+
     @field_validator("numbers")
     @classmethod
     def _numbers_is_known(cls, value: str) -> str:
@@ -175,10 +191,10 @@ class KalmConfig(RecipeConfig):
                 f"choose from {', '.join(allowed)}"
             )
         if self.env == "MetaWorld":
-            if "real+imagined" in (self.variants or ()):
+            if "rephrased" in (self.imagine_levels or ()):
                 raise ValueError(
-                    "variants: real+imagined is implemented for ClevrRobot only (imagining "
-                    "continuous actions is not yet there); use variants=[real]"
+                    "imagine_levels: MetaWorld has no rephrased level; imagine "
+                    f"{' or '.join(METAWORLD_IMAGINE_LEVELS)}"
                 )
             if "rephrased" in (self.levels or ()):
                 raise ValueError("levels: MetaWorld has no rephrased level")

@@ -1,112 +1,277 @@
-"""Imagined data for one goal level of CLEVR-Robot: what the grounded LLM writes for the level's
-instructions from real initial states, filtered and labelled as an `OfflineDataset`.
+"""Imagined data for one goal level: what the grounded LLM writes for the level's instructions
+from real initial states, filtered and labelled as an `OfflineDataset`.
 
-For each of `count` rollouts: an (instruction, goal) pair of the level (cycling through them,
-seeded) and a real episode's initial state (one that does not already satisfy the goal). The
-grounded model imagines the rollout (`llmrl.learner.llm.imagine`); rollouts with an invalid
-state (the env's `valid_state`: off the table, balls overlapping, non-finite) are dropped and
-the share kept is reported, with the goal-match rate (the level's success function on the
-imagined final state) over all rollouts and over the kept ones. Kept rollouts are labelled with
-the env's own reward function, cut at the first step that reaches the goal (terminal there),
-and stored with `source="imagined"`.
+For each of `count` rollouts: a goal of the level with one of its instructions (cycling through
+them, seeded) and a real initial state that does not already meet the goal. The grounded model
+imagines the rollout (`llmrl.learner.llm.imagine`). Two filters (`imagined_filter`):
+
+* `valid` (KALM's): rollouts with an invalid state (the env's validity check) are dropped;
+* `goal` (our option, not the paper's): also the valid rollouts whose final state does not meet
+  their goal under the level's success function. The paper labels imagined rollouts with the
+  environment's reward function, which knows the goal as well as the success function does, so
+  this uses no knowledge the labelling does not already use.
+
+The shares kept under both filters are reported whichever is used, with the goal-match rate
+(the level's success function on the imagined final state) over all rollouts and over the
+valid ones. Kept rollouts are labelled with the env's reward, cut at the first step that meets
+the goal (terminal there), and stored with `source="imagined"`.
+
+The env's side is an `ImaginedEnv`:
+
+* `ClevrImagination`: KALM's CLEVR-Robot; goals are the 6-number goals of the level, initial
+  states the real episodes' first states, validity `clevr_robot.valid_state` (on the table, no
+  overlap), reward `clevr_robot.reward`.
+* `MetaWorldImagination`: the level's tasks (unseen-easy, unseen-hard), each with its 20
+  instructions. The real data hold only the training tasks' scenes, so initial states are real
+  resets of the level's task (Meta-World itself, seeded: a placement of that task's objects),
+  and the goal is that reset's goal position. Success and validity are
+  `metaworld_goals.success` / `valid_state` (Meta-World's success test on observations; finite,
+  within its hand space and the workspace). Actions are clipped to the Box [-1, 1]. Reward: 10
+  on reaching the goal, else 0 (Meta-World's shaped reward reads the simulator's contacts and
+  initial positions, which an imagined observation lacks; its maximum is 10 at success).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from llmrl.learner.llm.imagine import filter_rollouts, goal_match_rate, imagine
+from llmrl.learner.llm.imagine import (
+    FILTERS,
+    Rollout,
+    filter_rollouts,
+    goal_match_rate,
+    imagine,
+    select_rollouts,
+)
+
+
+class ImaginedEnv(Protocol):
+    """What imagination needs of an env, for one level."""
+
+    discrete: bool
+    action_bounds: tuple[Any, Any] | None
+
+    def goals(self, level: str) -> list[tuple[Any, str]]:
+        """(goal, instruction) pairs of the level."""
+
+    def initial_state(self, level: str, goal: Any, rng: np.random.Generator) -> tuple[Any, Any]:
+        """(a real initial state that does not meet `goal`, the goal as the episode has it)."""
+
+    def success(self, level: str, state: np.ndarray, goal: Any) -> bool: ...
+
+    def valid_state(self, state: np.ndarray) -> bool: ...
+
+    def reward(self, level: str, state: np.ndarray, after: np.ndarray, goal: Any) -> float: ...
+
+    def goal_numbers(self, goal: Any) -> np.ndarray:
+        """The goal as the dataset stores it (`OfflineDataset.goals`)."""
+
+
+class ClevrImagination:
+    """CLEVR-Robot (see the module doc); initial states from `real`'s episodes."""
+
+    discrete = True
+    action_bounds = None
+
+    def __init__(self, real: Any) -> None:
+        from llmrl.simulator.envs import clevr_robot
+
+        self.env = clevr_robot
+        self.starts = np.stack([episode.observations[0] for episode in real.episodes()])
+
+    def goals(self, level: str) -> list[tuple[Any, str]]:
+        return [(np.asarray(g, np.float32), str(t)) for g, t in self.env.instructions(level)]
+
+    def initial_state(self, level: str, goal: Any, rng: np.random.Generator) -> tuple[Any, Any]:
+        for _ in range(100):  # a start that does not meet the goal already
+            start = self.starts[rng.integers(len(self.starts))]
+            if not self.success(level, start, goal):
+                break
+        return start, goal
+
+    def success(self, level: str, state: np.ndarray, goal: Any) -> bool:
+        return bool(self.env.LEVEL_SUCCESS[level](state, goal))
+
+    def valid_state(self, state: np.ndarray) -> bool:
+        return bool(self.env.valid_state(state))
+
+    def reward(self, level: str, state: np.ndarray, after: np.ndarray, goal: Any) -> float:
+        return float(self.env.reward(state, after, goal))
+
+    def goal_numbers(self, goal: Any) -> np.ndarray:
+        return np.asarray(goal, np.float32)
+
+
+class MetaWorldImagination:
+    """Meta-World v3 (see the module doc); a goal is (task, goal position)."""
+
+    discrete = False
+    action_bounds = (-1.0, 1.0)  # the MetaWorld env's Box
+
+    def __init__(self) -> None:
+        from llmrl.recipes.kalm import metaworld_goals
+
+        self.checks = metaworld_goals
+        self._envs: dict[str, Any] = {}
+
+    def goals(self, level: str) -> list[tuple[Any, str]]:
+        from llmrl.simulator.envs.metaworld_tasks import TASK_LEVELS, instructions
+
+        return [(task, text) for task in TASK_LEVELS[level] for text in instructions(task)]
+
+    def initial_state(self, level: str, goal: Any, rng: np.random.Generator) -> tuple[Any, Any]:
+        from llmrl.simulator.envs.metaworld_tasks import make_task_env
+
+        task = goal
+        if task not in self._envs:
+            self._envs[task] = make_task_env(task)
+        env = self._envs[task]
+        for _ in range(20):  # a placement whose start does not meet the goal already
+            env.seed(int(rng.integers(2**31)))
+            observation, _ = env.reset()
+            state = observation.astype(np.float32)
+            position = state[self.checks.GOAL].copy()
+            if not self.checks.success(task, state, position):
+                break
+        return state, (task, position)
+
+    def success(self, level: str, state: np.ndarray, goal: Any) -> bool:
+        task, position = goal
+        return self.checks.success(task, state, position)
+
+    def valid_state(self, state: np.ndarray) -> bool:
+        return self.checks.valid_state(state)
+
+    def reward(self, level: str, state: np.ndarray, after: np.ndarray, goal: Any) -> float:
+        return 10.0 if self.success(level, after, goal) else 0.0
+
+    def goal_numbers(self, goal: Any) -> np.ndarray:
+        return np.asarray(goal[1], np.float32)  # the goal position, as the real data store it
+
+    def close(self) -> None:
+        for env in self._envs.values():
+            env.close()
+        self._envs.clear()
+
+
+def imagination_env(env: str, real: Any) -> ImaginedEnv:
+    if env == "ClevrRobot":
+        return ClevrImagination(real)
+    if env == "MetaWorld":
+        return MetaWorldImagination()
+    raise ValueError(f"env: no imagination for {env!r}; envs: ClevrRobot, MetaWorld")
 
 
 def imagine_level(
     grounded: Any,
     real: Any,
-    env: Any,
+    env: ImaginedEnv,
     level: str,
     *,
     count: int,
     max_steps: int,
     seed: int = 0,
+    imagined_filter: str = "valid",
     on_progress: Callable[[int], None] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """(the kept rollouts as an OfflineDataset, or None when none was kept; figures)."""
-    from llmrl.common.offline_dataset import OfflineDataset
-
+    if imagined_filter not in FILTERS:
+        raise ValueError(
+            f"imagined_filter: expected one of {', '.join(FILTERS)}, got {imagined_filter!r}"
+        )
     rng = np.random.default_rng([seed, len(level)])
-    success = env.LEVEL_SUCCESS[level]
-    pairs = env.instructions(level)
+    pairs = env.goals(level)
     order = rng.permutation(len(pairs))
-    starts = np.stack([episode.observations[0] for episode in real.episodes()])
     goals, texts, initial = [], [], []
     for i in range(count):
         goal, text = pairs[order[i % len(pairs)]]
-        for _ in range(100):  # a start that does not satisfy the goal already
-            start = starts[rng.integers(len(starts))]
-            if not success(start, goal):
-                break
-        goals.append(np.asarray(goal, np.float32))
-        texts.append(str(text))
+        start, goal = env.initial_state(level, goal, rng)
+        goals.append(goal)
+        texts.append(text)
         initial.append(start)
     rollouts = imagine(
-        grounded, np.stack(initial), texts, max_steps=max_steps, on_progress=on_progress
+        grounded,
+        np.stack(initial),
+        texts,
+        max_steps=max_steps,
+        action_bounds=env.action_bounds,
+        on_progress=on_progress,
     )
-    kept, share = filter_rollouts(rollouts, env.valid_state)
+
+    def success(state: np.ndarray, goal: Any) -> bool:
+        state = np.asarray(state)
+        return bool(np.isfinite(state).all() and env.success(level, state, goal))
+
+    valid, valid_share = filter_rollouts(rollouts, env.valid_state)
+    reaching, reaching_share = select_rollouts(rollouts, env.valid_state, "goal", goals, success)
+    kept = valid if imagined_filter == "valid" else reaching
     figures = {
         "rollouts": len(rollouts),
+        "filter": imagined_filter,
         "kept": len(kept),
-        "kept_share": share,
-        "goal_match": goal_match_rate(rollouts, goals, _safe(success)),
+        "kept_share": valid_share if imagined_filter == "valid" else reaching_share,
+        "kept_share_valid": valid_share,
+        "kept_share_goal": reaching_share,
+        "goal_match": goal_match_rate(rollouts, goals, success),
         "goal_match_kept": goal_match_rate(
-            [rollouts[i] for i in kept], [goals[i] for i in kept], success
+            [rollouts[i] for i in valid], [goals[i] for i in valid], success
         ),
         "mean_length": float(np.mean([len(r.actions) for r in rollouts])) if rollouts else 0.0,
     }
     if not kept:
         return None, figures
+    dataset = to_dataset(real.env, [rollouts[i] for i in kept], [goals[i] for i in kept],
+                         [texts[i] for i in kept], env, level, success)  # fmt: skip
+    figures["imagined_transitions"] = len(dataset)
+    figures["imagined_success_share"] = float(dataset.terminals.sum() / len(kept))
+    return dataset, figures
+
+
+def to_dataset(
+    env_name: str,
+    rollouts: list[Rollout],
+    goals: list[Any],
+    texts: list[str],
+    env: ImaginedEnv,
+    level: str,
+    success: Callable[[np.ndarray, Any], bool],
+) -> Any:
+    """The rollouts as an "imagined" OfflineDataset: rewards from the env, each cut at the first
+    step that meets its goal (terminal there; a timeout otherwise)."""
+    from llmrl.common.offline_dataset import OfflineDataset
+
     columns: dict[str, list[Any]] = {
         k: []
         for k in ("observations", "actions", "rewards", "terminals", "timeouts", "episode_ids")
     }
-    finals, instructions, episode_goals = [], [], []
-    for episode, i in enumerate(kept):
-        states, actions, goal = rollouts[i].states, rollouts[i].actions, goals[i]
+    finals, episode_goals = [], []
+    for episode, (rollout, goal) in enumerate(zip(rollouts, goals, strict=True)):
+        states, actions = rollout.states, rollout.actions
         steps = len(actions)
         for t in range(len(actions)):
             if success(states[t + 1], goal):
                 steps = t + 1
                 break
         for t in range(steps):
+            reached = success(states[t + 1], goal)
             columns["observations"].append(states[t])
-            columns["actions"].append(int(actions[t]))
-            columns["rewards"].append(env.reward(states[t], states[t + 1], goal))
-            reached = bool(success(states[t + 1], goal))
+            columns["actions"].append(
+                int(actions[t]) if env.discrete else np.asarray(actions[t], np.float32)
+            )
+            columns["rewards"].append(env.reward(level, states[t], states[t + 1], goal))
             columns["terminals"].append(reached)
             columns["timeouts"].append(t == steps - 1 and not reached)
             columns["episode_ids"].append(episode)
         finals.append(states[steps])
-        instructions.append(texts[i])
-        episode_goals.append(goal)
-    dataset = OfflineDataset.from_arrays(
-        env=real.env,
+        episode_goals.append(env.goal_numbers(goal))
+    return OfflineDataset.from_arrays(
+        env=env_name,
         source="imagined",
         final_observations=np.stack(finals),
-        instructions=np.asarray(instructions),
+        instructions=np.asarray(texts),
         goals=np.stack(episode_goals),
         **{k: np.asarray(v) for k, v in columns.items()},
     )
-    figures["imagined_transitions"] = len(dataset)
-    figures["imagined_success_share"] = float(np.mean(dataset.terminals.sum() / len(kept)))
-    return dataset, figures
-
-
-def _safe(success: Callable[[np.ndarray, Any], bool]) -> Callable[[np.ndarray, Any], bool]:
-    """The success function, False on a state it cannot read (NaN, wrong size)."""
-
-    def check(state: np.ndarray, goal: Any) -> bool:
-        state = np.asarray(state)
-        return bool(np.isfinite(state).all() and success(state, goal))
-
-    return check

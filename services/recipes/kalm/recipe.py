@@ -6,8 +6,9 @@ Phases (each resumable; a completed one is never run again):
                              with the instructions' sentence embeddings (gateway `embed`)
   ground                     grounding SFT of the LLM on the real data (`kalm-grounding`)
   imagine/<level>            rollouts the grounded LLM imagines for the level's instructions
-                             from real initial states; invalid ones filtered; kept share and
-                             goal-match rate; `imagined/<level>.npz`
+                             from real initial states (CLEVR-Robot, Meta-World); filtered by
+                             `imagined_filter` (valid states / also goal met); kept shares
+                             under both and goal-match rate; `imagined/<level>.npz`
   offline/<alg>/<data>/<s>   an offline RL policy (d3rlpy) on `real` or `real+imagined` data
   evaluate/<alg>/<data>/<s>/<level>   its episodes in the env on the level's goals
   report                     results table (algorithm x level x data), PNGs, paper figures
@@ -117,13 +118,6 @@ class Kalm(Recipe):
         return phases
 
     # -- data -------------------------------------------------------------------------------
-    def env_module(self) -> Any:
-        if self.config.env == "ClevrRobot":
-            from llmrl.simulator.envs import clevr_robot
-
-            return clevr_robot
-        raise NotImplementedError(f"env {self.config.env!r}: only ClevrRobot imagines rollouts")
-
     def embed(self, ctx: RunContext, texts: list[str], path: Path) -> str:
         """Save the sentence embeddings of `texts` (one row each) as a plain .npy."""
         unique = sorted(set(texts))
@@ -135,20 +129,6 @@ class Kalm(Recipe):
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, rows, allow_pickle=False)
         return str(path)
-
-    def released_path(self, name: str) -> Path:
-        """KALM's released file `name`: `released_path`, else $LLMRL_KALM_DATA/name, else
-        ../shared/data/kalm/name (from the working directory, as `llmrl.common.paths`)."""
-        import os
-
-        from llmrl.common.paths import SHARED_DATA
-
-        if self.config.released_path:
-            return Path(self.config.released_path)
-        root = os.environ.get("LLMRL_KALM_DATA")
-        if root:
-            return Path(root) / name
-        return SHARED_DATA / "kalm" / name
 
     def real_data(self, ctx: RunContext) -> Any:
         """Scripted episodes (k1's collectors) and/or KALM's released data, concatenated."""
@@ -182,9 +162,9 @@ class Kalm(Recipe):
             finally:
                 ctx.progress.finish()
         if "released" in cfg.data:
-            from llmrl.recipes.kalm.released import load_released_clevr
+            from llmrl.recipes.kalm.released import CLEVR_FILE, load_released_clevr, released_file
 
-            parts.append(load_released_clevr(self.released_path("clevr_robot.npy")))
+            parts.append(load_released_clevr(released_file(CLEVR_FILE, cfg.released_path)))
         return parts[0] if len(parts) == 1 else OfflineDataset.concatenate(*parts)
 
     def level_tasks(self, level: str) -> list[str]:
@@ -238,7 +218,7 @@ class Kalm(Recipe):
         return self.run_job(ctx, GROUND, job, job.steps, train_grounding, unit="steps")
 
     def imagine(self, ctx: RunContext, level: str) -> dict[str, Any]:
-        from llmrl.recipes.kalm.imagination import imagine_level
+        from llmrl.recipes.kalm.imagination import imagination_env, imagine_level
 
         cfg = self.config
         real = load_datasets([ctx.phase_outputs(DATA)["path"]])
@@ -246,20 +226,23 @@ class Kalm(Recipe):
 
         # loaded once for every level's phase (kept by path and modification time)
         grounded = load_cached("kalm-grounding", ctx.phase_outputs(GROUND)["checkpoint"])
+        env = imagination_env(cfg.env, real)
         ctx.progress.start(f"imagine/{level}", cfg.imagined_per_level, unit="rollouts")
         try:
             dataset, figures = imagine_level(
                 grounded,
                 real,
-                self.env_module(),
+                env,
                 level,
                 count=cfg.imagined_per_level,
                 max_steps=cfg.imagine_max_steps,
                 seed=cfg.seed,
+                imagined_filter=cfg.imagined_filter,
                 on_progress=ctx.progress.advance,
             )
         finally:
             ctx.progress.finish()
+            getattr(env, "close", lambda: None)()
         outputs: dict[str, Any] = {"level": level, **figures, "path": None, "embeddings": None}
         if dataset is not None:
             path = dataset.save(ctx.out_dir / "imagined" / f"{level}.npz")

@@ -41,12 +41,34 @@ CLEVR_FILE, METAWORLD_FILE = "clevr_robot.npy", "meta_world.npy"
 
 def released_dir() -> Path | None:
     """Where KALM's released files are: $LLMRL_KALM_DATA, else `data/kalm` in the shared
-    folder beside the checkout (`../shared/data/kalm`); None when neither holds them."""
+    folder (`../shared/data/kalm` from the working directory, as `llmrl.common.paths`, or
+    beside the checkout); None when none holds them."""
+    from llmrl.common.paths import SHARED_DATA
+
     repository = Path(__file__).resolve().parents[3]
-    for candidate in (os.environ.get(DATA_ENV_VAR), repository.parent / "shared/data/kalm"):
+    candidates = (
+        os.environ.get(DATA_ENV_VAR),
+        SHARED_DATA / "kalm",
+        repository.parent / "shared/data/kalm",
+    )
+    for candidate in candidates:
         if candidate and (Path(candidate) / CLEVR_FILE).is_file():
             return Path(candidate)
     return None
+
+
+def released_file(name: str, override: str | Path | None = None) -> Path:
+    """KALM's released file `name`: `override` (the recipe's `released_path`) when given,
+    else `name` in `released_dir()`; a FileNotFoundError says where it looked."""
+    if override:
+        return Path(override)
+    directory = released_dir()
+    if directory is None:
+        raise FileNotFoundError(
+            f"released_path: KALM's released {name} is in neither ${DATA_ENV_VAR} nor "
+            "../shared/data/kalm; set released_path or use data=[scripted]"
+        )
+    return directory / name
 
 
 # key: (dtype kind(s), shape with None for "any size"); checked against each other below.

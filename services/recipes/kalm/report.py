@@ -72,10 +72,14 @@ def kalm_results(
             f"{grounding.get('episodes')} episodes; losses {losses}"
         )
     for figures in imagined:
+        valid = figures.get("kept_share_valid", figures["kept_share"])
+        reaching = figures.get("kept_share_goal")
+        shares = f"valid {valid:.0%}" + ("" if reaching is None else f", goal {reaching:.0%}")
         notes.append(
             f"imagined {figures['level']}: {figures['rollouts']} rollouts, kept "
-            f"{figures['kept_share']:.0%} (valid states), goal match {figures['goal_match']:.0%} "
-            f"of all, {figures['goal_match_kept']:.0%} of kept, mean length "
+            f"{figures['kept_share']:.0%} (filter {figures.get('filter', 'valid')}; kept under "
+            f"each filter: {shares}), goal match {figures['goal_match']:.0%} of all, "
+            f"{figures['goal_match_kept']:.0%} of valid, mean length "
             f"{figures['mean_length']:.1f}"
         )
     if cfg.env == "ClevrRobot":
@@ -144,8 +148,11 @@ def plot_results(
     if imagined:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         x = np.arange(len(imagined))
-        ax.bar(x - 0.2, [f["kept_share"] for f in imagined], 0.4, label="kept (valid states)")
-        ax.bar(x + 0.2, [f["goal_match"] for f in imagined], 0.4, label="final state meets goal")
+        valid = [f.get("kept_share_valid", f["kept_share"]) for f in imagined]
+        reaching = [f.get("kept_share_goal", 0.0) for f in imagined]
+        ax.bar(x - 0.27, valid, 0.27, label="kept: valid states")
+        ax.bar(x, reaching, 0.27, label="kept: valid and final state meets goal")
+        ax.bar(x + 0.27, [f["goal_match"] for f in imagined], 0.27, label="final state meets goal")
         ax.set_xticks(x, [f["level"] for f in imagined])
         ax.set_ylim(0, 1)
         ax.legend(fontsize=8)

@@ -70,6 +70,10 @@ class KalmGroundingJob(BaseModel):
     _paths_confined = field_validator("datasets")(confined_field)
 
 
+# offline_rl settings a kalm-offline job sets from its own fields
+JOB_OWNED_OFFLINE_SETTINGS = {"steps", "batch_size", "action_size", "seed", "tensorboard_dir"}
+
+
 class KalmOfflineJob(BaseModel):
     """An offline RL policy on `datasets` (+ instruction embeddings); unknown keys are errors."""
 
@@ -88,8 +92,34 @@ class KalmOfflineJob(BaseModel):
     action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
+    offline: dict[str, Any] = Field(
+        default_factory=dict,
+        description="further settings of the offline algorithm (learning_rate, hidden_units, "
+        "alpha, gamma, steps_per_epoch; `llmrl.learner.algorithms.offline_rl.setting_help`)",
+    )
 
     _paths_confined = field_validator("datasets", "embeddings")(confined_field)
+
+    @field_validator("offline")
+    @classmethod
+    def _offline_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Checked when the job is parsed (a 422 naming `offline.<key>`), not when it runs: the
+        keys the job sets from its own fields are refused, the rest go through offline_rl's
+        own checks."""
+        from llmrl.learner.algorithms.offline_rl import SETTINGS, parse_settings
+
+        known = sorted(set(SETTINGS) - JOB_OWNED_OFFLINE_SETTINGS)
+        for key in value:
+            if key not in known:
+                raise ValueError(
+                    f"offline.{key}: not an offline RL setting a job may set; known: "
+                    f"{', '.join(known)}"
+                )
+        try:
+            parse_settings(value)
+        except ValueError as error:
+            raise ValueError(f"offline.{error}") from None
+        return value
 
 
 @registry.register_policy_job("kalm-grounding", request=KalmGroundingJob)
@@ -142,6 +172,7 @@ def train_offline(
         action_size=job.action_size,
         seed=job.seed,
         tensorboard_dir=job.tensorboard_dir,
+        **job.offline,
     )
     return {"checkpoint": str(checkpoint.path), "algorithm": job.algorithm, **checkpoint.result}
 

@@ -78,10 +78,15 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
     assert phase_names(variants=["real"], algorithms=["cql"], levels=["training"]) == [
         "data", "offline/cql/real/0", "evaluate/cql/real/0/training", "report"
     ]  # fmt: skip
-    metaworld = phase_names(env="MetaWorld", levels=["unseen-hard"])
+    metaworld = phase_names(env="MetaWorld", levels=["unseen-hard"], algorithms=["iql"])
     assert metaworld == [
-        "data", "offline/bc/real/0", "evaluate/bc/real/0/unseen-hard",
-        "offline/iql/real/0", "evaluate/iql/real/0/unseen-hard", "report",
+        "data", "ground", "imagine/unseen-easy", "imagine/unseen-hard",
+        "offline/iql/real/0", "evaluate/iql/real/0/unseen-hard",
+        "offline/iql/real+imagined/0", "evaluate/iql/real+imagined/0/unseen-hard", "report",
+    ]  # fmt: skip
+    assert phase_names(env="MetaWorld", variants=["real"], levels=["training"]) == [
+        "data", "offline/bc/real/0", "evaluate/bc/real/0/training",
+        "offline/iql/real/0", "evaluate/iql/real/0/training", "report",
     ]  # fmt: skip
 
 
@@ -96,7 +101,8 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"data": ["internet"]}, "config.data"),
         ({"variants": ["imagined-only"]}, "config.variants"),
         ({"numbers": "roman"}, "config.numbers"),
-        ({"env": "MetaWorld", "variants": ["real", "real+imagined"]}, "variants"),
+        ({"env": "MetaWorld", "imagine_levels": ["rephrased"]}, "imagine_levels"),
+        ({"imagined_filter": "lucky"}, "config.imagined_filter"),
         ({"env": "MetaWorld", "levels": ["rephrased"]}, "levels"),
         ({"grounding_steps": 0}, "config.grounding_steps"),
         ({"dataset": "/etc/passwd"}, "config.dataset"),
@@ -207,3 +213,37 @@ def test_a_run_killed_between_phases_resumes_and_reports(tiny_model_dir: Path, t
     assert any(n.startswith("imagined unseen-easy: 4 rollouts") for n in results["notes"])
     assert set(results["plots"]) == {"success.png", "imagination.png"}
     assert all((out / plot).stat().st_size > 0 for plot in results["plots"])
+
+
+def test_offline_job_settings_are_checked_when_the_job_is_parsed(tmp_path, monkeypatch):
+    from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
+
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    body = {
+        "kind": "kalm-offline", "algorithm": "bc", "datasets": [str(tmp_path / "real.npz")],
+        "model_path": str(tmp_path / "policy"),
+    }  # fmt: skip
+    job = parse_policy_job({**body, "offline": {"learning_rate": 1e-3, "hidden_units": [32]}})
+    assert job.offline == {"learning_rate": 1e-3, "hidden_units": [32]}
+    for offline, key in (
+        ({"learning_rate": -1}, "offline.learning_rate"),
+        ({"hidden_units": [0]}, "offline.hidden_units"),
+        ({"gamma": 3}, "offline.gamma"),
+        ({"steps": 5}, "offline.steps"),  # the job's own field, not a free setting
+        ({"epochs": 5}, "offline.epochs"),
+    ):
+        with pytest.raises(PolicyJobError, match=key.replace(".", r"\.")):
+            parse_policy_job({**body, "offline": offline})
+    for field, value in (("steps", -1), ("batch_size", 0), ("surprise", 1)):
+        with pytest.raises(PolicyJobError, match=field):
+            parse_policy_job({**body, field: value})
+
+
+def test_released_files_are_found_in_one_place(tmp_path, monkeypatch):
+    from llmrl.recipes.kalm import released
+
+    assert released.released_file("x.npy", tmp_path / "mine.npy") == tmp_path / "mine.npy"
+    (tmp_path / released.CLEVR_FILE).write_bytes(b"")
+    monkeypatch.setenv(released.DATA_ENV_VAR, str(tmp_path))
+    assert released.released_dir() == tmp_path
+    assert released.released_file(released.METAWORLD_FILE) == tmp_path / released.METAWORLD_FILE
