@@ -133,6 +133,9 @@ def test_the_policy_follows_the_instruction_embedding_of_an_offline_dataset(tmp_
         ({"batch_size": 0}, "batch_size"),
         ({"steps_per_epoch": 1.5}, "steps_per_epoch"),
         ({"learning_rate": 0}, "learning_rate"),
+        ({"learning_rate": float("nan")}, "learning_rate"),  # NaN passes every comparison
+        ({"gamma": float("nan")}, "gamma"),
+        ({"alpha": float("inf")}, "alpha"),
         ({"gamma": 1.5}, "gamma"),
         ({"alpha": -1}, "alpha"),
         ({"hidden_units": []}, "hidden_units"),

@@ -3,6 +3,7 @@ of loaded models."""
 
 from __future__ import annotations
 
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -112,11 +113,13 @@ def settings_help(config_class: type) -> dict[str, str]:
 
 
 def check_number(key: str, value: Any, integer: bool = False, positive: bool = False) -> None:
-    """A ValueError naming `key` unless `value` is a number (an integer) >= 0 (> 0)."""
+    """A ValueError naming `key` unless `value` is a finite number (an integer) >= 0 (> 0).
+    NaN and infinity are refused: NaN passes every comparison and would reach the trainer."""
     kinds = (int,) if integer else (int, float)
     number = isinstance(value, kinds) and not isinstance(value, bool)
+    number = number and (isinstance(value, int) or math.isfinite(value))
     if not number or (value <= 0 if positive else value < 0):
-        kind = "an integer" if integer else "a number"
+        kind = "an integer" if integer else "a finite number"
         raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")
 
 
