@@ -117,3 +117,6 @@ def test_registered_grounding_sft_learns_from_an_offline_dataset(tiny_model_dir,
     assert model.spec.base_layers == 1 and len(model.causal_lm.model.layers) == 1
     with pytest.raises(ValueError, match="tasks"):
         grounding.train(dataset, Versions(tmp_path / "x"), tasks=["sing"])
+    with pytest.raises(ValueError, match=r"action_size: 5 is too small.*up to 6"):
+        grounding.train(dataset, Versions(tmp_path / "y"), base_model=str(tiny_model_dir),
+                        action_size=5)  # fmt: skip

@@ -25,6 +25,7 @@ import numpy as np
 
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.algorithms.offline_rl import check_action_size
 from llmrl.learner.llm.grounding import (
     NUMBERS,
     TASKS,
@@ -108,12 +109,9 @@ class GroundingSft(Algorithm):
         first = sources[0]
         discrete = bool(first.discrete)
         if discrete:
+            for dataset in sources:
+                check_action_size(dataset, cfg["action_size"])
             seen = max(int(np.max(a)) for _, _, a in episodes) + 1
-            if cfg["action_size"] is not None and int(cfg["action_size"]) < seen:
-                raise ValueError(
-                    f"action_size: {cfg['action_size']} is too small for this dataset, whose "
-                    f"actions go up to {seen - 1} (needs at least {seen})"
-                )
             spec = GroundingSpec(
                 state_dim=int(first.observations.shape[1]),
                 action_size=int(cfg["action_size"] or seen),
