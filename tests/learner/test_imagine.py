@@ -14,6 +14,7 @@ from llmrl.learner.llm.imagine import (
     goal_match_rate,
     imagine,
     parse_text_rollout,
+    reaches_goal,
     select_rollouts,
 )
 from llmrl.simulator.envs.clevr_robot import GOALS, random_state, success, valid_state
@@ -123,8 +124,10 @@ def test_the_goal_filter_keeps_exactly_the_valid_rollouts_that_meet_their_goal()
         Rollout(np.stack([start, invalid]), np.array([1]), True),  # invalid state
     ]
     goals = [goal] * len(rollouts)
+    # reaching the goal and leaving it counts: the dataset cuts the rollout there as a success
     kept, share = select_rollouts(rollouts, valid_state, "goal", goals, success)
-    assert kept == [0, 2] and share == pytest.approx(0.4)
+    assert kept == [0, 2, 3] and share == pytest.approx(0.6)
+    assert [reaches_goal(r, goal, success) for r in rollouts[:4]] == [True, False, True, True]
     kept, share = select_rollouts(rollouts, valid_state, "valid", goals, success)
     assert kept == [0, 1, 2, 3] and share == pytest.approx(0.8)
     with pytest.raises(ValueError, match="imagined_filter"):

@@ -261,8 +261,8 @@ def select_rollouts(
     success: Callable[[np.ndarray, Any], bool] | None = None,
 ) -> tuple[list[int], float]:
     """The rollouts an imagined dataset keeps, and their share: `valid` as `filter_rollouts`;
-    `goal` also drops the valid ones whose final state does not meet their goal (`success`,
-    one goal per rollout)."""
+    `goal` also drops the valid ones that never meet their goal (`reaches_goal`; one goal per
+    rollout)."""
     if mode not in FILTERS:
         raise ValueError(f"imagined_filter: expected one of {', '.join(FILTERS)}, got {mode!r}")
     kept, share = filter_rollouts(rollouts, valid_state)
@@ -270,8 +270,14 @@ def select_rollouts(
         return kept, share
     if goals is None or success is None:
         raise ValueError("imagined_filter: goal needs each rollout's goal and a success function")
-    kept = [i for i in kept if success(rollouts[i].final_state, goals[i])]
+    kept = [i for i in kept if reaches_goal(rollouts[i], goals[i], success)]
     return kept, (len(kept) / len(rollouts) if rollouts else 0.0)
+
+
+def reaches_goal(rollout: Rollout, goal: Any, success: Callable[[np.ndarray, Any], bool]) -> bool:
+    """Whether any state after the first meets `goal`: an imagined dataset cuts a rollout at
+    that step and labels it a success, even when a later state leaves the goal again."""
+    return any(success(state, goal) for state in rollout.states[1:])
 
 
 def goal_match_rate(

@@ -63,7 +63,7 @@ class KalmConfig(RecipeConfig):
     imagined_filter: str = Field(
         "valid",
         description="Imagined rollouts kept: valid (KALM: drop those with an invalid state) or "
-        "goal (also drop those whose final state does not meet the goal under the level's "
+        "goal (also drop those none of whose states meets the goal under the level's "
         "success function; our option, not the paper's). Both shares are reported.",
     )
     model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")

@@ -6,10 +6,11 @@ them, seeded) and a real initial state that does not already meet the goal. The 
 imagines the rollout (`llmrl.learner.llm.imagine`). Two filters (`imagined_filter`):
 
 * `valid` (KALM's): rollouts with an invalid state (the env's validity check) are dropped;
-* `goal` (our option, not the paper's): also the valid rollouts whose final state does not meet
-  their goal under the level's success function. The paper labels imagined rollouts with the
-  environment's reward function, which knows the goal as well as the success function does, so
-  this uses no knowledge the labelling does not already use.
+* `goal` (our option, not the paper's): also the valid rollouts none of whose states meets
+  their goal under the level's success function (one that reaches the goal and leaves it is
+  kept: the dataset cuts it where it first meets the goal). The paper labels imagined rollouts
+  with the environment's reward function, which knows the goal as well as the success function
+  does, so this uses no knowledge the labelling does not already use.
 
 The shares kept under both filters are reported whichever is used, with the goal-match rate
 (the level's success function on the imagined final state) over all rollouts and over the

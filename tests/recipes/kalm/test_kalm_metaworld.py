@@ -121,6 +121,8 @@ def test_a_tiny_grounded_model_imagines_box_actions_inside_the_box(tiny_model_di
                 assert np.all(np.abs(dataset.actions) <= 1.0)
                 assert dataset.goals.shape[1:] == (3,) and dataset.env == "MetaWorld"
                 assert all(metaworld_goals.valid_state(s) for s in dataset.observations)
+                if imagined_filter == "goal":  # each kept rollout is labelled a success
+                    assert figures["imagined_success_share"] == 1.0
     finally:
         env.close()
 
