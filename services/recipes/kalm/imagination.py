@@ -45,7 +45,7 @@ from llmrl.learner.llm.imagine import (
     filter_rollouts,
     goal_match_rate,
     imagine,
-    select_rollouts,
+    reaches_goal,
 )
 
 
@@ -207,7 +207,8 @@ def imagine_level(
         return bool(np.isfinite(state).all() and env.success(level, state, goal))
 
     valid, valid_share = filter_rollouts(rollouts, env.valid_state)
-    reaching, reaching_share = select_rollouts(rollouts, env.valid_state, "goal", goals, success)
+    reaching = [i for i in valid if reaches_goal(rollouts[i], goals[i], success)]
+    reaching_share = len(reaching) / len(rollouts) if rollouts else 0.0
     kept = valid if imagined_filter == "valid" else reaching
     figures = {
         "rollouts": len(rollouts),
