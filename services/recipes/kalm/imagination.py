@@ -34,6 +34,7 @@ The env's side is an `ImaginedEnv`:
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -166,6 +167,12 @@ def imagination_env(env: str, real: Any) -> ImaginedEnv:
     raise ValueError(f"env: no imagination for {env!r}; envs: ClevrRobot, MetaWorld")
 
 
+def level_rng(seed: int, level: str) -> np.random.Generator:
+    """The level's own seeded stream of instructions and initial states: keyed by a checksum of
+    its name (levels of equal length, unseen-easy and unseen-hard, must not share a stream)."""
+    return np.random.default_rng([seed, zlib.crc32(level.encode())])
+
+
 def imagine_level(
     grounded: Any,
     real: Any,
@@ -183,7 +190,7 @@ def imagine_level(
         raise ValueError(
             f"imagined_filter: expected one of {', '.join(FILTERS)}, got {imagined_filter!r}"
         )
-    rng = np.random.default_rng([seed, len(level)])
+    rng = level_rng(seed, level)
     pairs = env.goals(level)
     order = rng.permutation(len(pairs))
     goals, texts, initial = [], [], []

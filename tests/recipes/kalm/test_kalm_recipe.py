@@ -247,3 +247,16 @@ def test_released_files_are_found_in_one_place(tmp_path, monkeypatch):
     monkeypatch.setenv(released.DATA_ENV_VAR, str(tmp_path))
     assert released.released_dir() == tmp_path
     assert released.released_file(released.METAWORLD_FILE) == tmp_path / released.METAWORLD_FILE
+
+
+def test_each_imagined_level_has_its_own_seeded_stream():
+    from llmrl.recipes.kalm.imagination import level_rng
+
+    def draws(level: str, seed: int = 0) -> list[int]:
+        return level_rng(seed, level).permutation(50).tolist()
+
+    # unseen-easy and unseen-hard have names of equal length: keyed by length they collided
+    assert len("unseen-easy") == len("unseen-hard")
+    assert draws("unseen-easy") != draws("unseen-hard")
+    assert draws("unseen-easy") == draws("unseen-easy")
+    assert draws("unseen-easy") != draws("unseen-easy", seed=1)
