@@ -6,8 +6,10 @@ instruction asks for, from a real initial state, one action and one state at a t
     rate = goal_match_rate(kept, goals, success)              # the env's success function
     kept, share = select_rollouts(rollouts, valid_state, "goal", goals, success)  # both
 
-Continuous (Box) actions come from the action head's regression and are clipped to the Box
-(`action_bounds`) before the model reads them back, as the env would clip them.
+Continuous (Box) actions are clipped to the Box (`action_bounds`), as the env would clip them:
+with slots, each step's action (the action head's regression) is clipped before the model
+reads it back; with numbers as text, the whole rollout is generated first and only the stored
+actions are clipped (the model conditioned on the unclipped text it wrote).
 
 With slots (`numbers="tokens"`), each step reads the stop head and the action head at the
 last state (greedy), appends the action's slot, then reads the state head there and appends
