@@ -227,6 +227,13 @@ class OfflineDataset:
         are given a timeout there, so d3rlpy does not join them with the next.
         `action_size` is the number of discrete actions (default: the largest id seen + 1;
         give it when some actions never occur, e.g. 40 for CLEVR-Robot).
+
+        d3rlpy takes a transition's next observation from the following row, so it keeps
+        only size - 1 transitions of an episode that does not end in a terminal. With
+        `final_observations`, each such episode gets one more row holding its final
+        observation (reward 0, the last action repeated; it is never a transition of its own,
+        only the last one's next observation and next action), so every step is kept. Without
+        them the last step of those episodes is lost.
         """
         import d3rlpy  # lazy: d3rlpy (and torch) only for the offline-RL side
 
@@ -239,12 +246,26 @@ class OfflineDataset:
                     f"row per episode, got {embeddings.shape}"
                 )
             observations = np.concatenate([observations, embeddings[self.episode_ids]], axis=1)
-        last_rows = self.episode_bounds()[1:] - 1
+        ends = self.episode_bounds()[1:]
+        last_rows = ends - 1
+        rewards, terminals = self.rewards, self.terminals
         timeouts = self.timeouts.copy()
         timeouts[last_rows] = True
-        timeouts &= ~self.terminals  # d3rlpy refuses a row that is both
+        timeouts &= ~terminals  # d3rlpy refuses a row that is both
+        actions = self.actions.reshape(-1, 1) if self.discrete else self.actions
+        if self.final_observations is not None and len(self):
+            cut = ~terminals[last_rows]
+            at, rows = ends[cut], last_rows[cut]
+            finals = self.final_observations[cut]
+            if with_instruction_embeddings is not None:
+                finals = np.concatenate([finals, embeddings[cut]], axis=1)
+            observations = np.insert(observations, at, finals, axis=0)
+            actions = np.insert(actions, at, actions[rows], axis=0)
+            rewards = np.insert(rewards, at, 0.0)
+            terminals = np.insert(terminals, at, False)
+            timeouts[rows] = False
+            timeouts = np.insert(timeouts, at, True)
         if self.discrete:
-            actions = self.actions.reshape(-1, 1)
             space = d3rlpy.ActionSpace.DISCRETE
             seen = int(self.actions.max()) + 1 if len(self) else 1
             if action_size is not None and action_size < seen:
@@ -253,14 +274,13 @@ class OfflineDataset:
                 )
             size = action_size or seen
         else:
-            actions = self.actions
             space = d3rlpy.ActionSpace.CONTINUOUS
             size = self.actions.shape[1]
         return d3rlpy.dataset.MDPDataset(
             observations=np.ascontiguousarray(observations, dtype=np.float32),
             actions=actions,
-            rewards=self.rewards.reshape(-1, 1),
-            terminals=self.terminals.astype(np.float32),
+            rewards=rewards.reshape(-1, 1),
+            terminals=terminals.astype(np.float32),
             timeouts=timeouts.astype(np.float32),
             action_space=space,
             action_size=size,

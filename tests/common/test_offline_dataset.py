@@ -159,17 +159,57 @@ def test_to_mdp_dataset_keeps_episodes_and_appends_embeddings(discrete):
     dataset.timeouts[-1] = False
     embeddings = np.arange(6, dtype=np.float32).reshape(3, 2)
     mdp = dataset.to_mdp_dataset(with_instruction_embeddings=embeddings, action_size=40)
-    assert [e.size() for e in mdp.episodes] == [3, 2, 4]
+    # the episodes without a terminal carry their final observation in one more row
+    assert [e.size() for e in mdp.episodes] == [3, 3, 5]
     assert [bool(e.terminated) for e in mdp.episodes] == [True, False, False]
     last = mdp.episodes[2].observations
-    assert last.shape == (4, 6) and np.array_equal(last[:, 4:], np.tile([4.0, 5.0], (4, 1)))
-    assert np.array_equal(last[:, :4], dataset.observations[5:])
+    assert last.shape == (5, 6) and np.array_equal(last[:, 4:], np.tile([4.0, 5.0], (5, 1)))
+    assert np.array_equal(last[:4, :4], dataset.observations[5:])
+    assert np.array_equal(last[4, :4], dataset.final_observations[2])
     if discrete:
         assert mdp.dataset_info.action_size == 40
     else:
         assert mdp.dataset_info.action_size == 4
     with pytest.raises(DatasetFormatError, match="one row per episode"):
         dataset.to_mdp_dataset(with_instruction_embeddings=embeddings[:2])
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_d3rlpy_sees_every_transition_of_a_truncated_episode(discrete):
+    pytest.importorskip("d3rlpy")
+    from d3rlpy.dataset import BasicTransitionPicker
+
+    # a terminal episode of 3 steps, a timeout of 2, a one-step timeout, one cut without a flag
+    dataset = make_dataset((3, 2, 1, 4), discrete=discrete)
+    dataset.timeouts[-1] = False
+    embeddings = np.arange(8, dtype=np.float32).reshape(4, 2)
+    mdp = dataset.to_mdp_dataset(with_instruction_embeddings=embeddings, action_size=40)
+    # d3rlpy keeps size - 1 transitions of an episode without a terminal (the last row has no
+    # next observation): the final observation is appended so that none of the 10 is lost
+    assert mdp.transition_count == len(dataset) == 10
+    assert [e.transition_count for e in mdp.episodes] == [3, 2, 1, 4]
+    assert [bool(e.terminated) for e in mdp.episodes] == [True, False, False, False]
+    picker = BasicTransitionPicker()
+    for e, episode in enumerate(dataset.episodes()):
+        observed = np.hstack([episode.observations, np.tile(embeddings[e], (len(episode), 1))])
+        for t in range(len(episode)):
+            transition = picker(mdp.episodes[e], t)
+            np.testing.assert_array_equal(transition.observation, observed[t])
+            np.testing.assert_array_equal(
+                np.reshape(transition.action, -1), np.reshape(episode.actions[t], -1)
+            )
+            assert transition.reward[0] == pytest.approx(episode.rewards[t])
+            if t + 1 < len(episode):
+                np.testing.assert_array_equal(transition.next_observation, observed[t + 1])
+            elif e > 0:  # the truncated episodes' last step leads to their final observation
+                final = np.concatenate([episode.final_observation, embeddings[e]])
+                np.testing.assert_array_equal(transition.next_observation, final)
+                assert transition.terminal == 0.0
+            else:  # a terminal step: d3rlpy's zero next observation, terminal 1
+                assert transition.terminal == 1.0
+    # without final observations the last step of a truncated episode cannot be kept
+    dataset.final_observations = None
+    assert dataset.to_mdp_dataset(action_size=40).transition_count == 10 - 3
 
 
 def test_a_bare_npy_array_is_refused_naming_the_file(tmp_path):
