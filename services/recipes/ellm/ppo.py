@@ -35,6 +35,7 @@ JOB_OWNED_PPO_SETTINGS = {"env", "policy", "seed", "device", "verbose", "tensorb
 # defaults for Crafter (smaller than SB3's 2048-step rollouts: budgets here are small)
 PPO_DEFAULTS: dict[str, Any] = {"n_steps": 128, "batch_size": 256, "learning_rate": 3e-4}
 CHECKPOINT_EVERY = 20_000
+SB3_KEYS = ("r", "l", "env_return")  # an episode's entries for SB3's logs, not episodes.jsonl
 
 
 def ppo_setting_names() -> list[str]:
@@ -93,7 +94,14 @@ def make_vec_env(wrapper: Any) -> Any:
                 figures = {key: value for key, value in episode.items() if key != "env"}
                 total = figures["intrinsic_return"] + figures["task_return"]
                 total += self.envs.extrinsic_scale * figures["extrinsic_return"]
-                infos[i]["episode"] = {"r": total, "l": figures["length"], **figures}
+                # env_return: the env's own return (crafter's reward), charts/episodic_return
+                env_return = figures["extrinsic_return"]
+                infos[i]["episode"] = {
+                    "r": total,
+                    "l": figures["length"],
+                    "env_return": env_return,
+                    **figures,
+                }
             if dones.any():
                 restarted = self.envs.restart(dones)
                 for i in np.flatnonzero(dones):
@@ -219,7 +227,7 @@ def train_ppo_ellm(
                 self.reported = self.num_timesteps
             if on_step is not None:
                 episodes = [i["episode"] for i in self.locals["infos"] if "episode" in i]
-                episodes = [{k: v for k, v in e.items() if k not in ("r", "l")} for e in episodes]
+                episodes = [{k: v for k, v in e.items() if k not in SB3_KEYS} for e in episodes]
                 on_step(self.num_timesteps, {"episodes": episodes})
             return True
 

@@ -85,6 +85,19 @@ def test_the_sb3_adapter_reports_the_wrappers_episodes_and_rewards():
     assert sum(total for _, total in reference) > 0
 
 
+def scalars(directory: Path, tag: str) -> list[float]:
+    """The values of a TensorBoard scalar over every event file under `directory`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = []
+    for events in directory.rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        if tag in accumulator.Tags()["scalars"]:
+            values += [event.value for event in accumulator.Scalars(tag)]
+    return values
+
+
 def test_a_tiny_ppo_run_pretrains_evaluates_finetunes_and_reports(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
     out = tmp_path / "run"
@@ -99,7 +112,15 @@ def test_a_tiny_ppo_run_pretrains_evaluates_finetunes_and_reports(tmp_path: Path
     assert 0 <= rows["rnd (ppo)"]["finetune_success"] <= 1
     line = Versions(out / "checkpoints/pretrain/rnd")
     assert line.latest().algorithm == "ppo" and len(line.versions()) >= 2  # every 200 frames
-    assert list((out / "tb/pretrain/rnd").rglob("events.out.tfevents.*"))
+    # CleanRL's charts read the env's own return (crafter's reward), not 0
+    logged = [json.loads(t) for t in (out / "checkpoints/pretrain/rnd/episodes.jsonl").open()]
+    assert any(e["extrinsic_return"] > 0 for e in logged) and "env_return" not in logged[0]
+    returns = scalars(out / "tb/pretrain/rnd", "charts/episodic_return")
+    assert (
+        returns and max(returns) > 0 and max(returns) <= max(e["extrinsic_return"] for e in logged)
+    )
+    lengths = scalars(out / "tb/pretrain/rnd", "charts/episodic_length")
+    assert set(lengths) <= {float(e["length"]) for e in logged}
     for start in ("rnd", "scratch"):
         assert Versions(out / "checkpoints/finetune" / start).latest().algorithm == "ppo"
 
