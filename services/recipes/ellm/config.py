@@ -184,6 +184,16 @@ class EllmConfig(RecipeConfig):
         return self
 
     @model_validator(mode="after")
+    def _settings_of_its_own_agent(self) -> EllmConfig:
+        """The other agent's settings would be ignored without a word: refuse them."""
+        if self.agent == "dqn" and self.ppo:
+            raise ValueError(
+                f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; set "
+                "agent: ppo, or dqn-ellm's own settings (learning_rate, buffer_size...)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _finetune_from_pretrained(self) -> EllmConfig:
         unknown = [m for m in self.finetune_from if m not in self.methods]
         if unknown:

@@ -126,7 +126,7 @@ class Ellm(Recipe):
             agent=cfg.agent,
             dqn=self.dqn_settings() if cfg.agent == "dqn" else {},
             ppo=cfg.ppo if cfg.agent == "ppo" else {},
-            checkpoint_every=cfg.checkpoint_every,
+            checkpoint_every=cfg.checkpoint_every if cfg.agent == "ppo" else None,
             model_path=str(self.line(ctx, stage, method)),
             init_from=init_from,
             tensorboard_dir=str(ctx.out_dir / "tb" / stage / method),

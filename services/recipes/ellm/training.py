@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
@@ -179,6 +179,25 @@ class EllmTrainingJob(EllmEnvSettings):
         from llmrl.recipes.ellm.ppo import check_ppo_settings
 
         return check_ppo_settings(value)
+
+    @model_validator(mode="after")
+    def _settings_of_its_own_agent(self) -> EllmTrainingJob:
+        """The other agent's settings would be ignored without a word: refuse them."""
+        if self.agent == "ppo" and self.dqn:
+            raise ValueError(
+                f"dqn: dqn-ellm settings ({', '.join(sorted(self.dqn))}) with agent 'ppo'; "
+                "PPO takes its settings under ppo"
+            )
+        if self.agent == "dqn" and self.ppo:
+            raise ValueError(
+                f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; "
+                "dqn-ellm takes its settings under dqn"
+            )
+        if self.agent == "dqn" and self.checkpoint_every is not None:
+            raise ValueError(
+                "checkpoint_every: PPO's setting; with agent 'dqn' set dqn.checkpoint_every"
+            )
+        return self
 
 
 class _Scaled:

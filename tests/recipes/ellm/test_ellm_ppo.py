@@ -192,3 +192,25 @@ def test_a_job_with_a_bad_agent_names_the_field(tmp_path: Path, monkeypatch):
         parse_policy_job({**body, "agent": "a3c"})
     with pytest.raises(PolicyJobError, match=r"ppo\.verbose"):
         parse_policy_job({**body, "agent": "ppo", "ppo": {"verbose": 2}})
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"agent": "dqn", "ppo": {"n_steps": 8}}, "ppo"),
+        ({"ppo": {"n_steps": 8}}, "ppo"),  # dqn by default
+        ({"agent": "dqn", "checkpoint_every": 100}, "checkpoint_every"),
+        ({"agent": "ppo", "dqn": {"hidden": 16}}, "dqn"),
+    ],
+)
+def test_a_job_refuses_the_other_agents_settings(tmp_path: Path, settings: dict, key: str):
+    body = {"kind": "ellm", "env": ENV_ID, "method": "none", "frames": 8}
+    body["model_path"] = str(tmp_path / "line")
+    with pytest.raises(PolicyJobError, match=rf"{key}: .* with agent"):
+        parse_policy_job({**body, **settings})
+
+
+def test_a_recipe_with_dqn_refuses_ppo_settings():
+    with pytest.raises(ConfigError, match="ppo: PPO settings"):
+        validate_config("ellm", {"agent": "dqn", "ppo": {"n_steps": 8}})
+    assert validate_config("ellm", {"agent": "ppo", "ppo": {"n_steps": 8}}).ppo == {"n_steps": 8}
