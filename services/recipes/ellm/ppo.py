@@ -35,6 +35,18 @@ JOB_OWNED_PPO_SETTINGS = {"env", "policy", "seed", "device", "verbose", "tensorb
 # defaults for Crafter (smaller than SB3's 2048-step rollouts: budgets here are small)
 PPO_DEFAULTS: dict[str, Any] = {"n_steps": 128, "batch_size": 256, "learning_rate": 3e-4}
 CHECKPOINT_EVERY = 20_000
+# PPO's float settings: key -> (must be > 0, at most 1, may be None)
+PPO_NUMBERS = {
+    "learning_rate": (False, False, False),
+    "gamma": (False, True, False),
+    "gae_lambda": (False, True, False),
+    "clip_range": (True, False, False),
+    "clip_range_vf": (True, False, True),
+    "ent_coef": (False, False, False),
+    "vf_coef": (False, False, False),
+    "max_grad_norm": (True, False, False),
+    "target_kl": (True, False, True),
+}
 SB3_KEYS = ("r", "l", "env_return")  # an episode's entries for SB3's logs, not episodes.jsonl
 
 
@@ -46,8 +58,10 @@ def ppo_setting_names() -> list[str]:
 
 
 def check_ppo_settings(values: dict[str, Any]) -> dict[str, Any]:
-    """Unknown keys are errors naming `ppo.<key>`; a few numbers are checked here, the rest by
-    SB3 when the model is built."""
+    """Unknown keys are errors naming `ppo.<key>`; the counts and numbers are checked here
+    (SB3 would only fail on them with an assertion once the job runs), the rest by SB3."""
+    from llmrl.learner.algorithms.base import check_number
+
     known = ppo_setting_names()
     for key in values:
         if key not in known:
@@ -60,6 +74,13 @@ def check_ppo_settings(values: dict[str, Any]) -> dict[str, Any]:
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ValueError(f"ppo.{key}: expected a positive integer, got {value!r}")
+    for key, (positive, fraction, optional) in PPO_NUMBERS.items():
+        if key not in values or (optional and values[key] is None):
+            continue
+        value = values[key]
+        check_number(f"ppo.{key}", value, positive=positive)
+        if fraction and value > 1:
+            raise ValueError(f"ppo.{key}: expected a number in [0, 1], got {value!r}")
     return values
 
 

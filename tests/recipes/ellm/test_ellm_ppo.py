@@ -171,6 +171,16 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
         ({"agent": "ppo", "ppo": {"gae_lambda_typo": 0.9}}, "ppo.gae_lambda_typo"),
         ({"agent": "ppo", "ppo": {"n_steps": 0}}, "ppo.n_steps"),
         ({"agent": "ppo", "ppo": {"seed": 1}}, "ppo.seed"),
+        ({"agent": "ppo", "ppo": {"learning_rate": -1e-4}}, "ppo.learning_rate"),
+        ({"agent": "ppo", "ppo": {"learning_rate": "fast"}}, "ppo.learning_rate"),
+        ({"agent": "ppo", "ppo": {"gamma": 1.5}}, "ppo.gamma"),
+        ({"agent": "ppo", "ppo": {"gae_lambda": -0.1}}, "ppo.gae_lambda"),
+        ({"agent": "ppo", "ppo": {"clip_range": 0}}, "ppo.clip_range"),
+        ({"agent": "ppo", "ppo": {"clip_range_vf": -0.2}}, "ppo.clip_range_vf"),
+        ({"agent": "ppo", "ppo": {"ent_coef": -0.01}}, "ppo.ent_coef"),
+        ({"agent": "ppo", "ppo": {"vf_coef": True}}, "ppo.vf_coef"),
+        ({"agent": "ppo", "ppo": {"max_grad_norm": 0.0}}, "ppo.max_grad_norm"),
+        ({"agent": "ppo", "ppo": {"target_kl": -1}}, "ppo.target_kl"),
     ],
 )
 def test_bad_agent_settings_name_the_key(config: dict, key: str):
@@ -208,6 +218,12 @@ def test_a_job_refuses_the_other_agents_settings(tmp_path: Path, settings: dict,
     body["model_path"] = str(tmp_path / "line")
     with pytest.raises(PolicyJobError, match=rf"{key}: .* with agent"):
         parse_policy_job({**body, **settings})
+
+
+def test_good_ppo_numbers_pass():
+    ppo = {"learning_rate": 0.0, "gamma": 1, "gae_lambda": 0.95, "clip_range": 0.2}
+    ppo |= {"clip_range_vf": None, "ent_coef": 0.01, "vf_coef": 0.5, "target_kl": None}
+    assert validate_config("ellm", {"agent": "ppo", "ppo": ppo}).ppo == ppo
 
 
 def test_a_recipe_with_dqn_refuses_ppo_settings():
