@@ -191,6 +191,12 @@ class EllmConfig(RecipeConfig):
                 f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; set "
                 "agent: ppo, or dqn-ellm's own settings (learning_rate, buffer_size...)"
             )
+        if self.agent == "ppo":
+            from llmrl.recipes.ellm.ppo import rollout_sizes
+
+            rollout_sizes(self.ppo, self.pretrain_frames, self.num_envs, "pretrain_frames")
+            if self.finetune_frames > 0:
+                rollout_sizes(self.ppo, self.finetune_frames, self.num_envs, "finetune_frames")
         return self
 
     @model_validator(mode="after")

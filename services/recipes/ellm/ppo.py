@@ -84,6 +84,33 @@ def check_ppo_settings(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def rollout_sizes(
+    ppo: dict[str, Any], frames: int, num_envs: int, frames_key: str = "frames"
+) -> tuple[int, int]:
+    """PPO's `n_steps` and `batch_size` for `frames` over `num_envs` envs: PPO stops at a
+    rollout boundary, so a rollout longer than the budget would overshoot it, and a mini-batch
+    holds at most the rollout. SB3 asserts on fewer than 2 samples when it normalises
+    advantages: the error names the key to raise instead."""
+    settings = {**PPO_DEFAULTS, **ppo}
+    n_steps = max(1, min(settings["n_steps"], math.ceil(frames / num_envs)))
+    rollout = n_steps * num_envs
+    batch_size = max(1, min(settings["batch_size"], rollout))
+    if settings.get("normalize_advantage", True):
+        if rollout < 2:
+            key = "ppo.n_steps" if settings["n_steps"] < 2 else frames_key
+            raise ValueError(
+                f"{key}: a PPO rollout of {rollout} sample (n_steps {n_steps} x {num_envs} "
+                f"env, {frames_key} {frames}); PPO normalises advantages over at least 2: raise "
+                f"{frames_key}, num_envs or ppo.n_steps (or set ppo.normalize_advantage: false)"
+            )
+        if batch_size < 2:
+            raise ValueError(
+                f"ppo.batch_size: expected at least 2 (PPO normalises advantages over each "
+                f"mini-batch; or set ppo.normalize_advantage: false), got {batch_size}"
+            )
+    return n_steps, batch_size
+
+
 def make_vec_env(wrapper: Any) -> Any:
     """The SB3 VecEnv over an `IntrinsicRewardWrapper` (SB3 is imported only here)."""
     from stable_baselines3.common.vec_env import VecEnv
@@ -205,13 +232,9 @@ def train_ppo_ellm(
 
     check_ppo_settings(ppo)
     settings = {**PPO_DEFAULTS, **ppo}
+    n_steps, batch_size = rollout_sizes(ppo, total_timesteps, wrapper.num_envs)
+    settings.update(n_steps=n_steps, batch_size=batch_size)
     vec_env = make_vec_env(wrapper)
-    # PPO stops at a rollout boundary: a rollout longer than the budget would overshoot it
-    settings["n_steps"] = max(
-        1, min(settings["n_steps"], math.ceil(total_timesteps / vec_env.num_envs))
-    )
-    rollout = settings["n_steps"] * vec_env.num_envs
-    settings["batch_size"] = max(1, min(settings["batch_size"], rollout))
     previous = resumable_version(line, ALGORITHM, MODEL_FILE)
     common = {"device": "cpu", "tensorboard_log": tensorboard_dir}
     if previous is not None:

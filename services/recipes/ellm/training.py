@@ -197,6 +197,10 @@ class EllmTrainingJob(EllmEnvSettings):
             raise ValueError(
                 "checkpoint_every: PPO's setting; with agent 'dqn' set dqn.checkpoint_every"
             )
+        if self.agent == "ppo":
+            from llmrl.recipes.ellm.ppo import rollout_sizes
+
+            rollout_sizes(self.ppo, self.frames, self.num_envs)
         return self
 
 

@@ -220,6 +220,32 @@ def test_a_job_refuses_the_other_agents_settings(tmp_path: Path, settings: dict,
         parse_policy_job({**body, **settings})
 
 
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"frames": 1}, "frames"),  # one env: a rollout of one sample
+        ({"frames": 8, "ppo": {"n_steps": 1}}, "ppo.n_steps"),
+        ({"frames": 8, "ppo": {"batch_size": 1}}, "ppo.batch_size"),
+    ],
+)
+def test_a_ppo_job_too_small_to_normalise_advantages_names_the_key(
+    tmp_path: Path, settings: dict, key: str
+):
+    body = {"kind": "ellm", "env": ENV_ID, "method": "none", "num_envs": 1, "agent": "ppo"}
+    body["model_path"] = str(tmp_path / "line")
+    with pytest.raises(PolicyJobError, match=rf"{key}: "):
+        parse_policy_job({**body, **settings})
+    ppo = {**settings.get("ppo", {}), "normalize_advantage": False}
+    assert parse_policy_job({**body, **settings, "ppo": ppo}).frames == settings["frames"]
+
+
+def test_a_ppo_recipe_too_small_to_normalise_advantages_names_the_key():
+    config = {"agent": "ppo", "num_envs": 1, "pretrain_frames": 100, "finetune_frames": 1}
+    with pytest.raises(ConfigError, match="finetune_frames: a PPO rollout of 1 sample"):
+        validate_config("ellm", config)
+    assert validate_config("ellm", {**config, "finetune_frames": 0}).agent == "ppo"
+
+
 def test_good_ppo_numbers_pass():
     ppo = {"learning_rate": 0.0, "gamma": 1, "gae_lambda": 0.95, "clip_range": 0.2}
     ppo |= {"clip_range_vf": None, "ent_coef": 0.01, "vf_coef": 0.5, "target_kl": None}
