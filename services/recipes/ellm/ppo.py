@@ -194,7 +194,9 @@ def _rows(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
     return mask.reshape(-1, *([1] * (np.ndim(value) - 1)))
 
 
-def _save(line: Any, model: Any, wrapper: Any, settings: dict[str, Any], version: Any) -> Any:
+def _save(
+    line: Any, model: Any, wrapper: Any, settings: dict[str, Any], gradient_steps: int
+) -> Any:
     import torch
 
     def write(directory: Path) -> None:
@@ -202,8 +204,9 @@ def _save(line: Any, model: Any, wrapper: Any, settings: dict[str, Any], version
         if hasattr(wrapper, "state_dict"):
             torch.save(wrapper.state_dict(), directory / SOURCE_FILE)
 
-    result = {"global_step": int(model.num_timesteps), "timesteps": int(model.num_timesteps)}
-    return line.save(write, ALGORITHM, version, config=settings, result=result)
+    frames = int(model.num_timesteps)
+    result = {"global_step": frames, "timesteps": frames, "gradient_steps": gradient_steps}
+    return line.save(write, ALGORITHM, None, config=settings, result=result)
 
 
 def train_ppo_ellm(
@@ -275,6 +278,14 @@ def train_ppo_ellm(
                 on_step(self.num_timesteps, {"episodes": episodes})
             return True
 
+    # optimizer steps, counted as they happen (SB3's _n_updates counts PPO's epochs, and
+    # target_kl may stop an epoch early); a resumed line goes on from its version's count
+    gradient_steps = [int(previous.result.get("gradient_steps", 0)) if previous else 0]
+
+    def count_step(*_: Any) -> None:
+        gradient_steps[0] += 1
+
+    model.policy.optimizer.register_step_post_hook(count_step)
     checkpoint = previous
     while model.num_timesteps < total_timesteps:
         chunk = min(checkpoint_every, total_timesteps - model.num_timesteps)
@@ -284,7 +295,7 @@ def train_ppo_ellm(
             reset_num_timesteps=False,
             tb_log_name="ppo",
         )
-        checkpoint = _save(line, model, wrapper, {**settings, "seed": seed}, None)
+        checkpoint = _save(line, model, wrapper, {**settings, "seed": seed}, gradient_steps[0])
     return checkpoint
 
 

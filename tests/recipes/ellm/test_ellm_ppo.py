@@ -138,10 +138,12 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
     line = {"model_path": str(tmp_path / "line")}
     reported: list[int] = []
     first = train_ellm(EllmTrainingJob(**common, **line, frames=32), reported.append)
-    assert first["frames"] == 32 and sum(reported) == 32
+    # a 16-sample rollout, one mini-batch of 16, one epoch: a gradient step per rollout
+    assert first["frames"] == 32 and sum(reported) == 32 and first["gradient_steps"] == 2
     reported.clear()
     resumed = train_ellm(EllmTrainingJob(**common, **line, frames=64), reported.append)
     assert resumed["frames"] == 64 and sum(reported) == 32  # the frames it added
+    assert resumed["gradient_steps"] == 4
     assert Versions(tmp_path / "line").versions() == ["1", "2", "3", "4"]
     logged = [json.loads(t) for t in (tmp_path / "line/episodes.jsonl").open()]
     assert [e["frames"] for e in logged] == sorted(e["frames"] for e in logged)
@@ -157,7 +159,7 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
             model_path=str(tmp_path / "tuned"),
         )
     )
-    assert tuned["frames"] == 16
+    assert tuned["frames"] == 16 and tuned["gradient_steps"] == 1  # its own count
     before = PPO.load(Path(resumed["checkpoint"]) / "model.zip", device="cpu").policy
     after = PPO.load(Path(tuned["checkpoint"]) / "model.zip", device="cpu").policy
     for key, value in before.state_dict().items():
