@@ -301,7 +301,9 @@ def train_ppo_ellm(
 
 class PpoPolicy:
     """A loaded PPO: `act(observations, epsilon, rng)` on a batch of Dict observations (the
-    policy's sampled action; with probability `epsilon` a uniform one, as `DqnPolicy`)."""
+    policy's sampled action; with probability `epsilon` a uniform one, as `DqnPolicy`). The
+    action is drawn with `rng` from the policy's probabilities, not by SB3's `predict`, which
+    samples with torch's global generator: an evaluation seeded by its rng repeats exactly."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -314,12 +316,20 @@ class PpoPolicy:
         epsilon: float = 0.0,
         rng: np.random.Generator | None = None,
     ) -> np.ndarray:
+        import torch
+
+        rng = rng or np.random.default_rng()
         batch = {key: np.asarray(observations[key]) for key in self.keys}
-        actions, _ = self.model.predict(batch, deterministic=False)
-        actions = np.asarray(actions).reshape(-1)
+        policy = self.model.policy
+        policy.set_training_mode(False)
+        tensors, _ = policy.obs_to_tensor(batch)
+        with torch.no_grad():
+            probs = policy.get_distribution(tensors).distribution.probs.cpu().numpy()
+        cumulative = np.cumsum(probs.astype(np.float64), axis=1)
+        drawn = rng.random(len(cumulative))[:, None] * cumulative[:, -1:]
+        actions = np.minimum((cumulative <= drawn).sum(axis=1), self.num_actions - 1)
         if epsilon <= 0:
             return actions
-        rng = rng or np.random.default_rng()
         random = rng.integers(0, self.num_actions, size=len(actions))
         return np.where(rng.random(len(actions)) < epsilon, random, actions)
 

@@ -18,8 +18,14 @@ from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
 from llmrl.learner.versions import Versions
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
-from llmrl.recipes.ellm.ppo import make_vec_env
-from llmrl.recipes.ellm.training import EllmEnvSettings, EllmTrainingJob, make_env, train_ellm
+from llmrl.recipes.ellm.ppo import load_policy, make_vec_env
+from llmrl.recipes.ellm.training import (
+    EllmEnvSettings,
+    EllmTrainingJob,
+    evaluate_agent,
+    make_env,
+    train_ellm,
+)
 
 TINY_PPO = {
     "env": ENV_ID,
@@ -164,6 +170,38 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
     after = PPO.load(Path(tuned["checkpoint"]) / "model.zip", device="cpu").policy
     for key, value in before.state_dict().items():
         assert torch.equal(value, after.state_dict()[key]), key
+
+
+def test_a_ppo_evaluation_repeats_with_its_seed(tmp_path: Path, monkeypatch):
+    """PPO samples its actions with the evaluation's seeded rng, not torch's global one."""
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    job = EllmTrainingJob(
+        env=ENV_ID,
+        num_envs=2,
+        method="none",
+        agent="ppo",
+        ppo={"n_steps": 8, "batch_size": 16, "n_epochs": 1},
+        frames=16,
+        model_path=str(tmp_path / "line"),
+    )
+    checkpoint = train_ellm(job)["checkpoint"]
+    policy = load_policy(checkpoint)
+    wrapper = make_env(job)
+    try:
+        observations, _ = wrapper.reset(seed=0)
+    finally:
+        wrapper.close()
+    batch = {key: np.repeat(value, 200, axis=0) for key, value in observations.items()}
+    torch.manual_seed(1)
+    first = policy.act(batch, rng=np.random.default_rng(5))
+    torch.manual_seed(2)
+    again = policy.act(batch, rng=np.random.default_rng(5))
+    other = policy.act(batch, rng=np.random.default_rng(6))
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert len(set(first.tolist())) > 1  # sampled, not the most likely action
+    settings = EllmEnvSettings(env=ENV_ID, num_envs=2, method="none", seed=3)
+    runs = [evaluate_agent(settings, checkpoint, 4, epsilon=0.0, agent="ppo") for _ in range(2)]
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize(
