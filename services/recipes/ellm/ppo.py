@@ -113,10 +113,12 @@ def rollout_sizes(
 
 def make_vec_env(wrapper: Any) -> Any:
     """The SB3 VecEnv over an `IntrinsicRewardWrapper` (SB3 is imported only here)."""
-    from stable_baselines3.common.vec_env import VecEnv
+    from llmrl.simulator.sb3_vec_env import BatchVecEnv
 
-    class EllmVecEnv(VecEnv):
+    class EllmVecEnv(BatchVecEnv):
         """Same-step autoreset over the wrapper (see module docstring)."""
+
+        envs_name = "the ELLM envs"
 
         def __init__(self, envs: Any) -> None:
             self.envs = envs
@@ -124,10 +126,7 @@ def make_vec_env(wrapper: Any) -> Any:
             super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
 
         def reset(self) -> dict[str, np.ndarray]:
-            seed = self._seeds[0]  # SB3's seed(s) gives env i seed + i, as worlds do
-            observations, _ = self.envs.reset(seed=None if seed is None else int(seed))
-            self._reset_seeds()
-            self.reset_infos = [{} for _ in range(self.num_envs)]
+            observations, _ = self.envs.reset(seed=self._reset_seed())
             return observations
 
         def step_async(self, actions: np.ndarray) -> None:
@@ -164,27 +163,6 @@ def make_vec_env(wrapper: Any) -> Any:
 
         def close(self) -> None:
             self.envs.close()
-
-        def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-            if attr_name == "render_mode":
-                return [None] * len(self._indices(indices))
-            raise AttributeError(f"{attr_name!r}: the ELLM envs expose no attributes")
-
-        def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-            raise AttributeError(f"{attr_name!r}: the ELLM envs expose no attributes")
-
-        def env_method(
-            self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any
-        ) -> list:
-            raise AttributeError(f"{method_name!r}: the ELLM envs expose no methods")
-
-        def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-            return [False] * len(self._indices(indices))
-
-        def _indices(self, indices: Any) -> list[int]:
-            if indices is None:
-                return list(range(self.num_envs))
-            return [indices] if isinstance(indices, int) else list(indices)
 
     return EllmVecEnv(wrapper)
 
