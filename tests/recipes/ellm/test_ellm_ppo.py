@@ -224,9 +224,9 @@ def test_a_ppo_evaluation_repeats_with_its_seed(tmp_path: Path, monkeypatch):
     ],
 )
 def test_bad_agent_settings_name_the_key(config: dict, key: str):
-    with pytest.raises(ConfigError, match=key.split(".")[0]) as error:
+    with pytest.raises(ConfigError) as error:
         validate_config("ellm", config)
-    assert key in str(error.value) or key == "agent"
+    assert key in str(error.value)
 
 
 def test_a_job_with_a_bad_agent_names_the_field(tmp_path: Path, monkeypatch):
