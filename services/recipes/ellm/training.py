@@ -343,6 +343,15 @@ def train_ellm(
     from llmrl.learner.versions import Versions
 
     line = Versions(job.model_path)
+    if line.versions():  # going on in another agent's line would count its frames as done
+        from llmrl.recipes.ellm.ppo import ALGORITHM as PPO_ALGORITHM
+
+        algorithm = PPO_ALGORITHM if job.agent == "ppo" else ALGORITHM
+        if line.latest().algorithm != algorithm:
+            raise ValueError(
+                f"model_path: {line.root} holds {line.latest().algorithm} versions; agent "
+                f"{job.agent} ({algorithm}) needs a line of its own"
+            )
     done = int(line.latest().result.get("global_step", 0)) if line.versions() else 0
     _drop_episodes_after(line.root, done)
     llm = None

@@ -116,19 +116,19 @@ def test_a_tiny_ppo_run_pretrains_evaluates_finetunes_and_reports(tmp_path: Path
         assert rows[method]["episodes"] == 4 * 5
         assert 0 <= rows[method]["eval_achievements"] <= 3
     assert 0 <= rows["rnd (ppo)"]["finetune_success"] <= 1
-    line = Versions(out / "checkpoints/pretrain/rnd")
+    line = Versions(out / "checkpoints/pretrain/rnd-ppo")
     assert line.latest().algorithm == "ppo" and len(line.versions()) >= 2  # every 200 frames
     # CleanRL's charts read the env's own return (crafter's reward), not 0
-    logged = [json.loads(t) for t in (out / "checkpoints/pretrain/rnd/episodes.jsonl").open()]
+    logged = [json.loads(t) for t in (out / "checkpoints/pretrain/rnd-ppo/episodes.jsonl").open()]
     assert any(e["extrinsic_return"] > 0 for e in logged) and "env_return" not in logged[0]
-    returns = scalars(out / "tb/pretrain/rnd", "charts/episodic_return")
+    returns = scalars(out / "tb/pretrain/rnd-ppo", "charts/episodic_return")
     assert (
         returns and max(returns) > 0 and max(returns) <= max(e["extrinsic_return"] for e in logged)
     )
-    lengths = scalars(out / "tb/pretrain/rnd", "charts/episodic_length")
+    lengths = scalars(out / "tb/pretrain/rnd-ppo", "charts/episodic_length")
     assert set(lengths) <= {float(e["length"]) for e in logged}
     for start in ("rnd", "scratch"):
-        assert Versions(out / "checkpoints/finetune" / start).latest().algorithm == "ppo"
+        assert Versions(out / "checkpoints/finetune" / f"{start}-ppo").latest().algorithm == "ppo"
 
 
 def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
@@ -242,6 +242,17 @@ def test_a_job_with_a_bad_agent_names_the_field(tmp_path: Path, monkeypatch):
         parse_policy_job({**body, "agent": "a3c"})
     with pytest.raises(PolicyJobError, match=r"ppo\.verbose"):
         parse_policy_job({**body, "agent": "ppo", "ppo": {"verbose": 2}})
+
+
+def test_a_job_never_goes_on_in_another_agents_line(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    common = {"env": ENV_ID, "num_envs": 2, "method": "none", "frames": 16}
+    line = {"model_path": str(tmp_path / "line")}
+    dqn = {"learning_starts": 4, "buffer_size": 64, "hidden": 8}
+    assert train_ellm(EllmTrainingJob(**common, **line, dqn=dqn))["frames"] == 16
+    ppo = {"n_steps": 8, "batch_size": 16, "n_epochs": 1}
+    with pytest.raises(ValueError, match=r"model_path: .* holds dqn-ellm versions; agent ppo"):
+        train_ellm(EllmTrainingJob(**common, **line, agent="ppo", ppo=ppo))
 
 
 @pytest.mark.parametrize(
