@@ -20,7 +20,42 @@ from llmrl.simulator.vector import select_keys
 from llmrl.simulator.world import STEP_ENTRIES, episode_ends
 
 
-class WorldVecEnv(VecEnv):
+class BatchVecEnv(VecEnv):
+    """What an SB3 VecEnv over a batch of envs it cannot reach one by one shares (a world, or
+    a vector wrapper over one): the reset's seed, and no single env's attributes or methods.
+    `envs_name` names those envs in errors."""
+
+    envs_name = "a world's envs"
+
+    def _reset_seed(self) -> int | None:
+        """This reset's seed (SB3's `seed(s)` gives env i the seed s + i, as worlds do); used
+        once, as SB3's own VecEnvs do."""
+        seed = self._seeds[0]
+        self._reset_seeds()
+        self.reset_infos = [{} for _ in range(self.num_envs)]
+        return None if seed is None else int(seed)
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        if attr_name == "render_mode":
+            return [None] * len(self._indices(indices))
+        raise AttributeError(f"{attr_name!r}: {self.envs_name} expose no attributes")
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        raise AttributeError(f"{attr_name!r}: {self.envs_name} expose no attributes")
+
+    def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list:
+        raise AttributeError(f"{method_name!r}: {self.envs_name} expose no methods")
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [False] * len(self._indices(indices))
+
+    def _indices(self, indices: Any) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        return [indices] if isinstance(indices, int) else list(indices)
+
+
+class WorldVecEnv(BatchVecEnv):
     """A Stable-Baselines3 VecEnv over a world (same-step autoreset; see module docstring)."""
 
     def __init__(self, world: Any, keys: Sequence[str] | None = None) -> None:
@@ -41,10 +76,7 @@ class WorldVecEnv(VecEnv):
         return {key: result[key] for key in self.keys}
 
     def reset(self) -> Any:
-        seed = self._seeds[0]  # SB3's seed(s) gives env i seed + i, as worlds do
-        result = self.world.reset(seed=seed, observations=self._requested)
-        self._reset_seeds()
-        self.reset_infos = [{} for _ in range(self.num_envs)]
+        result = self.world.reset(seed=self._reset_seed(), observations=self._requested)
         return self._observation(result)
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -77,22 +109,3 @@ class WorldVecEnv(VecEnv):
 
     def close(self) -> None:
         self.world.close()
-
-    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        if attr_name == "render_mode":
-            return [None] * len(self._indices(indices))
-        raise AttributeError(f"{attr_name!r}: a world's envs expose no attributes")
-
-    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        raise AttributeError(f"{attr_name!r}: a world's envs expose no attributes")
-
-    def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list:
-        raise AttributeError(f"{method_name!r}: a world's envs expose no methods")
-
-    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-        return [False] * len(self._indices(indices))
-
-    def _indices(self, indices: Any) -> list[int]:
-        if indices is None:
-            return list(range(self.num_envs))
-        return [indices] if isinstance(indices, int) else list(indices)

@@ -53,8 +53,10 @@ def _cleanrl_callback(
         """Episode returns, SPS and losses under CleanRL's names; reports progress."""
 
         def _on_training_start(self) -> None:
+            # a `learn` call that goes on (reset_num_timesteps=False) starts past 0: SPS and
+            # progress count from there
             self._start = time.perf_counter()
-            self._last = 0
+            self._first = self._last = int(self.model.num_timesteps)
 
         def _on_step(self) -> bool:
             for info in self.locals.get("infos", []):
@@ -62,8 +64,12 @@ def _cleanrl_callback(
                 if isinstance(episode, dict):
                     if on_episode is not None:
                         on_episode(self.num_timesteps, episode)
-                    self.logger.record_mean("charts/episodic_return", episode.get("env_return", 0))
-                    self.logger.record_mean("charts/episodic_length", episode.get("length", 0))
+                    # the env's own return where the source keeps it apart from the reward
+                    # trained on (when2ask's penalty, ELLM's intrinsic reward), else SB3's
+                    env_return = episode.get("env_return", episode.get("r", 0))
+                    self.logger.record_mean("charts/episodic_return", env_return)
+                    length = episode.get("length", episode.get("l", 0))
+                    self.logger.record_mean("charts/episodic_length", length)
                     if "queries" in episode:
                         self.logger.record_mean("charts/queries", episode["queries"])
             if on_progress is not None:
@@ -73,7 +79,7 @@ def _cleanrl_callback(
 
         def _on_rollout_end(self) -> None:
             elapsed = max(time.perf_counter() - self._start, 1e-9)
-            self.logger.record("charts/SPS", int(self.num_timesteps / elapsed))
+            self.logger.record("charts/SPS", int((self.num_timesteps - self._first) / elapsed))
             for key, value in list(self.logger.name_to_value.items()):
                 if key.startswith("train/") and key.endswith("loss"):
                     self.logger.record("losses/" + key.split("/", 1)[1], value)

@@ -184,6 +184,22 @@ class EllmConfig(RecipeConfig):
         return self
 
     @model_validator(mode="after")
+    def _settings_of_its_own_agent(self) -> EllmConfig:
+        """The other agent's settings would be ignored without a word: refuse them."""
+        if self.agent == "dqn" and self.ppo:
+            raise ValueError(
+                f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; set "
+                "agent: ppo, or dqn-ellm's own settings (learning_rate, buffer_size...)"
+            )
+        if self.agent == "ppo":
+            from llmrl.recipes.ellm.ppo import rollout_sizes
+
+            rollout_sizes(self.ppo, self.pretrain_frames, self.num_envs, "pretrain_frames")
+            if self.finetune_frames > 0:
+                rollout_sizes(self.ppo, self.finetune_frames, self.num_envs, "finetune_frames")
+        return self
+
+    @model_validator(mode="after")
     def _finetune_from_pretrained(self) -> EllmConfig:
         unknown = [m for m in self.finetune_from if m not in self.methods]
         if unknown:

@@ -350,7 +350,10 @@ class IntrinsicRewardWrapper(gym.vector.VectorWrapper):
             self.previous = {k: np.array(v) for k, v in observations.items()}
             return
         for key, value in observations.items():
-            self.previous[key][envs] = value[envs]
+            # np.where, not assignment into rows: text entries are fixed-width `<U` arrays and
+            # a new episode's longer text would be cut to the old width
+            rows = envs.reshape(-1, *([1] * (np.ndim(value) - 1)))
+            self.previous[key] = np.where(rows, value, self.previous[key])
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None

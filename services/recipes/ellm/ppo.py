@@ -35,6 +35,19 @@ JOB_OWNED_PPO_SETTINGS = {"env", "policy", "seed", "device", "verbose", "tensorb
 # defaults for Crafter (smaller than SB3's 2048-step rollouts: budgets here are small)
 PPO_DEFAULTS: dict[str, Any] = {"n_steps": 128, "batch_size": 256, "learning_rate": 3e-4}
 CHECKPOINT_EVERY = 20_000
+# PPO's float settings: key -> (must be > 0, at most 1, may be None)
+PPO_NUMBERS = {
+    "learning_rate": (False, False, False),
+    "gamma": (False, True, False),
+    "gae_lambda": (False, True, False),
+    "clip_range": (True, False, False),
+    "clip_range_vf": (True, False, True),
+    "ent_coef": (False, False, False),
+    "vf_coef": (False, False, False),
+    "max_grad_norm": (True, False, False),
+    "target_kl": (True, False, True),
+}
+SB3_KEYS = ("r", "l", "env_return")  # an episode's entries for SB3's logs, not episodes.jsonl
 
 
 def ppo_setting_names() -> list[str]:
@@ -45,8 +58,10 @@ def ppo_setting_names() -> list[str]:
 
 
 def check_ppo_settings(values: dict[str, Any]) -> dict[str, Any]:
-    """Unknown keys are errors naming `ppo.<key>`; a few numbers are checked here, the rest by
-    SB3 when the model is built."""
+    """Unknown keys are errors naming `ppo.<key>`; the counts and numbers are checked here
+    (SB3 would only fail on them with an assertion once the job runs), the rest by SB3."""
+    from llmrl.learner.algorithms.base import check_number
+
     known = ppo_setting_names()
     for key in values:
         if key not in known:
@@ -59,15 +74,51 @@ def check_ppo_settings(values: dict[str, Any]) -> dict[str, Any]:
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ValueError(f"ppo.{key}: expected a positive integer, got {value!r}")
+    for key, (positive, fraction, optional) in PPO_NUMBERS.items():
+        if key not in values or (optional and values[key] is None):
+            continue
+        value = values[key]
+        check_number(f"ppo.{key}", value, positive=positive)
+        if fraction and value > 1:
+            raise ValueError(f"ppo.{key}: expected a number in [0, 1], got {value!r}")
     return values
+
+
+def rollout_sizes(
+    ppo: dict[str, Any], frames: int, num_envs: int, frames_key: str = "frames"
+) -> tuple[int, int]:
+    """PPO's `n_steps` and `batch_size` for `frames` over `num_envs` envs: PPO stops at a
+    rollout boundary, so a rollout longer than the budget would overshoot it, and a mini-batch
+    holds at most the rollout. SB3 asserts on fewer than 2 samples when it normalises
+    advantages: the error names the key to raise instead."""
+    settings = {**PPO_DEFAULTS, **ppo}
+    n_steps = max(1, min(settings["n_steps"], math.ceil(frames / num_envs)))
+    rollout = n_steps * num_envs
+    batch_size = max(1, min(settings["batch_size"], rollout))
+    if settings.get("normalize_advantage", True):
+        if rollout < 2:
+            key = "ppo.n_steps" if settings["n_steps"] < 2 else frames_key
+            raise ValueError(
+                f"{key}: a PPO rollout of {rollout} sample (n_steps {n_steps} x {num_envs} "
+                f"env, {frames_key} {frames}); PPO normalises advantages over at least 2: raise "
+                f"{frames_key}, num_envs or ppo.n_steps (or set ppo.normalize_advantage: false)"
+            )
+        if batch_size < 2:
+            raise ValueError(
+                f"ppo.batch_size: expected at least 2 (PPO normalises advantages over each "
+                f"mini-batch; or set ppo.normalize_advantage: false), got {batch_size}"
+            )
+    return n_steps, batch_size
 
 
 def make_vec_env(wrapper: Any) -> Any:
     """The SB3 VecEnv over an `IntrinsicRewardWrapper` (SB3 is imported only here)."""
-    from stable_baselines3.common.vec_env import VecEnv
+    from llmrl.simulator.sb3_vec_env import BatchVecEnv
 
-    class EllmVecEnv(VecEnv):
+    class EllmVecEnv(BatchVecEnv):
         """Same-step autoreset over the wrapper (see module docstring)."""
+
+        envs_name = "the ELLM envs"
 
         def __init__(self, envs: Any) -> None:
             self.envs = envs
@@ -75,10 +126,7 @@ def make_vec_env(wrapper: Any) -> Any:
             super().__init__(envs.num_envs, envs.single_observation_space, envs.single_action_space)
 
         def reset(self) -> dict[str, np.ndarray]:
-            seed = self._seeds[0]  # SB3's seed(s) gives env i seed + i, as worlds do
-            observations, _ = self.envs.reset(seed=None if seed is None else int(seed))
-            self._reset_seeds()
-            self.reset_infos = [{} for _ in range(self.num_envs)]
+            observations, _ = self.envs.reset(seed=self._reset_seed())
             return observations
 
         def step_async(self, actions: np.ndarray) -> None:
@@ -93,7 +141,14 @@ def make_vec_env(wrapper: Any) -> Any:
                 figures = {key: value for key, value in episode.items() if key != "env"}
                 total = figures["intrinsic_return"] + figures["task_return"]
                 total += self.envs.extrinsic_scale * figures["extrinsic_return"]
-                infos[i]["episode"] = {"r": total, "l": figures["length"], **figures}
+                # env_return: the env's own return (crafter's reward), charts/episodic_return
+                env_return = figures["extrinsic_return"]
+                infos[i]["episode"] = {
+                    "r": total,
+                    "l": figures["length"],
+                    "env_return": env_return,
+                    **figures,
+                }
             if dones.any():
                 restarted = self.envs.restart(dones)
                 for i in np.flatnonzero(dones):
@@ -109,27 +164,6 @@ def make_vec_env(wrapper: Any) -> Any:
         def close(self) -> None:
             self.envs.close()
 
-        def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-            if attr_name == "render_mode":
-                return [None] * len(self._indices(indices))
-            raise AttributeError(f"{attr_name!r}: the ELLM envs expose no attributes")
-
-        def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-            raise AttributeError(f"{attr_name!r}: the ELLM envs expose no attributes")
-
-        def env_method(
-            self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any
-        ) -> list:
-            raise AttributeError(f"{method_name!r}: the ELLM envs expose no methods")
-
-        def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-            return [False] * len(self._indices(indices))
-
-        def _indices(self, indices: Any) -> list[int]:
-            if indices is None:
-                return list(range(self.num_envs))
-            return [indices] if isinstance(indices, int) else list(indices)
-
     return EllmVecEnv(wrapper)
 
 
@@ -138,7 +172,9 @@ def _rows(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
     return mask.reshape(-1, *([1] * (np.ndim(value) - 1)))
 
 
-def _save(line: Any, model: Any, wrapper: Any, settings: dict[str, Any], version: Any) -> Any:
+def _save(
+    line: Any, model: Any, wrapper: Any, settings: dict[str, Any], gradient_steps: int
+) -> Any:
     import torch
 
     def write(directory: Path) -> None:
@@ -146,8 +182,9 @@ def _save(line: Any, model: Any, wrapper: Any, settings: dict[str, Any], version
         if hasattr(wrapper, "state_dict"):
             torch.save(wrapper.state_dict(), directory / SOURCE_FILE)
 
-    result = {"global_step": int(model.num_timesteps), "timesteps": int(model.num_timesteps)}
-    return line.save(write, ALGORITHM, version, config=settings, result=result)
+    frames = int(model.num_timesteps)
+    result = {"global_step": frames, "timesteps": frames, "gradient_steps": gradient_steps}
+    return line.save(write, ALGORITHM, None, config=settings, result=result)
 
 
 def train_ppo_ellm(
@@ -176,13 +213,9 @@ def train_ppo_ellm(
 
     check_ppo_settings(ppo)
     settings = {**PPO_DEFAULTS, **ppo}
+    n_steps, batch_size = rollout_sizes(ppo, total_timesteps, wrapper.num_envs)
+    settings.update(n_steps=n_steps, batch_size=batch_size)
     vec_env = make_vec_env(wrapper)
-    # PPO stops at a rollout boundary: a rollout longer than the budget would overshoot it
-    settings["n_steps"] = max(
-        1, min(settings["n_steps"], math.ceil(total_timesteps / vec_env.num_envs))
-    )
-    rollout = settings["n_steps"] * vec_env.num_envs
-    settings["batch_size"] = max(1, min(settings["batch_size"], rollout))
     previous = resumable_version(line, ALGORITHM, MODEL_FILE)
     common = {"device": "cpu", "tensorboard_log": tensorboard_dir}
     if previous is not None:
@@ -219,10 +252,18 @@ def train_ppo_ellm(
                 self.reported = self.num_timesteps
             if on_step is not None:
                 episodes = [i["episode"] for i in self.locals["infos"] if "episode" in i]
-                episodes = [{k: v for k, v in e.items() if k not in ("r", "l")} for e in episodes]
+                episodes = [{k: v for k, v in e.items() if k not in SB3_KEYS} for e in episodes]
                 on_step(self.num_timesteps, {"episodes": episodes})
             return True
 
+    # optimizer steps, counted as they happen (SB3's _n_updates counts PPO's epochs, and
+    # target_kl may stop an epoch early); a resumed line goes on from its version's count
+    gradient_steps = [int(previous.result.get("gradient_steps", 0)) if previous else 0]
+
+    def count_step(*_: Any) -> None:
+        gradient_steps[0] += 1
+
+    model.policy.optimizer.register_step_post_hook(count_step)
     checkpoint = previous
     while model.num_timesteps < total_timesteps:
         chunk = min(checkpoint_every, total_timesteps - model.num_timesteps)
@@ -232,13 +273,15 @@ def train_ppo_ellm(
             reset_num_timesteps=False,
             tb_log_name="ppo",
         )
-        checkpoint = _save(line, model, wrapper, {**settings, "seed": seed}, None)
+        checkpoint = _save(line, model, wrapper, {**settings, "seed": seed}, gradient_steps[0])
     return checkpoint
 
 
 class PpoPolicy:
     """A loaded PPO: `act(observations, epsilon, rng)` on a batch of Dict observations (the
-    policy's sampled action; with probability `epsilon` a uniform one, as `DqnPolicy`)."""
+    policy's sampled action; with probability `epsilon` a uniform one, as `DqnPolicy`). The
+    action is drawn with `rng` from the policy's probabilities, not by SB3's `predict`, which
+    samples with torch's global generator: an evaluation seeded by its rng repeats exactly."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -251,12 +294,20 @@ class PpoPolicy:
         epsilon: float = 0.0,
         rng: np.random.Generator | None = None,
     ) -> np.ndarray:
+        import torch
+
+        rng = rng or np.random.default_rng()
         batch = {key: np.asarray(observations[key]) for key in self.keys}
-        actions, _ = self.model.predict(batch, deterministic=False)
-        actions = np.asarray(actions).reshape(-1)
+        policy = self.model.policy
+        policy.set_training_mode(False)
+        tensors, _ = policy.obs_to_tensor(batch)
+        with torch.no_grad():
+            probs = policy.get_distribution(tensors).distribution.probs.cpu().numpy()
+        cumulative = np.cumsum(probs.astype(np.float64), axis=1)
+        drawn = rng.random(len(cumulative))[:, None] * cumulative[:, -1:]
+        actions = np.minimum((cumulative <= drawn).sum(axis=1), self.num_actions - 1)
         if epsilon <= 0:
             return actions
-        rng = rng or np.random.default_rng()
         random = rng.integers(0, self.num_actions, size=len(actions))
         return np.where(rng.random(len(actions)) < epsilon, random, actions)
 

@@ -95,8 +95,13 @@ class Ellm(Recipe):
             "tag": f"ellm/{stage}/{method}",
         }
 
+    def line_name(self, method: str) -> str:
+        """A PPO line is `<method>-ppo`: a run switched to the other agent in the same directory
+        starts lines of its own (versions, episodes, TensorBoard), never going on in another's."""
+        return method if self.config.agent == "dqn" else f"{method}-{self.config.agent}"
+
     def line(self, ctx: RunContext, stage: str, method: str) -> Path:
-        return ctx.out_dir / "checkpoints" / stage / method
+        return ctx.out_dir / "checkpoints" / stage / self.line_name(method)
 
     def dqn_settings(self) -> dict[str, Any]:
         cfg = self.config
@@ -126,10 +131,10 @@ class Ellm(Recipe):
             agent=cfg.agent,
             dqn=self.dqn_settings() if cfg.agent == "dqn" else {},
             ppo=cfg.ppo if cfg.agent == "ppo" else {},
-            checkpoint_every=cfg.checkpoint_every,
+            checkpoint_every=cfg.checkpoint_every if cfg.agent == "ppo" else None,
             model_path=str(self.line(ctx, stage, method)),
             init_from=init_from,
-            tensorboard_dir=str(ctx.out_dir / "tb" / stage / method),
+            tensorboard_dir=str(ctx.out_dir / "tb" / stage / self.line_name(method)),
             simulator=ctx.simulator,
             llm_gateway=ctx.llm_gateway,
         )

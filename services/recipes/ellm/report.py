@@ -157,14 +157,20 @@ def ellm_results(
             f"eval: {cfg.eval_episodes} episodes, epsilon {cfg.eval_epsilon}; crafter_score = "
             "exp(mean ln(1 + s_i)) - 1 over the 22 success rates s_i in %",
         ]
+    if housekeep:  # "tidy" pays each object put right: nothing is unlocked
+        succeeded = (
+            f"ending with more objects correctly placed than at the start (task "
+            f"'{cfg.finetune_task}', a task return > 0)"
+        )
+    else:
+        succeeded = f"unlocking '{cfg.finetune_task}' ({TASKS[cfg.finetune_task]})"
     notes = [
         f"env {cfg.env}; {cfg.pretrain_frames} pretraining frames per method, seed {cfg.seed}; "
         f"suggester {cfg.suggester} ({cfg.model}), threshold {cfg.threshold}, "
         f"conditioning {cfg.conditioning}; agent {cfg.agent}",
         *measures,
-        f"finetune_success: share of episodes unlocking '{cfg.finetune_task}' "
-        f"({TASKS[cfg.finetune_task]}) in the last 10% of {cfg.finetune_frames} fine-tuning "
-        "frames (task reward only)",
+        f"finetune_success: share of episodes {succeeded} in the last 10% of "
+        f"{cfg.finetune_frames} fine-tuning frames (task reward only)",
         PAPER_NOTE,
     ]
     if rates:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
@@ -180,6 +180,29 @@ class EllmTrainingJob(EllmEnvSettings):
 
         return check_ppo_settings(value)
 
+    @model_validator(mode="after")
+    def _settings_of_its_own_agent(self) -> EllmTrainingJob:
+        """The other agent's settings would be ignored without a word: refuse them."""
+        if self.agent == "ppo" and self.dqn:
+            raise ValueError(
+                f"dqn: dqn-ellm settings ({', '.join(sorted(self.dqn))}) with agent 'ppo'; "
+                "PPO takes its settings under ppo"
+            )
+        if self.agent == "dqn" and self.ppo:
+            raise ValueError(
+                f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; "
+                "dqn-ellm takes its settings under dqn"
+            )
+        if self.agent == "dqn" and self.checkpoint_every is not None:
+            raise ValueError(
+                "checkpoint_every: PPO's setting; with agent 'dqn' set dqn.checkpoint_every"
+            )
+        if self.agent == "ppo":
+            from llmrl.recipes.ellm.ppo import rollout_sizes
+
+            rollout_sizes(self.ppo, self.frames, self.num_envs)
+        return self
+
 
 class _Scaled:
     """A reward source whose intrinsic reward is multiplied by `scale` (0 when fine-tuning
@@ -320,6 +343,15 @@ def train_ellm(
     from llmrl.learner.versions import Versions
 
     line = Versions(job.model_path)
+    if line.versions():  # going on in another agent's line would count its frames as done
+        from llmrl.recipes.ellm.ppo import ALGORITHM as PPO_ALGORITHM
+
+        algorithm = PPO_ALGORITHM if job.agent == "ppo" else ALGORITHM
+        if line.latest().algorithm != algorithm:
+            raise ValueError(
+                f"model_path: {line.root} holds {line.latest().algorithm} versions; agent "
+                f"{job.agent} ({algorithm}) needs a line of its own"
+            )
     done = int(line.latest().result.get("global_step", 0)) if line.versions() else 0
     _drop_episodes_after(line.root, done)
     llm = None

@@ -88,8 +88,11 @@ def test_a_tiny_housekeep_run_pretrains_evaluates_finetunes_and_reports(
         "checkpoint_every": 20,
     }
     run_embedded("ellm", config, out_dir=out, progress=False)
-    rows = {r["method"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["method"]: r for r in results["rows"]}
     assert sorted(rows) == ["ellm", "none", "oracle", "scratch"]
+    note = next(n for n in results["notes"] if n.startswith("finetune_success"))
+    assert "more objects correctly placed" in note and "unlocking" not in note
     for method in ("ellm", "oracle", "none"):
         row = rows[method]
         assert row["frames"] == 40 and row["episodes"] == 4

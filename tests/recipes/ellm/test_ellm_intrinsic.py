@@ -5,6 +5,8 @@ shrink for a state seen over and over."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import support.tiny_crafter_text  # noqa: F401  (registers TinyCrafterText)
 from support.tiny_crafter_text import DO, ENV_ID, LEFT, NOOP, PLACE_TABLE, RIGHT
@@ -69,3 +71,27 @@ def test_novelty_rewards_fall_for_a_state_seen_again_and_again():
         assert same[0] == 0 < knn(moved)[0]  # its k nearest are itself; a new state is not
     finally:
         envs.close()
+
+
+def test_a_restarted_housekeep_episode_keeps_its_whole_house_text():
+    """Procedural houses differ in size: an episode restarted in place (SB3's same-step
+    autoreset) may describe a longer house than the last one, and its next step's transition
+    is read from that whole text."""
+    settings = EllmEnvSettings(
+        env="Housekeep", env_kwargs={"max_steps": 1}, num_envs=2, method="none"
+    )
+    envs = make_env(settings)
+    rng = np.random.default_rng(0)
+    widths = set()
+    try:
+        envs.reset(seed=0)
+        for _ in range(12):  # every step ends an episode; the next one starts at once
+            actions = rng.integers(0, envs.single_action_space.n, size=2)
+            _, _, terminated, truncated, _ = envs.step(actions)
+            envs.restart(terminated | truncated)
+            for text in envs.previous["known_house"]:
+                widths.add(len(str(text)))
+                assert json.loads(str(text))  # whole, not cut to an older episode's width
+    finally:
+        envs.close()
+    assert len(widths) > 2  # houses of several sizes came by

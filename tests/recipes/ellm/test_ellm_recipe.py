@@ -94,6 +94,7 @@ def test_a_tiny_run_pretrains_evaluates_finetunes_and_reports(tmp_path: Path, mo
         assert row["crafter_score"] >= 0
     assert 0 <= by_method["rnd"]["finetune_success"] <= 1
     assert 0 <= by_method["scratch"]["finetune_success"] <= 1
+    assert any("unlocking 'place crafting table' (place_table)" in n for n in results["notes"])
     assert results["plots"] == ["achievements.png", "success_rates.png", "finetune.png"]
     assert "rnd" in json.loads((out / "success_rates.json").read_text())
     for plot in results["plots"]:

@@ -45,7 +45,7 @@ def run(out: Path, home: Path, agent: str = "dqn") -> subprocess.Popen:
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_a_killed_pretraining_resumes(tmp_path: Path, agent: str):
     out, home = tmp_path / "run", tmp_path / "home"
-    line = out / "checkpoints" / "pretrain" / "rnd"
+    line = out / "checkpoints" / "pretrain" / ("rnd" if agent == "dqn" else f"rnd-{agent}")
     first = run(out, home, agent)
     deadline = time.monotonic() + 600
     while not (line / "2").is_dir():  # two checkpoints written: kill it mid-pretraining
