@@ -108,9 +108,12 @@ def plot_eval_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title:
 
 def plot_learning_curve(tb_dir: Path, path: Path, title: str) -> bool:
     """Training success and return (mean per logged step) against env steps, from the
-    llm-ppo run's TensorBoard `charts/`; False when it logged no episode."""
+    llm-ppo run's TensorBoard `charts/`; False when it logged no episode (or nothing at all:
+    a training resumed from a line already at its last update writes no events)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    if not tb_dir.is_dir():
+        return False
     events = EventAccumulator(str(tb_dir)).Reload()
     if "charts/success" not in events.Tags()["scalars"]:
         return False

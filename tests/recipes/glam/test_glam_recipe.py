@@ -168,3 +168,13 @@ def test_random_baseline_plays_babyai_text_variants_and_test_mixes(tmp_path: Pat
     first, french = rows[0], rows[2]
     # the same seeds and choices by index: a renamed vocabulary changes nothing for random
     assert french["success_change"] == 0.0 and french["mean_length"] == first["mean_length"]
+
+
+def test_learning_curve_of_a_training_that_wrote_no_events_is_no_plot(tmp_path):
+    """A run whose training resumed from a line already at its last update has no
+    TensorBoard folder: the report goes on without the plot instead of failing."""
+    from llmrl.recipes.glam.report import plot_learning_curve
+
+    path = tmp_path / "learning_curve.png"
+    assert plot_learning_curve(tmp_path / "tb" / "train" / "glam", path, "t") is False
+    assert not path.exists()
