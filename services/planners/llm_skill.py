@@ -141,5 +141,7 @@ class LlmSkillPlanner(Planner):
         if self.temperature <= 0:
             return max(range(len(scores)), key=scores.__getitem__)
         logits = np.asarray(scores, dtype=np.float64) / self.temperature
-        probs = np.exp(logits - logits.max())
+        if not np.isfinite(logits).any():  # every candidate impossible: no distribution
+            return max(range(len(scores)), key=scores.__getitem__)
+        probs = np.exp(logits - logits[np.isfinite(logits)].max())
         return int(self.rng.choice(len(scores), p=probs / probs.sum()))

@@ -142,3 +142,13 @@ def test_continuous_text_rollouts_parse_and_a_wrong_sized_action_is_dropped():
     assert rollout.actions[0].tolist() == [0.5, -0.5] and np.isnan(rollout.actions[1]).all()
     kept, _ = filter_rollouts([rollout], lambda s: True)
     assert kept == []
+
+
+@pytest.mark.parametrize("setting", ["batch_size", "max_steps"])
+def test_imagination_sizes_must_be_positive(tiny_model_dir, setting):
+    starts = np.stack([random_state(np.random.default_rng(0))]).astype(np.float32)
+    model = GroundedLM.create(
+        str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=2, states=starts
+    )
+    with pytest.raises(ValueError, match=f"{setting}: expected a positive integer"):
+        imagine(model, starts, ["push the red ball"], **{setting: 0})

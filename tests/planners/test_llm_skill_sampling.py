@@ -55,3 +55,11 @@ def test_sampling_varies_the_plan_reproducibly(tiny_model_dir, observation):
 def test_bad_temperature_is_rejected():
     with pytest.raises(ValueError, match="temperature must be in"):
         make_planner("when2ask-llm", llm=None, temperature=-1.0)
+
+
+def test_sampling_when_every_candidate_is_impossible_still_chooses():
+    """Log-probabilities of -inf for all candidates give no distribution: the planner falls
+    back to the first best instead of failing the episode on NaN probabilities."""
+    planner = make_planner("when2ask-llm", llm=None, temperature=1.0)
+    assert planner._choose([float("-inf")] * 3) == 0
+    assert planner._choose([float("-inf"), -2.0, float("-inf")]) == 1

@@ -49,6 +49,9 @@ ADAPTER_DIR = "adapter"
 Item = tuple[str, Any, bool]
 
 
+TEXT_CACHE_SIZE = 4096  # token ids of recent strings (prompts repeat, numbers rarely)
+
+
 @dataclass
 class GroundingSpec:
     """What the model grounds: the state's size, the actions (`action_size` discrete ids, or
@@ -223,7 +226,10 @@ class GroundedLM:
         spec_file = directory / SPEC_FILE
         if not spec_file.is_file():
             raise FileNotFoundError(f"checkpoint: no grounded model ({SPEC_FILE}) in {directory}")
-        spec = GroundingSpec(**json.loads(spec_file.read_text()))
+        try:
+            spec = GroundingSpec(**json.loads(spec_file.read_text()))
+        except (TypeError, ValueError) as exc:  # another version's file, or not JSON
+            raise ValueError(f"checkpoint: {spec_file} is not a grounding spec: {exc}") from None
         model = cls.create(spec.base_model, spec, adapter_dir=directory / ADAPTER_DIR)
         state = torch.load(directory / GROUNDING_FILE, weights_only=True)
         model.modules.load_state_dict(state)
@@ -246,11 +252,15 @@ class GroundedLM:
         return self.lm.get_base_model()
 
     def text_ids(self, text: str) -> list[int]:
-        if text not in self._text_cache:
-            self._text_cache[text] = list(
-                self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            )
-        return self._text_cache[text]
+        """Token ids of `text`; cached, but bounded: with numbers as text nearly every
+        state is a new string, and an unbounded cache would grow with every step."""
+        cached = self._text_cache.get(text)
+        if cached is None:
+            cached = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if len(self._text_cache) >= TEXT_CACHE_SIZE:
+                self._text_cache.pop(next(iter(self._text_cache)))  # the oldest entry
+            self._text_cache[text] = cached
+        return cached
 
     def number_text(self, kind: str, value: Any) -> str:
         """The numbers-as-text rendering of a state or action."""

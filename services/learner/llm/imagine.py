@@ -59,6 +59,9 @@ def imagine(
     `action_bounds` (low, high: numbers or arrays of the action's size)."""
     import torch
 
+    for name, value in (("batch_size", batch_size), ("max_steps", max_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     if len(initial_states) != len(instructions):
         raise ValueError(
             f"initial_states ({len(initial_states)}) and instructions ({len(instructions)}) "

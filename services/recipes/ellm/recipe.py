@@ -144,8 +144,12 @@ class Ellm(Recipe):
             if ctx.simulator is None:
                 import torch
 
+                threads = torch.get_num_threads()
                 torch.set_num_threads(1)  # this process's own: a small MLP, more threads contend
-                result = train_ellm(job, on_progress=ctx.progress.advance)
+                try:
+                    result = train_ellm(job, on_progress=ctx.progress.advance)
+                finally:  # later phases and recipes in this process keep their threads
+                    torch.set_num_threads(threads)
             else:
                 from llmrl.learner.policy_jobs import run_on_learner
 
