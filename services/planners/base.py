@@ -86,6 +86,8 @@ def reseeded(spec: str | Mapping[str, Any], stream: int) -> str | dict[str, Any]
     if not getattr(registry.get_planner(name), "seeded", False):
         return spec
     kwargs = {} if isinstance(spec, str) else dict(spec.get("kwargs") or {})
-    base = int(kwargs.get("seed", 0))
+    base = kwargs.get("seed", 0)
+    if isinstance(base, bool) or not isinstance(base, int):
+        raise ValueError(f"planner.kwargs.seed: expected an integer, got {base!r}")
     kwargs["seed"] = (base * 1_000_003 + int(stream)) % 2**63
     return {"name": name, "kwargs": kwargs}

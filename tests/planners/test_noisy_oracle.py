@@ -98,3 +98,8 @@ def test_mutations_follow_the_issue():
 def test_bad_error_rate_is_rejected():
     with pytest.raises(ValueError, match="error rate p must be in"):
         make_planner("noisy-oracle", p=1.5)
+
+
+def test_a_seed_that_is_no_integer_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"planner\.kwargs\.seed: expected an integer"):
+        reseeded({"name": "noisy-oracle", "kwargs": {"seed": "x"}}, 1)
