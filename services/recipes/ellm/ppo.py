@@ -219,7 +219,8 @@ def train_ppo_ellm(
     previous = resumable_version(line, ALGORITHM, MODEL_FILE)
     common = {"device": "cpu", "tensorboard_log": tensorboard_dir}
     if previous is not None:
-        model = PPO.load(str(previous.path / MODEL_FILE), env=vec_env, **common)
+        # this job's settings, as for init_from: a resubmitted job's changes are not ignored
+        model = PPO.load(str(previous.path / MODEL_FILE), env=vec_env, **common, **settings)
         if (previous.path / SOURCE_FILE).is_file():
             wrapper.load_state_dict(torch.load(previous.path / SOURCE_FILE, weights_only=True))
         if model.num_timesteps >= total_timesteps:

@@ -172,6 +172,23 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
         assert torch.equal(value, after.state_dict()[key]), key
 
 
+
+def test_a_resumed_ppo_line_trains_with_the_resubmitted_settings(tmp_path: Path, monkeypatch):
+    """A resumed job's PPO settings replace the saved ones: with a learning rate of 0 the
+    resumed updates leave the weights as the first job saved them."""
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    common: dict = {"env": ENV_ID, "num_envs": 2, "method": "rnd", "agent": "ppo"}
+    ppo = {"n_steps": 8, "batch_size": 16, "n_epochs": 1}
+    line = {"model_path": str(tmp_path / "line")}
+    first = train_ellm(EllmTrainingJob(**common, **line, ppo=ppo, frames=16))
+    frozen = {**ppo, "learning_rate": 0.0}
+    resumed = train_ellm(EllmTrainingJob(**common, **line, ppo=frozen, frames=48))
+    assert resumed["frames"] == 48 and resumed["gradient_steps"] > first["gradient_steps"]
+    before = PPO.load(Path(first["checkpoint"]) / "model.zip", device="cpu").policy
+    after = PPO.load(Path(resumed["checkpoint"]) / "model.zip", device="cpu").policy
+    for key, value in before.state_dict().items():
+        assert torch.equal(value, after.state_dict()[key]), key
+
 def test_a_ppo_evaluation_repeats_with_its_seed(tmp_path: Path, monkeypatch):
     """PPO samples its actions with the evaluation's seeded rng, not torch's global one."""
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
