@@ -172,7 +172,6 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
         assert torch.equal(value, after.state_dict()[key]), key
 
 
-
 def test_a_resumed_ppo_line_trains_with_the_resubmitted_settings(tmp_path: Path, monkeypatch):
     """A resumed job's PPO settings replace the saved ones: with a learning rate of 0 the
     resumed updates leave the weights as the first job saved them."""
@@ -188,6 +187,7 @@ def test_a_resumed_ppo_line_trains_with_the_resubmitted_settings(tmp_path: Path,
     after = PPO.load(Path(resumed["checkpoint"]) / "model.zip", device="cpu").policy
     for key, value in before.state_dict().items():
         assert torch.equal(value, after.state_dict()[key]), key
+
 
 def test_a_ppo_evaluation_repeats_with_its_seed(tmp_path: Path, monkeypatch):
     """PPO samples its actions with the evaluation's seeded rng, not torch's global one."""
