@@ -172,6 +172,12 @@ def main() -> int:
         default="mean",
         help="phrase score: sum (GLAM's) or per-token mean of its token log-probs",
     )
+    parser.add_argument(
+        "--greedy",
+        action="store_true",
+        help="evaluate every method by its most likely action (default: sample from the "
+        "policy, as the original's tests do)",
+    )
     parser.add_argument("--eval-every", type=int, default=2, help="updates between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=20, help="held-out episodes")
     parser.add_argument("--bc-steps", type=int, default=100, help="SFT steps of BC")
@@ -218,6 +224,7 @@ def main() -> int:
     budget = (
         f"{args.env}, {args.model}, {args.train_steps} env steps ({args.num_envs} envs x "
         f"{args.rollout_steps} steps per update), {args.eval_episodes} held-out episodes, "
+        f"{'greedy' if args.greedy else 'sampled'} actions, "
         f"seeds {[s for s in args.seeds if s in found]}; success: mean [95% bootstrap interval]"
     )
     notes = [budget, verdict, *tables[0].notes[1:]]

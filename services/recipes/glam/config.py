@@ -46,7 +46,11 @@ class GlamConfig(RecipeConfig):
     bc_batch_size: int = Field(8, ge=1, description="Examples per SFT step of behaviour cloning.")
     bc_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the BC LoRA.")
     reduction: str = Field("sum", description="Candidate score: sum or mean of token log-probs.")
-    greedy: bool = Field(True, description="Evaluate greedily (argmax); False: sample, seeded.")
+    greedy: bool = Field(
+        False,
+        description="Evaluate greedily (argmax); False (the original's tests): sample from the "
+        "policy, seeded by the episode.",
+    )
     eval_episodes: int = Field(50, ge=1, description="Episodes per evaluation.")
     eval_seed_offset: int = Field(
         1_000_000, ge=0, description="Seed offset of the held-out evaluation episodes."

@@ -15,8 +15,9 @@ Policy specs:
   "greedy": bool}`: the same policy, scored in this process by the learner's scorer from an
   LLM-PPO checkpoint (NPAE's fully fine-tuned model, which the gateway cannot serve as an
   adapter).
-* `{"kind": "glam-sb3", "model": <SB3 .zip>}`: Symbolic-PPO's policy on the grid
-  (`image`, `direction`, `mission_tokens`), deterministic.
+* `{"kind": "glam-sb3", "model": <SB3 .zip>, "greedy": bool}`: Symbolic-PPO's policy on the
+  grid (`image`, `direction`, `mission_tokens`), its most likely action or a sample seeded by
+  the episode's seed.
 * `{"kind": "glam-random"}`: a uniformly random phrase (seeded by the episode's seed), the
   baseline a small BabyAI level already reaches ~35% with.
 """
@@ -176,16 +177,27 @@ class SymbolicDriver(EpisodeDriver):
 
     optional_observations = ("success",)
 
-    def __init__(self, model: Any, keys: tuple[str, ...]) -> None:
+    def __init__(self, model: Any, keys: tuple[str, ...], greedy: bool, seed: int) -> None:
         self.model = model
         self.keys = keys
         self.observations = keys
+        self.greedy = greedy
+        self.rng = np.random.default_rng(seed)
 
     def act(self, observation: dict[str, Any], t: int) -> Decision:
         # float32, as it was trained (llmrl.learner.wrappers.FloatObservations)
         obs = {key: np.asarray(observation[key], np.float32)[None] for key in self.keys}
-        action, _ = self.model.predict(obs, deterministic=True)
-        return Decision(action=int(np.asarray(action).reshape(-1)[0]))
+        if self.greedy:
+            action, _ = self.model.predict(obs, deterministic=True)
+            return Decision(action=int(np.asarray(action).reshape(-1)[0]))
+        # sampled with the episode's generator: SB3's own sampling draws on torch's global one
+        import torch
+
+        with torch.no_grad():
+            tensors, _ = self.model.policy.obs_to_tensor(obs)
+            probs = self.model.policy.get_distribution(tensors).distribution.probs[0]
+        p = probs.double().numpy()
+        return Decision(action=int(self.rng.choice(len(p), p=p / p.sum())))
 
 
 class RandomPhraseDriver(EpisodeDriver):
@@ -237,7 +249,12 @@ def _symbolic_driver(policy: dict[str, Any], resources: RolloutResources, job: E
 
     if not policy.get("model"):
         raise ValueError("policy.model: the path of an SB3 model (.zip) is required")
-    return SymbolicDriver(load_cached("ppo", str(policy["model"])), SYMBOLIC_KEYS)
+    return SymbolicDriver(
+        load_cached("ppo", str(policy["model"])),
+        SYMBOLIC_KEYS,
+        greedy=bool(policy.get("greedy", True)),
+        seed=job.seed,
+    )
 
 
 @registry.register_driver(RANDOM, "a uniformly random action phrase (GLAM's baseline)")

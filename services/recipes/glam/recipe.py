@@ -205,7 +205,7 @@ class Glam(Recipe):
         if method != "zero-shot" and point is None:
             point = ctx.phase_outputs(train_phase(method))
         if method == "symbolic-ppo":
-            return {"kind": driver.SYMBOLIC, "model": point["model"]}
+            return {"kind": driver.SYMBOLIC, "model": point["model"], "greedy": cfg.greedy}
         scoring = {"reduction": cfg.reduction, "greedy": cfg.greedy}
         if method == "npae":
             return {"kind": driver.CHECKPOINT, "checkpoint": point["checkpoint"], **scoring}
