@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from support.tiny_llm import TINY_MODEL
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from llmrl.common.registry import registry
+from llmrl.learner.algorithms import load_cached
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
@@ -78,6 +82,21 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
     # Symbolic-PPO played minigrid actions, not phrases
     steps = [s for e in episodes(out, "evaluate/symbolic-ppo") for s in e["steps"]]
     assert steps and all(s["action"] in range(6) and not s.get("skill") for s in steps)
+    # sampled by default (the original's tests sample), from the episode's own generator
+    model = sorted(out.rglob("*.zip"))[-1]
+    space = load_cached("ppo", str(model)).observation_space
+    space.seed(0)
+    observation = {key: value for key, value in space.sample().items()}
+
+    def played(seed: int, greedy: bool) -> list[int]:
+        policy = {"kind": "glam-sb3", "model": str(model), "greedy": greedy}
+        job = SimpleNamespace(seed=seed)
+        play = registry.get_driver("glam-sb3")(policy, None, job)
+        return [play.act(observation, t).action for t in range(40)]
+
+    assert played(3, greedy=False) == played(3, greedy=False)
+    assert len(set(played(3, greedy=False))) > 1  # a near-uniform policy after 2 updates
+    assert len(set(played(3, greedy=True))) == 1
 
     # BC: GLAM prompts -> the bot's phrases, learned by SFT, scored through the gateway
     demos = [json.loads(line) for line in (out / "data" / "bc_demonstrations.jsonl").open()]

@@ -120,6 +120,7 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
         "learning_rate": 1e-2,
         "reduction": "mean",
         "eval_episodes": 6,
+        "greedy": True,  # argmax: the trained policy's one step is certain
     }
     out = tmp_path / "run"
     run_embedded("glam", config, out_dir=out, progress=False)
