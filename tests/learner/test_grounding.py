@@ -120,3 +120,84 @@ def test_registered_grounding_sft_learns_from_an_offline_dataset(tiny_model_dir,
     with pytest.raises(ValueError, match=r"action_size: 5 is too small.*up to 6"):
         grounding.train(dataset, Versions(tmp_path / "y"), base_model=str(tiny_model_dir),
                         action_size=5)  # fmt: skip
+
+
+def small_dataset(seed: int, actions: np.ndarray | None = None, state_dim: int = 10):
+    from llmrl.common.offline_dataset import OfflineDataset
+
+    rng = np.random.default_rng(seed)
+    return OfflineDataset.from_arrays(
+        env="ClevrRobot",
+        source="scripted",
+        observations=rng.uniform(-0.5, 0.5, size=(4, state_dim)),
+        actions=np.array([1, 2, 3, 4]) if actions is None else actions,
+        rewards=np.zeros(4),
+        terminals=np.array([False, True, False, True]),
+        timeouts=np.zeros(4, bool),
+        episode_ids=np.array([0, 0, 1, 1]),
+        instructions=np.array(["push the red ball", "push the blue ball"]),
+        goals=np.zeros((2, 6)),
+        final_observations=rng.uniform(-0.5, 0.5, size=(2, state_dim)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"steps": 0}, "steps"),
+        ({"batch_size": 2.5}, "batch_size"),
+        ({"learning_rate": float("nan")}, "learning_rate"),
+        ({"head_learning_rate": -1.0}, "head_learning_rate"),
+        ({"lora_layers": 0}, "lora_layers"),
+        ({"base_layers": "two"}, "base_layers"),
+        ({"seed": -1}, "seed"),
+        ({"numbers": "words"}, "numbers"),
+    ],
+)
+def test_grounding_sft_refuses_bad_settings_by_name(tmp_path, settings, named):
+    from llmrl.common.registry import registry
+    from llmrl.learner.versions import Versions
+
+    grounding = registry.get_algorithm("kalm-grounding")
+    with pytest.raises(ValueError, match=rf"^{named}: "):
+        grounding.train(small_dataset(0), Versions(tmp_path / "g"), **settings)
+    assert not (tmp_path / "g").exists() or not Versions(tmp_path / "g").versions()
+
+
+def test_grounding_sft_refuses_datasets_of_another_layout_before_training(tmp_path):
+    from llmrl.common.registry import registry
+    from llmrl.learner.versions import Versions
+
+    grounding = registry.get_algorithm("kalm-grounding")
+    box = small_dataset(1, actions=np.zeros((4, 4), np.float32))
+    with pytest.raises(ValueError, match=r"source\[1\]: continuous \(Box\) actions"):
+        grounding.train([small_dataset(0), box], Versions(tmp_path / "g"))
+    wider = small_dataset(2, state_dim=12)
+    with pytest.raises(ValueError, match=r"source\[1\]\.observations: shape \(12,\)"):
+        grounding.train([small_dataset(0), wider], Versions(tmp_path / "g"))
+
+
+def test_continue_training_continues_the_same_model_and_refuses_a_changed_one(
+    tiny_model_dir, tmp_path
+):
+    from llmrl.common.registry import registry
+    from llmrl.learner.versions import Versions
+
+    grounding = registry.get_algorithm("kalm-grounding")
+    line = Versions(tmp_path / "g")
+    base = {"base_model": str(tiny_model_dir), "steps": 1, "batch_size": 2, "lora_r": 2}
+    grounding.train(small_dataset(0), line, **base, base_layers=1, action_size=40)
+    # the same model, more steps: version 2, with the first version's action ids
+    second = grounding.train(small_dataset(1), line, **base, base_layers=1, continue_training=True)
+    assert second.version == "2" and second.result["spec"]["action_size"] == 40
+    with pytest.raises(ValueError, match=r"^numbers: 'text' differs from 'tokens' of version 2"):
+        grounding.train(
+            small_dataset(1), line, **base, base_layers=1, numbers="text", continue_training=True
+        )
+    with pytest.raises(ValueError, match=r"^base_layers: 2 differs from 1"):
+        grounding.train(small_dataset(1), line, **base, base_layers=2, continue_training=True)
+    with pytest.raises(ValueError, match=r"^source: state_dim 12 differs from 10"):
+        grounding.train(
+            small_dataset(1, state_dim=12), line, **base, base_layers=1, continue_training=True
+        )
+    assert line.versions() == ["1", "2"]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.algorithms.base import Algorithm, Progress, check_number
 from llmrl.learner.algorithms.offline_rl import check_action_size
 from llmrl.learner.llm.grounding import (
     NUMBERS,
@@ -54,6 +54,66 @@ DEFAULTS: dict[str, Any] = {
     "continue_training": False,  # start from the line's latest version
     "tensorboard_dir": None,
 }
+# what the continued version's model is made of: a change would be silently ignored
+FIXED_ON_CONTINUE = ("base_model", "numbers", "base_layers", "lora_r", "lora_layers")
+
+
+def check_grounding_settings(cfg: dict[str, Any]) -> None:
+    """ValueErrors naming the setting, before any model is loaded."""
+    for key in ("steps", "batch_size", "lora_r", "max_episode_steps"):
+        check_number(key, cfg[key], integer=True, positive=True)
+    for key in ("learning_rate", "head_learning_rate"):
+        check_number(key, cfg[key], positive=True)
+    check_number("seed", cfg["seed"], integer=True)
+    for key in ("lora_layers", "base_layers", "action_size"):
+        if cfg[key] is not None:
+            check_number(key, cfg[key], integer=True, positive=True)
+    if cfg["numbers"] not in NUMBERS:
+        raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}")
+    unknown = [t for t in cfg["tasks"] if t not in TASKS]
+    if unknown or not cfg["tasks"]:
+        raise ValueError(
+            f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {cfg['tasks']}"
+        )
+
+
+def check_sources_agree(sources: Sequence[Any]) -> None:
+    """One grounding learns one state and action layout: datasets that differ are refused
+    before training (they would fail at their first batch, mid-run)."""
+    first = sources[0]
+    for i, dataset in enumerate(sources[1:], start=1):
+        if bool(dataset.discrete) != bool(first.discrete):
+            kinds = {True: "discrete", False: "continuous (Box)"}
+            raise ValueError(
+                f"source[{i}]: {kinds[bool(dataset.discrete)]} actions, but source[0]'s are "
+                f"{kinds[bool(first.discrete)]}; ground one action kind per model"
+            )
+        for field in ("observations", "actions"):
+            ours, theirs = getattr(dataset, field).shape[1:], getattr(first, field).shape[1:]
+            if ours != theirs:
+                raise ValueError(
+                    f"source[{i}].{field}: shape {ours} per step, but source[0]'s is {theirs}"
+                )
+
+
+def check_continuable(latest: Checkpoint, cfg: dict[str, Any], spec: GroundingSpec) -> None:
+    """continue_training keeps the latest version's model: a setting or dataset layout that
+    would change it is refused rather than ignored."""
+    before = latest.config
+    for key in FIXED_ON_CONTINUE:
+        if key in before and before[key] != cfg[key]:
+            raise ValueError(
+                f"{key}: {cfg[key]!r} differs from {before[key]!r} of version "
+                f"{latest.version} that continue_training continues; keep it, or train a new "
+                "line (continue_training=false)"
+            )
+    saved = latest.result.get("spec", {})
+    for key in ("state_dim", "action_size", "action_dim"):
+        if key in saved and saved[key] != getattr(spec, key):
+            raise ValueError(
+                f"source: {key} {getattr(spec, key)} differs from {saved[key]} of version "
+                f"{latest.version} that continue_training continues"
+            )
 
 
 def dataset_episodes(sources: Sequence[Any], max_steps: int) -> list[tuple[str, Any, Any]]:
@@ -92,20 +152,17 @@ class GroundingSft(Algorithm):
 
         self.check_settings(settings, DEFAULTS)
         cfg = {**DEFAULTS, **settings}
-        if cfg["numbers"] not in NUMBERS:
-            raise ValueError(
-                f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}"
-            )
-        unknown = [t for t in cfg["tasks"] if t not in TASKS]
-        if unknown or not cfg["tasks"]:
-            raise ValueError(
-                f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {cfg['tasks']}"
-            )
+        check_grounding_settings(cfg)
         sources = list(source) if isinstance(source, list | tuple) else [source]
+        check_sources_agree(sources)
         rng = random.Random(int(cfg["seed"]))
         torch.manual_seed(int(cfg["seed"]))
         episodes = dataset_episodes(sources, int(cfg["max_episode_steps"]))
 
+        line = as_versions(checkpoints)
+        latest = line.latest() if cfg["continue_training"] and line.versions() else None
+        if latest is not None and cfg["action_size"] is None:  # the continued model's
+            cfg["action_size"] = latest.result.get("spec", {}).get("action_size")
         first = sources[0]
         discrete = bool(first.discrete)
         if discrete:
@@ -125,9 +182,10 @@ class GroundingSft(Algorithm):
                 numbers=cfg["numbers"],
                 base_layers=cfg["base_layers"],
             )
-        line = as_versions(checkpoints)
-        if cfg["continue_training"] and line.versions():
-            model = GroundedLM.load(line.latest().path)
+        if latest is not None:
+            self.check_written_by_me(latest)
+            check_continuable(latest, cfg, spec)
+            model = GroundedLM.load(latest.path)
         else:
             all_states = np.concatenate([s for _, s, _ in episodes])
             model = GroundedLM.create(
