@@ -109,17 +109,11 @@ def main() -> None:
     args.methods = args.methods.split(",")
     out = Path(args.out)
 
-    import os
-
-    import yaml
-
+    from llmrl.llm_gateway.settings import use_patient_config
     from llmrl.orchestrator.embedded import run_embedded
 
     # the local model may answer slowly on a loaded machine: wait rather than fail
-    out.mkdir(parents=True, exist_ok=True)
-    gateway = out / "gateway.yaml"
-    gateway.write_text(yaml.safe_dump({"models": {args.model: {"timeout_s": 900}}}))
-    os.environ.setdefault("LLMRL_LLM_GATEWAY_CONFIG", str(gateway))
+    use_patient_config(out, args.model, timeout_s=900)
 
     runs: dict[int, Path] = {}
     for seed in range(args.seeds):

@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llmrl.common.stats import estimate
 from llmrl.common.store import RunStore
+from llmrl.llm_gateway.settings import use_patient_config
 from llmrl.orchestrator.experiments import ExperimentSpec
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
@@ -45,29 +43,6 @@ from llmrl.recipes.glam.paper import paper_success
 TARGET_POINTS = 0.20  # GLAM's success above the zero-shot model's, on held-out seeds
 # not part of the recipe's config
 RUNNER_OPTIONS = ("seeds", "out", "strict", "name", "torch_threads", "gateway_timeout_s", "merge")
-
-
-def local_gateway_config(out: Path, model: str, timeout_s: float, threads: int | None) -> None:
-    """Unless LLMRL_LLM_GATEWAY_CONFIG names one already: a gateway config serving `model`
-    (SmolLM2's built-in weights when it is "smollm2") in float32 with a long request timeout,
-    since one score of a loaded shared CPU can take longer than the default 60 s."""
-    if os.environ.get("LLMRL_LLM_GATEWAY_CONFIG") or model != "smollm2":
-        return
-    settings = {
-        "torch_threads": threads,
-        "models": {
-            model: {
-                "backend": "hf",
-                "path": "builtin:smollm2-135m-instruct",
-                "dtype": "float32",
-                "timeout_s": timeout_s,
-            }
-        },
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "gateway.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    os.environ["LLMRL_LLM_GATEWAY_CONFIG"] = str(path)
 
 
 def seed_results(out: Path, experiment: str) -> dict[int, Any]:
@@ -207,7 +182,14 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    local_gateway_config(args.out, args.model, args.gateway_timeout_s, args.torch_threads or None)
+    # fp32: the learner's copy of the model is fp32 too, so both score alike
+    use_patient_config(
+        args.out,
+        args.model,
+        args.gateway_timeout_s,
+        dtype="float32",
+        torch_threads=args.torch_threads or None,
+    )
 
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
     spec = ExperimentSpec(name=args.name, recipe="glam", config=config, seeds=args.seeds)
