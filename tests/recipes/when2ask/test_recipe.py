@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from llmrl.common.store import RunStore
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.when2ask.recipe import When2Ask
@@ -116,3 +117,19 @@ def test_tiny_run_writes_table_plots_and_models(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "models" / "SimpleDoorKey-asking.zip").exists()
     assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
+
+
+def test_step_cap_reaches_training(tmp_path):
+    config = {
+        "envs": ["SimpleDoorKey"], "methods": ["learned"], "train_steps": 64, "n_envs": 2,
+        "n_steps": 16, "eval_episodes": 2, "max_steps": 4, "planner": "noisy",
+        "planner_noise": 0.5, "planner_noise_mode": "persistent",
+    }  # fmt: skip
+    run = run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
+    store = RunStore(tmp_path / "run.sqlite")
+    try:
+        curve = store.phase_outputs(run.run_id, "train/SimpleDoorKey")["curve"]
+    finally:
+        store.close()
+    assert len(curve) >= 64 // 4  # every training episode ended at the cap
+    assert all(point["l"] == 4 and not point["success"] for point in curve)
