@@ -51,6 +51,17 @@ def parse_noise(text: str) -> list[float]:
     return values
 
 
+def positive_int(text: str) -> int:
+    """argparse type for --max-steps: a step cap of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def run_one(config: dict[str, Any], out: Path) -> Any:
     run_embedded("when2ask", config, out_dir=out, progress=True)
     results = read_results(out)
@@ -125,7 +136,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--max-steps",
-        type=int,
+        type=positive_int,
         default=None,
         help="mediator step cap per episode, training and evaluation (default 200; an "
         "episode not solved by then fails)",

@@ -10,6 +10,7 @@ curves and a queries-versus-success chart.
 
     llmrl run when2ask envs=[SimpleDoorKey] planner=oracle
     llmrl run when2ask planner=noisy planner_noise=0.2   # the oracle, wrong 20% of the time
+    llmrl run when2ask planner=noisy planner_noise_mode=persistent max_steps=25   # errors cost
     llmrl run when2ask planner=local planner_temperature=1   # SmolLM2 samples a feasible skill
 """
 
