@@ -17,6 +17,12 @@ learned, always, forced-only, news-or-skill-end and random methods, and writes
 per episode against p, one column per task) to the output directory. The figures are
 reported as measured; the exit status is 0 whether or not a target holds (use --strict to
 fail when the first one does not).
+
+`--max-steps N` caps every episode at N mediator steps, in training and evaluation (default
+200, above the tasks' own 100 steps): with a cap near the oracle's 16-20 steps, a wrong plan
+followed too long, or a dithering agent, fails the episode instead of only lengthening it.
+`--noise-mode persistent` makes the noisy planner answer the same knowledge with the same
+plan within an episode (a greedy LLM) instead of drawing every query afresh.
 """
 
 from __future__ import annotations
@@ -43,6 +49,17 @@ def parse_noise(text: str) -> list[float]:
     if not values or any(not 0 <= v <= 1 for v in values):
         raise SystemExit(f"--noise: expected comma-separated numbers in [0, 1], got {text!r}")
     return values
+
+
+def positive_int(text: str) -> int:
+    """argparse type for --max-steps: a step cap of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def run_one(config: dict[str, Any], out: Path) -> Any:
@@ -110,6 +127,20 @@ def main() -> int:
         help="comma-separated planner error rates p to sweep with the noisy planner, e.g. "
         "0,0.1,0.2,0.3 (implies --planner noisy)",
     )
+    parser.add_argument(
+        "--noise-mode",
+        choices=["fresh", "persistent"],
+        default="fresh",
+        help="noisy planner: fresh (an independent error draw per query) or persistent (the "
+        "same knowledge gets the same plan within an episode)",
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=positive_int,
+        default=None,
+        help="mediator step cap per episode, training and evaluation (default 200; an "
+        "episode not solved by then fails)",
+    )
     parser.add_argument("--envs", nargs="+", default=None, help="tasks (default: all four)")
     parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes/method")
     parser.add_argument("--train-steps", type=int, default=20_000, help="PPO steps, asking")
@@ -137,6 +168,10 @@ def main() -> int:
         config["learning_rate"] = args.learning_rate
     if args.n_steps is not None:
         config["n_steps"] = args.n_steps
+    if args.max_steps is not None:
+        config["max_steps"] = args.max_steps
+    if args.planner == "noisy" or args.noise is not None:
+        config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
         return sweep(args, config, parse_noise(args.noise))
 
@@ -191,9 +226,10 @@ def write_sweep(
     ppo = f"PPO {args.train_steps} steps"
     if args.learning_rate is not None or args.n_steps is not None:
         ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
+    cap = f"step cap {args.max_steps or 200}"
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "
-        f"{ppo}, seed {args.seed}.\n\n{sweep_table(rows)}\n\n"
+        f"{ppo}, seed {args.seed}, {args.noise_mode} errors, {cap}.\n\n{sweep_table(rows)}\n\n"
         + "\n".join(f"- {v}" for v in verdicts)
         + "\n\ntarget (learned beats every fixed rule at some p > 0 on at least two tasks): "
         f"{verdict} (tasks: {', '.join(sorted(beaten)) or 'none'})\n"

@@ -18,10 +18,24 @@ errs among those (`when2ask-llm`, score mode), wrong skills are drawn from the f
 when that leaves any; failing that, from any feasible skill other than the right one (often
 `explore`). The planner sees what an LLM planner would (the agent's knowledge in `text`, the
 feasible skills) plus the oracle's plan.
+
+When errors are drawn (`mode`):
+
+* `fresh` (default): an independent draw per query from the planner's generator, as an LLM
+  that samples does; asking again with the same knowledge may repair a wrong plan, or break a
+  right one (an agent that asks at every step dithers).
+* `persistent`: the same input gets the same answer within an episode, as a deterministic
+  (greedy) LLM gives: whether the plan is wrong, and how, is drawn from a generator seeded by
+  the planner's seed, the episode (counted by `reset`) and a hash of what an LLM would be
+  prompted with (the knowledge text and the feasible skills). Asking again only helps once
+  that input has changed (a new object seen, the agent moved next to something); until then a
+  wrong plan stays wrong however often the agent asks. The error rate over distinct inputs
+  is still p.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, ClassVar
 
@@ -48,6 +62,7 @@ _OBJECT_RE = re.compile(
 )
 
 MUTATIONS = ("another object", "wrong-colour key", "wrong kind")
+NOISE_MODES = ("fresh", "persistent")
 
 
 def seen_objects(text: str) -> list[Identity]:
@@ -129,41 +144,60 @@ class NoisyOraclePlanner(Planner):
     uses_llm: ClassVar[bool] = False
     seeded: ClassVar[bool] = True
 
-    def __init__(self, p: float = 0.1, seed: int = 0) -> None:
+    def __init__(self, p: float = 0.1, seed: int = 0, mode: str = "fresh") -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"noisy-oracle: error rate p must be in [0, 1], got {p}")
+        if mode not in NOISE_MODES:
+            raise ValueError(
+                f"noisy-oracle: mode must be one of {', '.join(NOISE_MODES)}, got {mode!r}"
+            )
         self.p = float(p)
+        self.seed = int(seed)
+        self.mode = mode
         self.rng = np.random.default_rng(seed)
         self.oracle = OraclePlanner()
+        self.episode = 0  # episodes begun (persistent mode: part of the draw's seed)
         self.queries = 0  # queries answered (over the planner's lifetime, not per episode)
         self.errors = 0  # of which answered with a wrong plan
         self.last_mutation: str | None = None  # kind of the last wrong plan, None if right
+
+    def reset(self) -> None:
+        self.episode += 1
+
+    def _generator(self, text: str, feasible: list[str]) -> np.random.Generator:
+        """fresh: the planner's own stream; persistent: one seeded by the input (see the
+        module docstring), so the same input gives the same draws."""
+        if self.mode == "fresh":
+            return self.rng
+        digest = hashlib.blake2b("\n".join([text, *feasible]).encode(), digest_size=8).digest()
+        return np.random.default_rng([self.seed, self.episode, int.from_bytes(digest, "little")])
 
     def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
         right = self.oracle.plan(observation, t)
         self.queries += 1
         self.last_mutation = None
-        # One draw per query whatever the plan, so the error rate is p per query exactly.
-        wrong = bool(self.rng.random() < self.p)
-        if not wrong or not right.skills:
-            return right
-        first = right.skills[0]
-        seen = seen_objects(observation_text(observation.get("text", "")))
-        options = wrong_skills(first, seen)
+        text = observation_text(observation.get("text", ""))
         feasible = [
             s for s in observation_text(observation.get("feasible_skills", "")).split("\n") if s
         ]
+        rng = self._generator(text, feasible)
+        # One draw per query whatever the plan, so the error rate is p per query exactly.
+        wrong = bool(rng.random() < self.p)
+        if not wrong or not right.skills:
+            return right
+        first = right.skills[0]
+        options = wrong_skills(first, seen_objects(text))
         if feasible:
             options = {k: [c for c in v if c in feasible] for k, v in options.items()}
             options = {k: v for k, v in options.items() if v}
             if not options and [s for s in feasible if s != first]:
                 options = {"another feasible skill": [s for s in feasible if s != first]}
         if not options:  # nothing else to do or seen: an LLM names a key it imagines
-            colour = COLOR_NAMES[int(self.rng.integers(len(COLOR_NAMES)))]
+            colour = COLOR_NAMES[int(rng.integers(len(COLOR_NAMES)))]
             options = {"wrong-colour key": [f"go to the {colour} key"]}
-        kind = list(options)[int(self.rng.integers(len(options)))]
+        kind = list(options)[int(rng.integers(len(options)))]
         choices = options[kind]
-        replacement = choices[int(self.rng.integers(len(choices)))]
+        replacement = choices[int(rng.integers(len(choices)))]
         self.errors += 1
         self.last_mutation = kind
         return Plan(skills=carry_through(right.skills, replacement))

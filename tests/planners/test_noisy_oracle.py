@@ -103,3 +103,52 @@ def test_bad_error_rate_is_rejected():
 def test_a_seed_that_is_no_integer_is_refused_by_name():
     with pytest.raises(ValueError, match=r"planner\.kwargs\.seed: expected an integer"):
         reseeded({"name": "noisy-oracle", "kwargs": {"seed": "x"}}, 1)
+
+
+def test_bad_noise_mode_is_rejected_by_name():
+    with pytest.raises(ValueError, match="mode must be one of fresh, persistent"):
+        make_planner("noisy-oracle", p=0.2, mode="sometimes")
+
+
+def distinct_inputs(env: str, seeds: range) -> list[dict[str, Any]]:
+    """Real first observations, one per distinct planner input (knowledge, feasible skills)."""
+    found = {(str(o["text"]), str(o["feasible_skills"])): o for o in observations(env, seeds)}
+    return list(found.values())
+
+
+def test_persistent_mode_answers_the_same_input_with_the_same_plan():
+    planner = make_planner("noisy-oracle", p=0.5, seed=4, mode="persistent")
+    obs = distinct_inputs("ColoredDoorKey", range(12))
+    assert len(obs) >= 4
+    first = [planner.plan(o).skills for o in obs]
+    again = [planner.plan(o).skills for o in reversed(obs)][::-1]  # order does not matter
+    assert first == again
+    # A fresh planner with the same seed gives the same answers; a new episode draws anew.
+    twin = make_planner("noisy-oracle", p=0.5, seed=4, mode="persistent")
+    assert [twin.plan(o).skills for o in obs] == first
+    answers = set()
+    for _ in range(20):
+        planner.reset()
+        answers.add(tuple(planner.plan(obs[0]).skills))
+    assert len(answers) > 1
+
+
+def test_fresh_mode_may_answer_the_same_input_differently():
+    planner = make_planner("noisy-oracle", p=0.5, seed=4)
+    obs = observations("ColoredDoorKey", range(1))[0]
+    assert len({tuple(planner.plan(obs).skills) for _ in range(20)}) > 1
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_persistent_error_rate_matches_p_over_distinct_inputs(p):
+    planner = make_planner("noisy-oracle", p=p, seed=11, mode="persistent")
+    obs = distinct_inputs("RandomBoxKey", range(30)) + distinct_inputs("KeyInBox", range(30))
+    n, wrong = 0, 0
+    while n < 3000:
+        planner.reset()  # a new episode: every (episode, input) pair is drawn once
+        for o in obs:
+            wrong += planner.plan(o).skills != oracle_skills(o)
+            n += 1
+    assert planner.errors == wrong
+    sigma = (p * (1 - p) / n) ** 0.5
+    assert abs(wrong / n - p) < 4 * sigma

@@ -18,6 +18,9 @@ plus what the mediator knows about its own plan), all in [0, 1]:
   - whether the last query, when asked for, returned a plan that disagrees with the one in
     hand (a planner that errs, see `llmrl.planners.noisy_oracle`, contradicts itself: a sign
     that one of the two plans is wrong),
+  - whether the plan in hand is confirmed: an asked-for query returned it again (a forced
+    query's plan, or one that contradicted its predecessor, is not; with a planner whose
+    errors are drawn afresh per query, a plan given twice in a row is rarely wrong),
   - the status of the last skill step (one-hot NONE/RUNNING/DONE/INFEASIBLE),
   - plan steps remaining and steps since the last query (both scaled and clipped).
 
@@ -42,11 +45,12 @@ from llmrl.simulator.envs.base import SkillStatus
 CARRY_ON, ASK = 0, 1
 FALLBACK_SKILL = "explore"  # what the agent does when the planner gave no usable plan
 VIEW_CELLS = 3 * 3 * 3
-OBS_SIZE = 2 * VIEW_CELLS + 2 + len(SkillStatus) + 2
-# Feature indices the hand-written rules read (see `features`).
+OBS_SIZE = 2 * VIEW_CELLS + 3 + len(SkillStatus) + 2
+# Feature indices (see `features`); the hand-written rules read some of them.
 KNOWLEDGE_CHANGED = 2 * VIEW_CELLS
 PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
-STATUS_START = PLAN_DISAGREED + 1
+PLAN_CONFIRMED = PLAN_DISAGREED + 1
+STATUS_START = PLAN_CONFIRMED + 1
 WORLD_ENTRIES = ("reward", "discount", "step_type")
 _ENCODING_SCALE = np.float32(1 / 10)  # minigrid encodes object/colour/state as ints < 11
 
@@ -94,6 +98,7 @@ class MediatorCore:
         self._text_at_query = ""
         self._since_query = 0
         self._plan_disagreed = False
+        self._plan_confirmed = False
         self._prev_view: np.ndarray | None = None
 
     def after_step(self, obs: dict[str, Any]) -> None:
@@ -125,6 +130,7 @@ class MediatorCore:
             else:
                 self.stats.forced += 1
             self._plan_disagreed = bool(self.plan) and plan.skills != self.plan
+            self._plan_confirmed = ask and bool(plan.skills) and plan.skills == self.plan
             self.plan = list(plan.skills)
             self.needs_plan = False
             self._text_at_query = observation_text(obs.get("text", ""))
@@ -146,9 +152,9 @@ class MediatorCore:
         progress = np.array(
             [min(len(self.plan), 10) / 10, min(self._since_query, 20) / 20], np.float32
         )
-        disagreed = float(self._plan_disagreed)
+        plan_flags = [float(self._plan_disagreed), float(self._plan_confirmed)]
         features = np.concatenate(
-            [view, changed, [knowledge_changed, disagreed], status_onehot, progress]
+            [view, changed, [knowledge_changed, *plan_flags], status_onehot, progress]
         )
         return np.clip(features, 0.0, 1.0).astype(np.float32)
 

@@ -10,6 +10,7 @@ curves and a queries-versus-success chart.
 
     llmrl run when2ask envs=[SimpleDoorKey] planner=oracle
     llmrl run when2ask planner=noisy planner_noise=0.2   # the oracle, wrong 20% of the time
+    llmrl run when2ask planner=noisy planner_noise_mode=persistent max_steps=25   # errors cost
     llmrl run when2ask planner=local planner_temperature=1   # SmolLM2 samples a feasible skill
 """
 
@@ -63,6 +64,13 @@ class When2AskConfig(RecipeConfig):
     planner_noise: float = Field(
         0.2, ge=0, le=1, description="planner=noisy: probability that a query's plan is wrong."
     )
+    planner_noise_mode: Literal["fresh", "persistent"] = Field(
+        "fresh",
+        description="planner=noisy: fresh: an independent error draw per query (asking again "
+        "may repair or break the plan, as a sampling LLM); persistent: the same knowledge and "
+        "feasible skills get the same answer within an episode (as a greedy LLM), so asking "
+        "again helps only once that input has changed.",
+    )
     planner_temperature: float = Field(
         0.0,
         ge=0,
@@ -89,7 +97,13 @@ class When2AskConfig(RecipeConfig):
     methods: list[str] = Field(
         [*METHODS, NEVER_ASK], min_length=1, description="Methods to evaluate."
     )
-    max_steps: int = Field(200, ge=1, description="Mediator step cap per episode.")
+    max_steps: int = Field(
+        200,
+        ge=1,
+        description="Mediator step cap per episode, in training and evaluation (an episode "
+        "not solved by then fails; the tasks' own cap is 100 low-level steps, and infeasible "
+        "skills take mediator steps without env steps).",
+    )
     learning_rate: float = Field(3e-4, gt=0, description="PPO learning rate.")
     n_steps: int = Field(128, ge=8, description="PPO rollout length per env.")
     ent_coef: float = Field(0.01, ge=0, description="PPO entropy bonus.")
@@ -169,7 +183,10 @@ class When2Ask(Recipe):
         if cfg.planner == "oracle":
             return {"name": "oracle", "kwargs": {}}
         if cfg.planner == "noisy":
-            return {"name": "noisy-oracle", "kwargs": {"p": cfg.planner_noise, "seed": cfg.seed}}
+            kwargs: dict[str, Any] = {"p": cfg.planner_noise, "seed": cfg.seed}
+            if cfg.planner_noise_mode != "fresh":  # fresh: the planner's default
+                kwargs["mode"] = cfg.planner_noise_mode
+            return {"name": "noisy-oracle", "kwargs": kwargs}
         mode = cfg.planner_mode or ("score" if cfg.planner == "local" else "generate")
         kwargs = {"mode": mode, "model": cfg.planner_model}
         if cfg.planner_temperature > 0:
@@ -314,7 +331,7 @@ class When2Ask(Recipe):
             "changes or its skill ends",
             f"λ={cfg.lam}, same-plan penalty={cfg.same_plan_penalty}; {cfg.eval_episodes} "
             f"evaluation episodes per method; PPO {cfg.train_steps} steps "
-            f"(never-ask: {cfg.never_ask_steps})",
+            f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",
             "queries/ep counts every planner query (asked and forced); return is the "
             "environment's, return_penalised subtracts the query penalties",
             "paper: Hu et al. 2023 Table 1 (Vicuna planner, 500 episodes)",
@@ -360,7 +377,10 @@ def planner_note(cfg: When2AskConfig, spec: dict[str, Any]) -> str:
     if cfg.planner == "oracle":
         return " (privileged state: an upper bound)"
     if cfg.planner == "noisy":
-        return f" (the oracle, wrong with probability {cfg.planner_noise} per query)"
+        return (
+            f" (the oracle, wrong with probability {cfg.planner_noise} per query, "
+            f"{cfg.planner_noise_mode} errors)"
+        )
     return f" ({spec['kwargs'].get('mode')} mode, temperature {cfg.planner_temperature})"
 
 

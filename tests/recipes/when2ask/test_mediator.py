@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from llmrl.planners.base import Plan, Planner
-from llmrl.recipes.when2ask.mediator import ASK, CARRY_ON, OBS_SIZE, MediatorEnv
+from llmrl.recipes.when2ask.mediator import (
+    ASK,
+    CARRY_ON,
+    OBS_SIZE,
+    PLAN_CONFIRMED,
+    PLAN_DISAGREED,
+    MediatorEnv,
+)
 from llmrl.simulator.world import World
 
 LAM, SAME = 0.05, 0.02
@@ -117,3 +124,14 @@ def test_bad_mediator_action_is_a_clear_error():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="0 \\(carry on\\) or 1 \\(ask\\)"):
         env.step(2)
+
+
+def test_a_plan_is_confirmed_only_when_an_ask_returns_it_again():
+    env, planner = mediator([["explore"]])
+    _reset_where_explore_keeps_running(env)  # a forced query gave [explore]
+    assert env.core.features(env._obs)[PLAN_CONFIRMED] == 0  # forced: not confirmed
+    obs, *_ = env.step(ASK)  # the same plan again
+    assert obs[PLAN_CONFIRMED] == 1 and obs[PLAN_DISAGREED] == 0
+    planner.plans = [["go to the goal"]]
+    obs, *_ = env.step(ASK)  # a different plan: a disagreement, nothing confirmed
+    assert obs[PLAN_CONFIRMED] == 0 and obs[PLAN_DISAGREED] == 1

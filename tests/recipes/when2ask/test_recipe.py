@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from llmrl.common.store import RunStore
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.when2ask.recipe import When2Ask
@@ -34,7 +35,13 @@ def test_phase_plan_follows_the_methods():
 
 @pytest.mark.parametrize(
     ("config", "field"),
-    [({"envs": ["Nope"]}, "envs"), ({"methods": ["sometimes"]}, "methods"), ({"lam": -1}, "lam")],
+    [
+        ({"envs": ["Nope"]}, "envs"),
+        ({"methods": ["sometimes"]}, "methods"),
+        ({"lam": -1}, "lam"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"planner_noise_mode": "sometimes"}, "planner_noise_mode"),
+    ],
 )
 def test_bad_config_names_the_field(config, field):
     with pytest.raises(ConfigError, match=f"config.{field}"):
@@ -53,6 +60,23 @@ def test_noisy_planner_spec_carries_p_and_seed():
     assert recipe.planner_spec() == {"name": "noisy-oracle", "kwargs": {"p": 0.3, "seed": 0}}
     with pytest.raises(ConfigError, match=r"config\.planner_noise"):
         validate_config("when2ask", {"planner": "noisy", "planner_noise": 1.5})
+    persistent = {"planner": "noisy", "planner_noise": 0.3, "planner_noise_mode": "persistent"}
+    assert When2Ask(validate_config("when2ask", persistent)).planner_spec() == {
+        "name": "noisy-oracle",
+        "kwargs": {"p": 0.3, "seed": 0, "mode": "persistent"},
+    }
+
+
+def test_step_cap_truncates_evaluation_episodes(tmp_path):
+    # The oracle needs 16-20 steps on SimpleDoorKey: a cap of 5 ends every episode unsolved.
+    config = {"envs": ["SimpleDoorKey"], "methods": ["always"], "eval_episodes": 3}
+    run_embedded("when2ask", {**config, "max_steps": 5}, out_dir=tmp_path / "5", progress=False)
+    row = json.loads((tmp_path / "5" / "results.json").read_text())["rows"][0]
+    assert row["steps/ep"] == 5 and row["success_%"] == 0
+    assert row["queries/ep"] == 5  # always-ask: one query per step, none after the cap
+    run_embedded("when2ask", config, out_dir=tmp_path / "200", progress=False)
+    row = json.loads((tmp_path / "200" / "results.json").read_text())["rows"][0]
+    assert row["success_%"] == 100 and row["steps/ep"] > 5
 
 
 def test_random_ask_without_learned_needs_its_rate():
@@ -93,3 +117,19 @@ def test_tiny_run_writes_table_plots_and_models(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "models" / "SimpleDoorKey-asking.zip").exists()
     assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
+
+
+def test_step_cap_reaches_training(tmp_path):
+    config = {
+        "envs": ["SimpleDoorKey"], "methods": ["learned"], "train_steps": 64, "n_envs": 2,
+        "n_steps": 16, "eval_episodes": 2, "max_steps": 4, "planner": "noisy",
+        "planner_noise": 0.5, "planner_noise_mode": "persistent",
+    }  # fmt: skip
+    run = run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
+    store = RunStore(tmp_path / "run.sqlite")
+    try:
+        curve = store.phase_outputs(run.run_id, "train/SimpleDoorKey")["curve"]
+    finally:
+        store.close()
+    assert len(curve) >= 64 // 4  # every training episode ended at the cap
+    assert all(point["l"] == 4 and not point["success"] for point in curve)
