@@ -14,7 +14,12 @@ imagines the rollout (`llmrl.learner.llm.imagine`). Two filters (`imagined_filte
 
 The shares kept under both filters are reported whichever is used, with the goal-match rate
 (the level's success function on the imagined final state) over all rollouts and over the
-valid ones. Kept rollouts are labelled with the env's reward, cut at the first step that meets
+valid ones. Where the env can step a state it is given (`ImaginedEnv.step`; CLEVR-Robot's
+`push`, not Meta-World, whose observations do not hold the simulator's state), the imagined
+dynamics are checked against the env's own: the median one-step error (L2 between each imagined
+next state and the env's next state from the same imagined state and action) and the share of
+kept rollouts whose actions, replayed in the env from the same initial state, reach the goal
+(a kept rollout that meets its goal only in imagination teaches a wrong action). Kept rollouts are labelled with the env's reward, cut at the first step that meets
 the goal (terminal there), and stored with `source="imagined"`.
 
 The env's side is an `ImaginedEnv`:
@@ -71,6 +76,8 @@ class ImaginedEnv(Protocol):
     def goal_numbers(self, goal: Any) -> np.ndarray:
         """The goal as the dataset stores it (`OfflineDataset.goals`)."""
 
+    # optional: `step(state, action) -> next state`, the env's own dynamics from any state
+
 
 class ClevrImagination:
     """CLEVR-Robot (see the module doc); initial states from `real`'s episodes."""
@@ -105,6 +112,9 @@ class ClevrImagination:
 
     def goal_numbers(self, goal: Any) -> np.ndarray:
         return np.asarray(goal, np.float32)
+
+    def step(self, state: np.ndarray, action: Any) -> np.ndarray:
+        return self.env.push(state, int(action))
 
 
 class MetaWorldImagination:
@@ -230,6 +240,9 @@ def imagine_level(
         ),
         "mean_length": float(np.mean([len(r.actions) for r in rollouts])) if rollouts else 0.0,
     }
+    step = getattr(env, "step", None)
+    if step is not None:
+        figures.update(dynamics_fidelity(rollouts, goals, kept, step, success))
     if not kept:
         return None, figures
     dataset = to_dataset(real.env, [rollouts[i] for i in kept], [goals[i] for i in kept],
@@ -237,6 +250,35 @@ def imagine_level(
     figures["imagined_transitions"] = len(dataset)
     figures["imagined_success_share"] = float(dataset.terminals.sum() / len(kept))
     return dataset, figures
+
+
+def dynamics_fidelity(
+    rollouts: list[Rollout],
+    goals: list[Any],
+    kept: list[int],
+    step: Callable[[np.ndarray, Any], np.ndarray],
+    success: Callable[[np.ndarray, Any], bool],
+) -> dict[str, float | None]:
+    """The imagined dynamics against the env's (see the module doc): `one_step_error` (median
+    over every finite imagined step) and `replay_goal_match_kept` (of the kept rollouts)."""
+    errors = []
+    for rollout in rollouts:
+        for t, action in enumerate(rollout.actions):
+            state, after = np.asarray(rollout.states[t]), np.asarray(rollout.states[t + 1])
+            if np.isfinite(state).all() and np.isfinite(after).all():
+                errors.append(float(np.linalg.norm(step(state, action) - after)))
+    reached = 0
+    for i in kept:
+        state = np.asarray(rollouts[i].states[0])
+        for action in rollouts[i].actions:
+            state = step(state, action)
+            if success(state, goals[i]):
+                reached += 1
+                break
+    return {
+        "one_step_error": float(np.median(errors)) if errors else None,
+        "replay_goal_match_kept": reached / len(kept) if kept else None,
+    }
 
 
 def to_dataset(

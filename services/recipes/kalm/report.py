@@ -80,7 +80,7 @@ def kalm_results(
             f"{figures['kept_share']:.0%} (filter {figures.get('filter', 'valid')}; kept under "
             f"each filter: {shares}), goal match {figures['goal_match']:.0%} of all, "
             f"{figures['goal_match_kept']:.0%} of valid, mean length "
-            f"{figures['mean_length']:.1f}"
+            f"{figures['mean_length']:.1f}" + fidelity_note(figures)
         )
     if cfg.env == "ClevrRobot":
         notes.append(PAPER_NOTE)
@@ -90,6 +90,15 @@ def kalm_results(
             "only; ours are v3 tasks (39 numbers) on our own scripted-expert data"
         )
     return Results(title=f"kalm on {cfg.env}", rows=rows, notes=notes, plots=plots)
+
+
+def fidelity_note(figures: dict[str, Any]) -> str:
+    """The imagined dynamics against the env's, where the env could check them."""
+    error, replay = figures.get("one_step_error"), figures.get("replay_goal_match_kept")
+    note = "" if error is None else f"; one-step state error (median L2) {error:.3f}"
+    if replay is not None:
+        note += f"; kept rollouts whose actions reach the goal replayed in the env {replay:.0%}"
+    return note
 
 
 def plot_results(

@@ -260,3 +260,46 @@ def test_each_imagined_level_has_its_own_seeded_stream():
     assert draws("unseen-easy") != draws("unseen-hard")
     assert draws("unseen-easy") == draws("unseen-easy")
     assert draws("unseen-easy") != draws("unseen-easy", seed=1)
+
+
+def test_imagined_dynamics_are_checked_against_the_env():
+    """A rollout whose states follow the physics has no one-step error and reaches its goal
+    when replayed; one that only claims the goal (its action does something else) is caught."""
+    from types import SimpleNamespace
+
+    from llmrl.learner.llm.imagine import Rollout
+    from llmrl.recipes.kalm.imagination import ClevrImagination, dynamics_fidelity
+    from llmrl.simulator.envs.clevr_robot import LEVEL_SUCCESS, push, random_state
+    from llmrl.simulator.envs.clevr_robot.goals import relation_goal
+
+    real = SimpleNamespace(episodes=lambda: [SimpleNamespace(observations=np.zeros((1, 10)))])
+    env = ClevrImagination(real)
+    meets = LEVEL_SUCCESS["training"]
+    rng = np.random.default_rng(0)
+    found = None
+    while found is None:  # a start, goal and one push that reaches it, and one that does not
+        start = random_state(rng)
+        goal = relation_goal(0, 1, int(rng.integers(4)))
+        if meets(start, goal):
+            continue
+        good = [a for a in range(40) if meets(push(start, a), goal)]
+        bad = [a for a in range(40) if not meets(push(start, a), goal)]
+        if good and bad:
+            found = start, goal, good[0], bad[0]
+    start, goal, good, bad = found
+    reached = push(start, good)
+    faithful = Rollout(states=np.stack([start, reached]), actions=np.array([good]), stopped=True)
+    claimed = Rollout(states=np.stack([start, reached]), actions=np.array([bad]), stopped=True)
+
+    def success(state, g):
+        return bool(meets(state, g))
+
+    figures = dynamics_fidelity([faithful, claimed], [goal, goal], [0, 1], env.step, success)
+    wrong = float(np.linalg.norm(push(start, bad) - reached))
+    assert wrong > 0
+    assert figures["one_step_error"] == pytest.approx(wrong / 2)  # median of 0 and wrong
+    assert figures["replay_goal_match_kept"] == 0.5
+    assert dynamics_fidelity([faithful], [goal], [], env.step, success) == {
+        "one_step_error": 0.0,
+        "replay_goal_match_kept": None,
+    }
