@@ -19,8 +19,9 @@ valid ones. Where the env can step a state it is given (`ImaginedEnv.step`; CLEV
 dynamics are checked against the env's own: the median one-step error (L2 between each imagined
 next state and the env's next state from the same imagined state and action) and the share of
 kept rollouts whose actions, replayed in the env from the same initial state, reach the goal
-(a kept rollout that meets its goal only in imagination teaches a wrong action). Kept rollouts are labelled with the env's reward, cut at the first step that meets
-the goal (terminal there), and stored with `source="imagined"`.
+(a kept rollout that meets its goal only in imagination teaches a wrong action). Kept
+rollouts are labelled with the env's reward, cut at the first step that meets the goal
+(terminal there), and stored with `source="imagined"`.
 
 The env's side is an `ImaginedEnv`:
 
