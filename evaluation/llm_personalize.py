@@ -22,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from llmrl.llm_gateway.settings import use_patient_config
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import read_results
 
@@ -174,6 +175,10 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
+    # a loaded CPU may take minutes per batched planner query: wait rather than time out
+    use_patient_config(
+        args.out, args.model, timeout_s=900, torch_threads=args.torch_threads or None
+    )
     # every option names a config field, except those saying how to run the evaluation
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
     config["sft_steps"] = args.sft_steps or None  # 0: the recipe's default, --sft-epochs
