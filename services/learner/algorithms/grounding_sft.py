@@ -81,9 +81,9 @@ def check_sources_agree(sources: Sequence[Any]) -> None:
     """One grounding learns one state and action layout: datasets that differ are refused
     before training (they would fail at their first batch, mid-run)."""
     first = sources[0]
+    kinds = {True: "discrete", False: "continuous (Box)"}
     for i, dataset in enumerate(sources[1:], start=1):
         if bool(dataset.discrete) != bool(first.discrete):
-            kinds = {True: "discrete", False: "continuous (Box)"}
             raise ValueError(
                 f"source[{i}]: {kinds[bool(dataset.discrete)]} actions, but source[0]'s are "
                 f"{kinds[bool(first.discrete)]}; ground one action kind per model"
@@ -161,8 +161,10 @@ class GroundingSft(Algorithm):
 
         line = as_versions(checkpoints)
         latest = line.latest() if cfg["continue_training"] and line.versions() else None
-        if latest is not None and cfg["action_size"] is None:  # the continued model's
-            cfg["action_size"] = latest.result.get("spec", {}).get("action_size")
+        if latest is not None:
+            self.check_written_by_me(latest)  # before its metadata is trusted
+            if cfg["action_size"] is None:  # the continued model's
+                cfg["action_size"] = latest.result.get("spec", {}).get("action_size")
         first = sources[0]
         discrete = bool(first.discrete)
         if discrete:
@@ -183,7 +185,6 @@ class GroundingSft(Algorithm):
                 base_layers=cfg["base_layers"],
             )
         if latest is not None:
-            self.check_written_by_me(latest)
             check_continuable(latest, cfg, spec)
             model = GroundedLM.load(latest.path)
         else:
