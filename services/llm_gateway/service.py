@@ -2,13 +2,19 @@
 
 Both share one `Gateway` (models, cache, ledger, metrics). SIGTERM or Ctrl-C stops accepting
 requests, lets the ones in flight finish (grace period), then closes models and the cache.
+The process then exits without waiting for threads that outlive that (a request inside a
+model's load, idle worker threads).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import socket
+import sys
 import threading
+import time
 from typing import Any
 
 import uvicorn
@@ -87,3 +93,24 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log_event(log, "llm gateway stopped", signals=received)
+    exit_if_threads_linger(log)
+
+
+def exit_if_threads_linger(log: logging.Logger, wait_s: float = 1.0) -> None:
+    """End the process now if threads outlive the shutdown. Everything the gateway owns is
+    closed by then; what is left is a request thread still inside work that cannot be told to
+    stop (a model's load) or an idle worker thread (AnyIO's expire after 10 s), and Python
+    would wait for each at exit."""
+    deadline = time.monotonic() + wait_s
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    for thread in others:
+        if not thread.daemon:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    lingering = [t.name for t in others if t.is_alive() and not t.daemon]
+    if lingering:
+        log_event(log, "exiting without lingering threads", logging.DEBUG, threads=lingering)
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
