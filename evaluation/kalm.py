@@ -43,6 +43,12 @@ def main() -> int:
     parser.add_argument("--algorithms", nargs="+", default=None, help="default: bc cql / bc iql")
     parser.add_argument("--model", default="smollm2", help="base LLM grounded by SFT")
     parser.add_argument("--numbers", choices=["tokens", "text"], default="tokens")
+    parser.add_argument(
+        "--state-target",
+        choices=["absolute", "delta"],
+        default="absolute",
+        help="what the grounded state head predicts: the next state (KALM) or its change",
+    )
     parser.add_argument("--scripted-episodes", type=int, default=300)
     parser.add_argument("--grounding-steps", type=int, default=40)
     parser.add_argument("--grounding-batch-size", type=int, default=8)
@@ -72,6 +78,7 @@ def main() -> int:
         "env": args.env,
         "model": args.model,
         "numbers": args.numbers,
+        "state_target": args.state_target,
         "scripted_episodes": args.scripted_episodes,
         "grounding_steps": args.grounding_steps,
         "grounding_batch_size": args.grounding_batch_size,

@@ -152,6 +152,8 @@ def small_dataset(seed: int, actions: np.ndarray | None = None, state_dim: int =
         ({"base_layers": "two"}, "base_layers"),
         ({"seed": -1}, "seed"),
         ({"numbers": "words"}, "numbers"),
+        ({"state_target": "velocity"}, "state_target"),
+        ({"numbers": "text", "state_target": "delta"}, "state_target"),
     ],
 )
 def test_grounding_sft_refuses_bad_settings_by_name(tmp_path, settings, named):
@@ -194,6 +196,11 @@ def test_continue_training_continues_the_same_model_and_refuses_a_changed_one(
         grounding.train(
             small_dataset(1), line, **base, base_layers=1, numbers="text", continue_training=True
         )
+    with pytest.raises(ValueError, match=r"^state_target: 'delta' differs from 'absolute'"):
+        grounding.train(
+            small_dataset(1), line, **base, base_layers=1, state_target="delta",
+            continue_training=True,
+        )  # fmt: skip
     with pytest.raises(ValueError, match=r"^base_layers: 2 differs from 1"):
         grounding.train(small_dataset(1), line, **base, base_layers=2, continue_training=True)
     with pytest.raises(ValueError, match=r"^source: state_dim 12 differs from 10"):
@@ -201,3 +208,40 @@ def test_continue_training_continues_the_same_model_and_refuses_a_changed_one(
             small_dataset(1, state_dim=12), line, **base, base_layers=1, continue_training=True
         )
     assert line.versions() == ["1", "2"]
+
+
+def test_a_delta_head_predicts_the_change_and_starts_at_nothing_moved(tiny_model_dir, tmp_path):
+    """state_target=delta: the head's zero means "the state before it, unchanged" (so an
+    untrained head already predicts that), it trains towards the change, and a saved model
+    keeps the setting."""
+    torch.manual_seed(0)
+    states, actions = small_episode(3)
+    spec = GroundingSpec(state_dim=10, action_size=40, state_target="delta")
+    model = GroundedLM.create(str(tiny_model_dir), spec, lora_r=4, states=states)
+    with torch.no_grad():
+        model.modules["state_out"].weight.zero_()
+        model.modules["state_out"].bias.zero_()
+    example = task_items("dynamics", "", states, actions, random.Random(0))
+    before, after_state = example[1][1], example[-1][1]
+    prompt = example[:-1]
+    unchanged = model.predict_state(model.last_hidden([prompt]), before[None])[0]
+    np.testing.assert_allclose(unchanged, before, atol=1e-5)
+    # the trained target is the normalised change, not the normalised state
+    _, _, targets = model.embed([example])
+    norm = model.modules["norm"]
+    change = norm(torch.as_tensor(after_state)) - norm(torch.as_tensor(before))
+    np.testing.assert_allclose(targets[0]["state"][0][1].detach().numpy(), change, atol=1e-6)
+    fit(model, [[example] * 2], steps=60)
+    predicted = model.predict_state(model.last_hidden([prompt]), before[None])[0]
+    assert np.abs(predicted - after_state).max() < 0.05
+    with pytest.raises(ValueError, match="needs the previous states"):
+        model.predict_state(model.last_hidden([prompt]))
+    model.save(tmp_path / "d")
+    assert GroundedLM.load(tmp_path / "d").spec.state_target == "delta"
+
+
+def test_state_target_settings_are_checked():
+    with pytest.raises(ValueError, match="state_target: expected one of absolute, delta"):
+        GroundingSpec(state_dim=10, action_size=40, state_target="velocity")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="state_target: delta needs the state head"):
+        GroundingSpec(state_dim=10, action_size=40, numbers="text", state_target="delta")

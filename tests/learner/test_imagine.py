@@ -86,23 +86,25 @@ def test_text_rollouts_parse_and_bad_numbers_are_filtered():
     assert filter_rollouts([short], lambda s: True)[0] == []
 
 
-def test_cached_imagination_matches_reading_the_whole_sequence(tiny_model_dir):
+@pytest.mark.parametrize("state_target", ["absolute", "delta"])
+def test_cached_imagination_matches_reading_the_whole_sequence(tiny_model_dir, state_target):
     """Rows of prompts of different lengths advance on the key/value cache (left-padded); each
-    imagined state is what the model predicts when it reads the whole rollout so far."""
+    imagined state is what the model predicts when it reads the whole rollout so far (a delta
+    head: added to the state before it)."""
     from llmrl.learner.llm.grounding import trajectory_prompt
 
     rng = np.random.default_rng(3)
     starts = np.stack([random_state(rng) for _ in range(2)]).astype(np.float32)
-    model = GroundedLM.create(
-        str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=2, states=starts
-    )
+    spec = GroundingSpec(state_dim=10, action_size=40, state_target=state_target)
+    model = GroundedLM.create(str(tiny_model_dir), spec, lora_r=2, states=starts)
     model.train(False)
     texts = ["push the red ball", "could you please push the green ball behind the blue one"]
     rollouts = imagine(model, starts, texts, max_steps=2)
     for rollout, text in zip(rollouts, texts, strict=True):
         items = [*trajectory_prompt(text), ("state", rollout.states[0], False)]
         items.append(("action", rollout.actions[0], False))
-        expected = model.predict_state(model.last_hidden([items]))[0]
+        before = rollout.states[0][None]
+        expected = model.predict_state(model.last_hidden([items]), before)[0]
         np.testing.assert_allclose(rollout.states[1], expected, atol=1e-4)
 
 

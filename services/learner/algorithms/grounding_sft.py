@@ -28,6 +28,7 @@ from llmrl.learner.algorithms.base import Algorithm, Progress, check_number
 from llmrl.learner.algorithms.offline_rl import check_action_size
 from llmrl.learner.llm.grounding import (
     NUMBERS,
+    STATE_TARGETS,
     TASKS,
     GroundedLM,
     GroundingSpec,
@@ -47,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "lora_layers": None,
     "base_layers": None,  # keep only the base model's first N decoder layers (small CPUs)
     "numbers": "tokens",  # or "text": the numbers-as-text ablation
+    "state_target": "absolute",  # or "delta": the state head predicts the change (tokens only)
     "tasks": list(TASKS),
     "max_episode_steps": 20,  # longer episodes are cut to their first steps (trajectory tasks)
     "action_size": None,  # discrete actions (default: the dataset's largest id + 1)
@@ -55,7 +57,9 @@ DEFAULTS: dict[str, Any] = {
     "tensorboard_dir": None,
 }
 # what the continued version's model is made of: a change would be silently ignored
-FIXED_ON_CONTINUE = ("base_model", "numbers", "base_layers", "lora_r", "lora_layers")
+FIXED_ON_CONTINUE = (
+    "base_model", "numbers", "state_target", "base_layers", "lora_r", "lora_layers",
+)  # fmt: skip
 
 
 def check_grounding_settings(cfg: dict[str, Any]) -> None:
@@ -70,6 +74,12 @@ def check_grounding_settings(cfg: dict[str, Any]) -> None:
             check_number(key, cfg[key], integer=True, positive=True)
     if cfg["numbers"] not in NUMBERS:
         raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}")
+    if cfg["state_target"] not in STATE_TARGETS:
+        raise ValueError(
+            f"state_target: expected one of {', '.join(STATE_TARGETS)}, got {cfg['state_target']!r}"
+        )
+    if cfg["state_target"] == "delta" and cfg["numbers"] == "text":
+        raise ValueError("state_target: delta needs numbers=tokens (a state head to predict it)")
     unknown = [t for t in cfg["tasks"] if t not in TASKS]
     if unknown or not cfg["tasks"]:
         raise ValueError(
@@ -176,6 +186,7 @@ class GroundingSft(Algorithm):
                 action_size=int(cfg["action_size"] or seen),
                 numbers=cfg["numbers"],
                 base_layers=cfg["base_layers"],
+                state_target=cfg["state_target"],
             )
         else:
             spec = GroundingSpec(
@@ -183,6 +194,7 @@ class GroundingSft(Algorithm):
                 action_dim=int(first.actions.shape[1]),
                 numbers=cfg["numbers"],
                 base_layers=cfg["base_layers"],
+                state_target=cfg["state_target"],
             )
         if latest is not None:
             check_continuable(latest, cfg, spec)

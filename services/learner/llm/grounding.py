@@ -4,7 +4,9 @@ The grounding does not write numbers as text. A sequence is a list of *items*: t
 and placeholder slots that each carry a whole state or action. A state slot's input embedding
 is a linear layer over the (normalised) state, an action slot's an embedding of the discrete
 action (or a linear layer over a continuous one); the LLM's last hidden state before a slot
-goes through a state head (trained with MSE) or an action head (cross-entropy for discrete
+goes through a state head (trained with MSE; `state_target="delta"` makes it predict the change
+from the state before it, in normalised units, so that "nothing moved" is the head's zero rather
+than something it must learn to copy) or an action head (cross-entropy for discrete
 actions, MSE for continuous ones), and a stop head (binary) says where a trajectory ends.
 Text items carry the ordinary language-model loss where they are targets.
 
@@ -39,6 +41,7 @@ from llmrl.learner.llm.model import LLAMA_LINEAR_LAYERS, resolve_base_model, top
 
 TASKS = ("trajectory", "dynamics", "goal", "describe")
 NUMBERS = ("tokens", "text")
+STATE_TARGETS = ("absolute", "delta")
 GROUNDING_FILE = "grounding.pt"  # slot layers, heads and the state normaliser
 SPEC_FILE = "grounding.json"
 ADAPTER_DIR = "adapter"
@@ -64,12 +67,23 @@ class GroundingSpec:
     base_model: str = ""
     decimals: int = 2  # numbers-as-text: digits after the point
     base_layers: int | None = None  # keep only the base model's first N decoder layers
+    state_target: Literal["absolute", "delta"] = "absolute"  # what the state head predicts
 
     def __post_init__(self) -> None:
         if (self.action_size is None) == (self.action_dim is None):
             raise ValueError("grounding: give exactly one of action_size (discrete) or action_dim")
         if self.numbers not in NUMBERS:
             raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {self.numbers!r}")
+        if self.state_target not in STATE_TARGETS:
+            raise ValueError(
+                f"state_target: expected one of {', '.join(STATE_TARGETS)}, "
+                f"got {self.state_target!r}"
+            )
+        if self.state_target == "delta" and self.numbers == "text":
+            raise ValueError(
+                "state_target: delta needs the state head (numbers=tokens); with numbers=text "
+                "states are written as text"
+            )
 
     @property
     def discrete(self) -> bool:
@@ -293,7 +307,7 @@ class GroundedLM:
             if self.spec.numbers == "text":
                 items = self.as_text_items(items)
             pieces, found = [], {"state": [], "action": [], "stop": [], "text": []}
-            length = 0
+            length, previous = 0, None  # the last state slot's normalised vector
             for kind, value, train in items:
                 if kind == "text":
                     ids = self.text_ids(value) if isinstance(value, str) else list(value)
@@ -306,7 +320,9 @@ class GroundedLM:
                     normalised = self.modules["norm"](vector)
                     pieces.append(self.modules["state_in"](normalised)[None])
                     if train:
-                        found["state"].append((length - 1, normalised))
+                        target = self._state_target(normalised, previous)
+                        found["state"].append((length - 1, target))
+                    previous = normalised
                     length += 1
                 elif kind == "action":
                     pieces.append(self._action_embedding(value))
@@ -329,6 +345,13 @@ class GroundedLM:
             embeds[i, : len(row)] = row
             mask[i, : len(row)] = 1
         return embeds, mask, targets
+
+    def _state_target(self, normalised: Any, previous: Any) -> Any:
+        if self.spec.state_target == "absolute":
+            return normalised
+        if previous is None:
+            raise ValueError("state_target=delta: a trained state needs a state before it")
+        return normalised - previous
 
     def state_slot(self, states: np.ndarray) -> Any:
         """Input embeddings (N, H) of state slots for states (N, state_dim)."""
@@ -403,8 +426,17 @@ class GroundedLM:
         last = mask.sum(dim=1) - 1
         return hidden[torch.arange(len(batch)), last]
 
-    def predict_state(self, hidden: Any) -> np.ndarray:
+    def predict_state(self, hidden: Any, previous: np.ndarray | None = None) -> np.ndarray:
+        """The states (N, state_dim) the head predicts from hidden states (N, H); with
+        `state_target="delta"`, as changes from `previous` (N, state_dim), which it needs."""
+        import torch
+
         normalised = self.modules["state_out"](hidden)
+        if self.spec.state_target == "delta":
+            if previous is None:
+                raise ValueError("state_target=delta: predict_state needs the previous states")
+            before = torch.as_tensor(np.asarray(previous, np.float32))
+            normalised = normalised + self.modules["norm"](before)
         return self.modules["norm"].inverse(normalised).detach().numpy()
 
     def predict_action(self, hidden: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -132,6 +132,7 @@ def _imagine_slots(
     states = [[s] for s in initial]
     actions: list[list[Any]] = [[] for _ in instructions]
     stopped = np.zeros(len(instructions), bool)
+    current = np.asarray(initial, np.float32)  # every row's last state slot (delta heads)
     for t in range(max_steps):
         chosen, stop = model.predict_action(hidden)
         chosen = _clip(chosen, action_bounds)
@@ -143,7 +144,7 @@ def _imagine_slots(
             actions[i].append(chosen[i])
         slots = torch.cat([model.action_slot(a) for a in chosen])[:, None]
         hidden = advance(slots)
-        predicted = model.predict_state(hidden)
+        predicted = current = model.predict_state(hidden, current)
         for i in np.flatnonzero(~stopped):
             states[i].append(predicted[i])
         hidden = advance(model.state_slot(predicted)[:, None])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.recipes.base import RecipeConfig
@@ -69,6 +71,11 @@ class KalmConfig(RecipeConfig):
     model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")
     numbers: str = Field(
         "tokens", description="tokens: placeholder slots (KALM); text: numbers as text (ablation)."
+    )
+    state_target: Literal["absolute", "delta"] = Field(
+        "absolute",
+        description="What the grounded state head predicts: the next state (KALM) or its "
+        "change from the state before it (delta; numbers=tokens only).",
     )
     grounding_steps: int = Field(300, ge=1, description="Grounding SFT optimizer steps.")
     grounding_batch_size: int = Field(8, ge=1, description="Examples per grounding SFT step.")
@@ -190,6 +197,8 @@ class KalmConfig(RecipeConfig):
                 f"algorithms: {unknown or self.algorithms} not available for {self.env}; "
                 f"choose from {', '.join(allowed)}"
             )
+        if self.state_target == "delta" and self.numbers == "text":
+            raise ValueError("state_target: delta needs numbers=tokens (a state head)")
         if self.env == "MetaWorld":
             if "rephrased" in (self.imagine_levels or ()):
                 raise ValueError(

@@ -211,6 +211,7 @@ class Kalm(Recipe):
             lora_layers=cfg.lora_layers,
             base_layers=cfg.grounding_layers,
             numbers=cfg.numbers,
+            state_target=cfg.state_target,
             action_size=CLEVR_ACTIONS if cfg.env == "ClevrRobot" else None,
             seed=cfg.seed,
             tensorboard_dir=str(ctx.out_dir / "tb" / "grounding"),

@@ -63,6 +63,9 @@ class KalmGroundingJob(BaseModel):
     lora_layers: int | None = Field(None, ge=1)
     base_layers: int | None = Field(None, ge=1, description="keep the first N decoder layers")
     numbers: Literal["tokens", "text"] = "tokens"
+    state_target: Literal["absolute", "delta"] = Field(
+        "absolute", description="what the state head predicts: the state, or its change"
+    )
     action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
@@ -143,6 +146,7 @@ def train_grounding(
         lora_layers=job.lora_layers,
         base_layers=job.base_layers,
         numbers=job.numbers,
+        state_target=job.state_target,
         action_size=job.action_size,
         seed=job.seed,
         tensorboard_dir=job.tensorboard_dir,

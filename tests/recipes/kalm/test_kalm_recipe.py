@@ -101,6 +101,8 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"data": ["internet"]}, "config.data"),
         ({"variants": ["imagined-only"]}, "config.variants"),
         ({"numbers": "roman"}, "config.numbers"),
+        ({"state_target": "velocity"}, "config.state_target"),
+        ({"numbers": "text", "state_target": "delta"}, "state_target"),
         ({"env": "MetaWorld", "imagine_levels": ["rephrased"]}, "imagine_levels"),
         ({"imagined_filter": "lucky"}, "config.imagined_filter"),
         ({"env": "MetaWorld", "levels": ["rephrased"]}, "levels"),
