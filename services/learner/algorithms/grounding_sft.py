@@ -27,11 +27,10 @@ from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import Algorithm, Progress, check_number
 from llmrl.learner.algorithms.offline_rl import check_action_size
 from llmrl.learner.llm.grounding import (
-    NUMBERS,
-    STATE_TARGETS,
     TASKS,
     GroundedLM,
     GroundingSpec,
+    check_number_settings,
     episode_arrays,
     task_items,
 )
@@ -72,14 +71,7 @@ def check_grounding_settings(cfg: dict[str, Any]) -> None:
     for key in ("lora_layers", "base_layers", "action_size"):
         if cfg[key] is not None:
             check_number(key, cfg[key], integer=True, positive=True)
-    if cfg["numbers"] not in NUMBERS:
-        raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {cfg['numbers']!r}")
-    if cfg["state_target"] not in STATE_TARGETS:
-        raise ValueError(
-            f"state_target: expected one of {', '.join(STATE_TARGETS)}, got {cfg['state_target']!r}"
-        )
-    if cfg["state_target"] == "delta" and cfg["numbers"] == "text":
-        raise ValueError("state_target: delta needs numbers=tokens (a state head to predict it)")
+    check_number_settings(cfg["numbers"], cfg["state_target"])
     unknown = [t for t in cfg["tasks"] if t not in TASKS]
     if unknown or not cfg["tasks"]:
         raise ValueError(

@@ -72,22 +72,27 @@ class GroundingSpec:
     def __post_init__(self) -> None:
         if (self.action_size is None) == (self.action_dim is None):
             raise ValueError("grounding: give exactly one of action_size (discrete) or action_dim")
-        if self.numbers not in NUMBERS:
-            raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {self.numbers!r}")
-        if self.state_target not in STATE_TARGETS:
-            raise ValueError(
-                f"state_target: expected one of {', '.join(STATE_TARGETS)}, "
-                f"got {self.state_target!r}"
-            )
-        if self.state_target == "delta" and self.numbers == "text":
-            raise ValueError(
-                "state_target: delta needs the state head (numbers=tokens); with numbers=text "
-                "states are written as text"
-            )
+        check_number_settings(self.numbers, self.state_target)
 
     @property
     def discrete(self) -> bool:
         return self.action_size is not None
+
+
+def check_number_settings(numbers: str, state_target: str) -> None:
+    """ValueErrors naming the setting: how numbers are carried, and what the state head
+    predicts (a delta needs the head, which numbers=text does not have)."""
+    if numbers not in NUMBERS:
+        raise ValueError(f"numbers: expected one of {', '.join(NUMBERS)}, got {numbers!r}")
+    if state_target not in STATE_TARGETS:
+        raise ValueError(
+            f"state_target: expected one of {', '.join(STATE_TARGETS)}, got {state_target!r}"
+        )
+    if state_target == "delta" and numbers == "text":
+        raise ValueError(
+            "state_target: delta needs the state head (numbers=tokens); with numbers=text "
+            "states are written as text"
+        )
 
 
 # -- the four tasks -------------------------------------------------------------------------

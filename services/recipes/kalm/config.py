@@ -197,8 +197,9 @@ class KalmConfig(RecipeConfig):
                 f"algorithms: {unknown or self.algorithms} not available for {self.env}; "
                 f"choose from {', '.join(allowed)}"
             )
-        if self.state_target == "delta" and self.numbers == "text":
-            raise ValueError("state_target: delta needs numbers=tokens (a state head)")
+        from llmrl.learner.llm.grounding import check_number_settings  # numpy only
+
+        check_number_settings(self.numbers, self.state_target)
         if self.env == "MetaWorld":
             if "rephrased" in (self.imagine_levels or ()):
                 raise ValueError(
