@@ -26,7 +26,12 @@ from llmrl.llm_gateway.settings import use_patient_config
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import read_results
 
-RUNNER_OPTIONS = ("torch_threads", "out", "strict")  # not part of the recipe's config
+RUNNER_OPTIONS = (
+    "torch_threads",
+    "gateway_timeout_s",
+    "out",
+    "strict",
+)  # not part of the recipe's config
 
 
 def verdicts(rows: list[dict], rounds: int) -> dict[str, dict[str, bool | None]]:
@@ -166,6 +171,12 @@ def main() -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of sampling and SFT")
     parser.add_argument(
+        "--gateway-timeout-s",
+        type=float,
+        default=900,
+        help="gateway request timeout (a loaded CPU may take minutes per batched query)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("runs/eval-llm-personalize"), help="run directory"
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
@@ -177,7 +188,10 @@ def main() -> int:
         torch.set_num_threads(args.torch_threads)
     # a loaded CPU may take minutes per batched planner query: wait rather than time out
     use_patient_config(
-        args.out, args.model, timeout_s=900, torch_threads=args.torch_threads or None
+        args.out,
+        args.model,
+        timeout_s=args.gateway_timeout_s,
+        torch_threads=args.torch_threads or None,
     )
     # every option names a config field, except those saying how to run the evaluation
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}

@@ -63,6 +63,8 @@ def serve_health_and_metrics(
     public = open_paths()
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 30  # seconds a connection may stay silent before it is closed
+
         def do_GET(self) -> None:
             if (
                 token

@@ -12,12 +12,14 @@ its secrets to a host of the caller's choosing. The providers:
         openai: {base_url: https://api.openai.com/v1, api_key_env: OPENAI_API_KEY}
         local-vllm: {base_url: http://127.0.0.1:8100/v1, api_key_env: VLLM_KEY}
 
-The configuration is read on each call, so a changed file applies to the next request.
+The file is parsed again whenever it changes (its modification time or size), so a changed
+file applies to the next request without each request parsing it.
 """
 
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -64,9 +66,22 @@ def configured_providers() -> dict[str, Provider]:
     path = _providers_file()
     if path is None:
         return providers
+    try:
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        version = None  # let the read below raise its own error, naming the file
+    return {**providers, **_file_providers(str(path), version)}
+
+
+@lru_cache(maxsize=8)
+def _file_providers(path: str, version: tuple[int, int] | None) -> dict[str, Provider]:
+    """The providers of one version of the file; `version` keys the cache (never read)."""
+    del version
     section = load_yaml(path).get("providers") or {}
     if not isinstance(section, dict):
         raise ValueError(f"{path}: providers: expected a mapping of name -> provider")
+    providers = {}
     for name, entry in section.items():
         try:
             providers[str(name)] = Provider.model_validate(entry or {})

@@ -66,13 +66,34 @@ def uvicorn_options() -> dict[str, Any]:
     return {} if tls is None else {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
 
 
+HANDSHAKE_TIMEOUT_S = 10.0  # a client that opens a connection and says nothing is dropped
+
+
 def wrap_http_server(server: Any) -> Any:
-    """An `http.server` server whose socket speaks TLS when it is configured."""
+    """An `http.server` server whose socket speaks TLS when it is configured.
+
+    The TLS handshake runs in the connection's own thread, under a timeout, not in `accept()`:
+    there a client that connects and never speaks would stop the server accepting anyone."""
     tls = server_tls()
-    if tls is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(tls.cert, tls.key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+    if tls is None:
+        return server
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls.cert, tls.key)
+    server.socket = context.wrap_socket(
+        server.socket, server_side=True, do_handshake_on_connect=False
+    )
+    finish_request = server.finish_request
+
+    def finish_after_handshake(request: ssl.SSLSocket, client_address: Any) -> None:
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            request.do_handshake()
+        except OSError:  # not TLS, or too slow: drop this connection, keep serving
+            return
+        request.settimeout(None)
+        finish_request(request, client_address)
+
+    server.finish_request = finish_after_handshake
     return server
 
 

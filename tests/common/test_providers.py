@@ -50,3 +50,28 @@ def test_a_malformed_provider_entry_names_it(tmp_path, monkeypatch):
     configure_providers(monkeypatch, tmp_path, bad={"url": "http://x"})
     with pytest.raises(ValueError, match=r"providers\.bad"):
         configured_providers()
+
+
+def test_the_file_is_parsed_once_per_version_and_a_change_applies_to_the_next_call(
+    tmp_path, monkeypatch
+):
+    import os
+
+    import yaml
+
+    import llmrl.common.providers as providers_module
+
+    path = tmp_path / "providers.yaml"
+    path.write_text(yaml.safe_dump({"providers": {"lab": {"base_url": "http://a/v1"}}}))
+    monkeypatch.setenv("LLMRL_PROVIDERS", str(path))
+    reads = []
+    real_load = providers_module.load_yaml
+    monkeypatch.setattr(providers_module, "load_yaml", lambda p: reads.append(p) or real_load(p))
+    assert provider("lab").base_url == "http://a/v1"
+    assert provider("lab").base_url == "http://a/v1"
+    assert len(reads) == 1
+    path.write_text(yaml.safe_dump({"providers": {"lab": {"base_url": "http://bb/v1"}}}))
+    stat = path.stat()  # a coarse clock could leave the time as it was; the size differs
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert provider("lab").base_url == "http://bb/v1"
+    assert len(reads) == 2

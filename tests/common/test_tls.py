@@ -52,3 +52,18 @@ def test_a_half_or_unreadable_tls_configuration_names_the_variable(monkeypatch, 
     monkeypatch.setenv("LLMRL_TLS_KEY", str(tmp_path / "key.pem"))
     with pytest.raises(ValueError, match=r"LLMRL_TLS_CERT: .* is not a readable file"):
         server_tls()
+
+
+def test_a_client_that_never_speaks_tls_does_not_stop_the_health_server(monkeypatch, tmp_path):
+    import socket
+
+    use_tls(monkeypatch, tmp_path)
+    http = serve_health_and_metrics(free_port(), "simulator")
+    silent = socket.create_connection(("127.0.0.1", http.server_address[1]))
+    try:
+        base = f"https://127.0.0.1:{http.server_address[1]}"
+        response = httpx.get(f"{base}/health", verify=http_verify(), timeout=5)
+        assert response.status_code == 200
+    finally:
+        silent.close()
+        http.shutdown()
