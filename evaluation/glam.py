@@ -142,6 +142,9 @@ def main() -> int:
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="LoRA learning rate")
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
     parser.add_argument(
+        "--drrn-learning-rate", type=float, default=1e-4, help="DRRN's Adam learning rate"
+    )
+    parser.add_argument(
         "--reduction",
         choices=["sum", "mean"],
         default="mean",

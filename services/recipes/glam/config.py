@@ -6,9 +6,9 @@ from pydantic import Field, field_validator
 
 from llmrl.recipes.base import RecipeConfig, registered_env
 
-METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "bc", "random")
+METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
 # methods that train on the env's reward (a learning curve each) and the ones that learn at all
-RL_METHODS = ("glam", "npae", "symbolic-ppo")
+RL_METHODS = ("glam", "npae", "symbolic-ppo", "drrn")
 TRAINED_METHODS = (*RL_METHODS, "bc")
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
 
@@ -39,6 +39,9 @@ class GlamConfig(RecipeConfig):
     )
     symbolic_learning_rate: float = Field(
         3e-4, gt=0, description="Adam learning rate of Symbolic-PPO (SB3 PPO on the grid)."
+    )
+    drrn_learning_rate: float = Field(
+        1e-4, gt=0, description="Adam learning rate of DRRN (SB3 DQN on the text; GLAM's: 1e-4)."
     )
     bc_steps: int = Field(
         200, ge=1, description="SFT optimizer steps of behaviour cloning (batch bc_batch_size)."

@@ -1,5 +1,5 @@
 """Episode drivers of the recipe `glam`: the LLM policy (through the gateway, or from an
-LLM-PPO checkpoint), Symbolic-PPO's SB3 policy, and random.
+LLM-PPO checkpoint), Symbolic-PPO's SB3 policy, DRRN, and random.
 
 Policy specs:
 * `{"kind": "glam", "model": <gateway model name or "<model>:<adapter>@<version>">,
@@ -18,6 +18,9 @@ Policy specs:
 * `{"kind": "glam-sb3", "model": <SB3 .zip>, "greedy": bool}`: Symbolic-PPO's policy on the
   grid (`image`, `direction`, `mission_tokens`), its most likely action or a sample seeded by
   the episode's seed.
+* `{"kind": "glam-drrn", "model": <SB3 DQN .zip>, "greedy": bool}`: DRRN's Q-values of the
+  env's phrases after GLAM's history (`llmrl.recipes.glam.drrn`), the best or a draw from
+  their softmax seeded by the episode's seed.
 * `{"kind": "glam-random"}`: a uniformly random phrase (seeded by the episode's seed), the
   baseline a small BabyAI level already reaches ~35% with.
 """
@@ -36,6 +39,7 @@ from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 
 GLAM, RANDOM, CHECKPOINT, SYMBOLIC = "glam", "glam-random", "glam-checkpoint", "glam-sb3"
+DRRN = "glam-drrn"
 REDUCTIONS = ("sum", "mean")
 
 
@@ -252,6 +256,19 @@ def _symbolic_driver(policy: dict[str, Any], resources: RolloutResources, job: E
     return SymbolicDriver(
         load_cached("ppo", str(policy["model"])),
         SYMBOLIC_KEYS,
+        greedy=bool(policy.get("greedy", True)),
+        seed=job.seed,
+    )
+
+
+@registry.register_driver(DRRN, "DRRN: a text Q-network's choice among the phrases (GLAM)")
+def _drrn_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    from llmrl.recipes.glam.drrn import DrrnDriver, cached_drrn
+
+    if not policy.get("model"):
+        raise ValueError("policy.model: the path of a DRRN model (.zip) is required")
+    return DrrnDriver(
+        cached_drrn(str(policy["model"])),
         greedy=bool(policy.get("greedy", True)),
         seed=job.seed,
     )

@@ -11,7 +11,9 @@ on the same held-out seeds:
 * `symbolic-ppo`: Stable-Baselines3 PPO on BabyAI's grid view and mission word ids;
 * `bc`: BabyAI's bot plays the budget's env steps; the LLM learns its action phrases from
   GLAM's prompts by LoRA SFT (the learner's `sft`, chat form), evaluated through the gateway;
-* `random`: a uniformly random phrase. DRRN is not implemented (a "not run" row says so).
+* `drrn`: DRRN (He et al. 2016), a GRU Q-network over GLAM's text and the action phrases,
+  trained by Stable-Baselines3 DQN (`llmrl.recipes.glam.drrn`);
+* `random`: a uniformly random phrase.
 
 Phases: `evaluate/zero-shot`; per trained method `train/<method>` (BC: `demos/bc` first) and
 `evaluate/<method>`, which for the RL methods evaluates every version saved each `eval_every`
@@ -87,6 +89,7 @@ class Glam(Recipe):
             "glam": lambda ctx: self.train(ctx, "glam"),
             "npae": lambda ctx: self.train(ctx, "npae"),
             "symbolic-ppo": self.train_symbolic,
+            "drrn": self.train_drrn,
             "bc": self.train_bc,
         }[method]
 
@@ -157,6 +160,28 @@ class Glam(Recipe):
         finally:
             ctx.progress.finish()
 
+    def train_drrn(self, ctx: RunContext) -> dict[str, Any]:
+        from llmrl.recipes.glam.drrn import train_drrn
+
+        cfg = self.config
+        ctx.progress.start(train_phase("drrn"), cfg.train_steps, unit="steps")
+        try:
+            return train_drrn(
+                cfg.env,
+                ctx.out_dir / "models" / "drrn",
+                steps=cfg.train_steps,
+                num_envs=cfg.num_envs,
+                rollout_steps=cfg.rollout_steps,
+                learning_rate=cfg.drrn_learning_rate,
+                eval_every=cfg.eval_every,
+                seed=cfg.seed,
+                simulator=ctx.simulator,
+                tensorboard_dir=str(self.train_tb(ctx, "drrn")),
+                on_progress=ctx.progress.advance,
+            )
+        finally:
+            ctx.progress.finish()
+
     def demonstrations(self, ctx: RunContext) -> dict[str, Any]:
         """BabyAI's bot plays the same env-step budget the RL methods train for."""
         cfg = self.config
@@ -206,6 +231,8 @@ class Glam(Recipe):
             point = ctx.phase_outputs(train_phase(method))
         if method == "symbolic-ppo":
             return {"kind": driver.SYMBOLIC, "model": point["model"], "greedy": cfg.greedy}
+        if method == "drrn":
+            return {"kind": driver.DRRN, "model": point["model"], "greedy": cfg.greedy}
         scoring = {"reduction": cfg.reduction, "greedy": cfg.greedy}
         if method == "npae":
             return {"kind": driver.CHECKPOINT, "checkpoint": point["checkpoint"], **scoring}

@@ -11,8 +11,6 @@ from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
 
-DRRN_NOTE = "not run (DRRN is not implemented here)"
-
 
 def glam_results(
     cfg: GlamConfig,
@@ -23,7 +21,7 @@ def glam_results(
 ) -> Results:
     """One row per (method, test): success, its change vs the training vocabulary (the
     paper's form), return, length, the env steps the method learned from, the paper's
-    figure; then a "not run" row for DRRN."""
+    figure."""
     on_train = {e["method"]: e["success_rate"] for e in evaluations if e["test"] == "train"}
     rows = []
     for e in evaluations:
@@ -42,17 +40,6 @@ def glam_results(
                 "paper": paper_success(e["method"], e["test"]),
             }
         )
-    empty = dict.fromkeys(("success_rate", "success_change", "mean_return", "mean_length"))
-    rows.append(
-        {
-            "method": "drrn",
-            "test": "train",
-            **empty,
-            "env_steps": None,
-            "episodes": None,
-            "paper": f"{paper_success('drrn', 'train')} — {DRRN_NOTE}",
-        }
-    )
     notes = [
         f"env {cfg.env}, model {cfg.model}, budget {cfg.train_steps} env steps, "
         f"{cfg.eval_episodes} held-out episodes each (seeds from "
@@ -67,10 +54,11 @@ def glam_results(
                 f"{demos['bot_success_rate']}); SFT loss {out['first_loss']:.3g} -> "
                 f"{out['last_loss']:.3g}"
             )
-        elif method == "symbolic-ppo":
+        elif method in ("symbolic-ppo", "drrn"):
+            learner = "SB3 PPO" if method == "symbolic-ppo" else "SB3 DQN"
             notes.append(
-                f"symbolic-ppo: SB3 PPO after {out['global_step']} env steps "
-                f"({out['update']} updates)"
+                f"{method}: {learner} after {out['global_step']} env steps "
+                f"({out['update']} updates of {cfg.num_envs} x {cfg.rollout_steps})"
             )
         else:
             name = out["served_model"] if method == "glam" else out["checkpoint"]

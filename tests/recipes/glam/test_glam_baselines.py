@@ -1,7 +1,8 @@
 """The recipe `glam`'s baselines wired end to end on a real BabyAI-Text level with a tiny
 model and tiny budgets: NPAE (random weights, full fine-tuning, same PPO), Symbolic-PPO (SB3
-on the grid) and behaviour cloning (bot demonstrations -> chat SFT -> gateway adapter), each
-evaluated on the same held-out seeds, the RL ones every `eval_every` updates."""
+on the grid), DRRN (SB3 DQN on the text) and behaviour cloning (bot demonstrations -> chat
+SFT -> gateway adapter), each evaluated on the same held-out seeds, the RL ones every
+`eval_every` updates."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
     config = {
         "env": ENV,
         "model": TINY_MODEL,
-        "methods": ["npae", "symbolic-ppo", "bc"],
+        "methods": ["npae", "symbolic-ppo", "drrn", "bc"],
         "train_steps": 32,  # 2 updates of 4 envs x 4 steps
         "num_envs": 4,
         "rollout_steps": 4,
@@ -55,13 +56,13 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
     results = json.loads((out / "results.json").read_text())
     rows = {row["method"]: row for row in results["rows"]}
     assert sorted(rows) == ["bc", "drrn", "npae", "symbolic-ppo"]
-    assert {rows[m]["env_steps"] for m in ("npae", "symbolic-ppo", "bc")} == {32}
-    assert all(rows[m]["episodes"] == 2 for m in ("npae", "symbolic-ppo", "bc"))
+    assert {rows[m]["env_steps"] for m in rows} == {32}
+    assert all(rows[m]["episodes"] == 2 for m in rows)
     assert "eval_curve.png" in results["plots"]
 
     # the RL baselines were evaluated on the held-out seeds after each update
     events = EventAccumulator(str(out / "tb")).Reload()
-    for method in ("npae", "symbolic-ppo"):
+    for method in ("npae", "symbolic-ppo", "drrn"):
         points = events.Scalars(f"eval/{method}/success_rate")
         assert [p.step for p in points] == [16, 32]
         seeds = [e["seed"] for e in episodes(out, f"curve/{method}/1")]
@@ -78,11 +79,13 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
     played = CheckpointGlamDriver(str(checkpoint.path), "sum", True, 0, "r").policy
     assert not played.lora and played.model.training is False
 
-    # Symbolic-PPO played minigrid actions, not phrases
-    steps = [s for e in episodes(out, "evaluate/symbolic-ppo") for s in e["steps"]]
-    assert steps and all(s["action"] in range(6) and not s.get("skill") for s in steps)
+    # Symbolic-PPO and DRRN played minigrid actions, not phrases
+    for method in ("symbolic-ppo", "drrn"):
+        steps = [s for e in episodes(out, f"evaluate/{method}") for s in e["steps"]]
+        assert steps and all(s["action"] in range(6) and not s.get("skill") for s in steps)
+    assert episodes(out, "evaluate/drrn")[0]["policy"] == "glam-drrn"
     # sampled by default (the original's tests sample), from the episode's own generator
-    model = sorted(out.rglob("*.zip"))[-1]
+    model = sorted((out / "models" / "symbolic-ppo").rglob("*.zip"))[-1]
     space = load_cached("ppo", str(model)).observation_space
     space.seed(0)
     observation = {key: value for key, value in space.sample().items()}
