@@ -37,7 +37,8 @@ import logging
 import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -220,6 +221,18 @@ class ProgressReporter(Protocol):
     def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None: ...
     def advance(self, n: int = 1) -> None: ...
     def finish(self) -> None: ...
+
+
+@contextmanager
+def tracked(
+    progress: ProgressReporter, phase: str, total: int, done: int = 0, unit: str = "episodes"
+) -> Iterator[None]:
+    """A phase's progress bar from `start` to `finish`, also when the work inside fails."""
+    progress.start(phase, total, done=done, unit=unit)
+    try:
+        yield
+    finally:
+        progress.finish()
 
 
 class NullProgress:

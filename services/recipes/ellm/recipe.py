@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.report import ellm_results
 from llmrl.recipes.ellm.training import (
@@ -139,8 +139,7 @@ class Ellm(Recipe):
             llm_gateway=ctx.llm_gateway,
         )
         phase = f"{stage}/{method}"
-        ctx.progress.start(phase, frames, unit="frames")
-        try:
+        with tracked(ctx.progress, phase, frames, unit="frames"):
             if ctx.simulator is None:
                 import torch
 
@@ -154,8 +153,6 @@ class Ellm(Recipe):
                 from llmrl.learner.policy_jobs import run_on_learner
 
                 result = run_on_learner(job, on_progress=ctx.progress.advance)
-        finally:
-            ctx.progress.finish()
         uses_llm = job.method not in NOVELTY
         result["usage"] = self._usage(ctx, f"ellm/{stage}/{method}") if uses_llm else {}
         return {"method": method, "stage": stage, **result}
@@ -168,8 +165,7 @@ class Ellm(Recipe):
             values["method"] = "none"  # evaluating it needs no LLM call
         settings = EllmEnvSettings(**values)
         phase = f"evaluate/{method}"
-        ctx.progress.start(phase, cfg.eval_episodes)
-        try:
+        with tracked(ctx.progress, phase, cfg.eval_episodes):
             episodes = evaluate_agent(
                 settings,
                 checkpoint,
@@ -180,8 +176,6 @@ class Ellm(Recipe):
                 on_episode=lambda episode: ctx.progress.advance(1),
                 agent=cfg.agent,
             )
-        finally:
-            ctx.progress.finish()
         return {"method": method, "episodes": episodes}
 
     def _usage(self, ctx: RunContext, tag: str) -> dict[str, float]:

@@ -54,6 +54,21 @@ def env_phrases(observation: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(p) for p in phrases)
 
 
+def followed_history(
+    history: PromptHistory | None, observation: dict[str, Any], t: int, last_phrase: str
+) -> tuple[PromptHistory, tuple[str, ...]]:
+    """The episode's prompt history after this step's observation (a new one at its first
+    step), and the env's phrases."""
+    phrases = env_phrases(observation)
+    text, mission = str(observation["text"]), str(observation["mission"])
+    if history is None or t == 0:
+        history = PromptHistory(phrases)
+        history.start(mission, text)
+    else:
+        history.advance(last_phrase, text)
+    return history, phrases
+
+
 def policy_distribution(logprobs: list[float], token_counts: list[int], reduction: str) -> Any:
     """Softmax over the candidates' scores: summed log-probs, or their per-token mean."""
     scores = np.asarray(logprobs, dtype=np.float64)
@@ -118,13 +133,7 @@ class GlamDriver(EpisodeDriver):
         return probabilities, call
 
     def act(self, observation: dict[str, Any], t: int) -> Decision:
-        phrases = env_phrases(observation)
-        text, mission = str(observation["text"]), str(observation["mission"])
-        if self.history is None or t == 0:
-            self.history = PromptHistory(phrases)
-            self.history.start(mission, text)
-        else:
-            self.history.advance(self.last_phrase, text)
+        self.history, phrases = followed_history(self.history, observation, t, self.last_phrase)
         probabilities, call = self.score(self.history.prompt(), phrases)
         if self.greedy:
             index = int(np.argmax(probabilities))

@@ -24,7 +24,7 @@ from gymnasium import spaces
 from llmrl.agents import Decision, EpisodeDriver
 from llmrl.learner.drrn import DrrnLayout, encode, load_drrn, q_values
 from llmrl.learner.llm.glam_prompt import PromptHistory
-from llmrl.recipes.glam.driver import env_phrases
+from llmrl.recipes.glam.driver import env_phrases, followed_history
 from llmrl.simulator.sb3_vec_env import BatchVecEnv
 from llmrl.simulator.world import STEP_ENTRIES, episode_ends
 
@@ -122,25 +122,17 @@ def train_drrn(
     `num_envs x rollout_steps` env steps (the PPO methods' unit, so the learning curves share
     their x) and at the end: `points` (path, update, env steps)."""
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecMonitor
 
     from llmrl.learner.drrn import DrrnPolicy
+    from llmrl.recipes.glam.training import learn_in_updates
     from llmrl.simulator.client import make_world
-
-    class Progress(BaseCallback):
-        def _on_step(self) -> bool:
-            if on_progress is not None:
-                on_progress(num_envs)
-            return True
 
     layout = layout or DrrnLayout()
     per_update = num_envs * rollout_steps
-    updates = max(1, steps // per_update)
     out_dir.mkdir(parents=True, exist_ok=True)
     world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 7_000, address=simulator)
     venv = VecMonitor(DrrnVecEnv(world, layout))
-    points = []
     try:
         model = DQN(
             DrrnPolicy,
@@ -162,23 +154,12 @@ def train_drrn(
             verbose=0,
             tensorboard_log=tensorboard_dir,
         )
-        done = 0
-        while done < updates:
-            chunk = min(eval_every, updates - done)
-            model.learn(chunk * per_update, callback=Progress(), reset_num_timesteps=done == 0)
-            done += chunk
-            path = out_dir / f"update-{done}.zip"
-            model.save(str(path))
-            points.append({"model": str(path), "update": done, "global_step": model.num_timesteps})
+        return learn_in_updates(
+            model, out_dir, steps=steps, per_update=per_update, eval_every=eval_every,
+            on_progress=on_progress,
+        )  # fmt: skip
     finally:
         venv.close()
-    last = points[-1]
-    return {
-        "model": last["model"],
-        "update": last["update"],
-        "global_step": last["global_step"],
-        "points": points,
-    }
 
 
 def sample_or_argmax(q: Sequence[float], greedy: bool, rng: np.random.Generator) -> int:
@@ -225,13 +206,7 @@ class DrrnDriver(EpisodeDriver):
         self.history = None
 
     def act(self, observation: dict[str, Any], t: int) -> Decision:
-        phrases = env_phrases(observation)
-        text, mission = str(observation["text"]), str(observation["mission"])
-        if self.history is None or t == 0:
-            self.history = PromptHistory(phrases)
-            self.history.start(mission, text)
-        else:
-            self.history.advance(self.last_phrase, text)
+        self.history, phrases = followed_history(self.history, observation, t, self.last_phrase)
         with _SCORING:
             q = q_values(self.model, state_row(self.layout, self.history))
         index = sample_or_argmax(q, self.greedy, self.rng)

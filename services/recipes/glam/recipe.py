@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.glam import driver  # also registers the drivers
 from llmrl.recipes.glam.config import RL_METHODS, TEST_MIXES, TRAINED_METHODS, GlamConfig
@@ -127,21 +127,17 @@ class Glam(Recipe):
             tensorboard_dir=str(self.train_tb(ctx, method)),
             simulator=ctx.simulator,
         )
-        ctx.progress.start(train_phase(method), job.steps, unit="steps")
-        try:
+        with tracked(ctx.progress, train_phase(method), job.steps, unit="steps"):
             if ctx.simulator is None:
                 return train_glam(job, on_progress=ctx.progress.advance)
             from llmrl.learner.policy_jobs import run_on_learner
 
             return run_on_learner(job, on_progress=ctx.progress.advance)
-        finally:
-            ctx.progress.finish()
 
     def train_symbolic(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
         method = "symbolic-ppo"
-        ctx.progress.start(train_phase(method), cfg.train_steps, unit="steps")
-        try:
+        with tracked(ctx.progress, train_phase(method), cfg.train_steps, unit="steps"):
             return train_symbolic_ppo(
                 cfg.env,
                 ctx.out_dir / "models" / method,
@@ -157,15 +153,12 @@ class Glam(Recipe):
                 tensorboard_dir=str(self.train_tb(ctx, method)),
                 on_progress=ctx.progress.advance,
             )
-        finally:
-            ctx.progress.finish()
 
     def train_drrn(self, ctx: RunContext) -> dict[str, Any]:
         from llmrl.recipes.glam.drrn import train_drrn
 
         cfg = self.config
-        ctx.progress.start(train_phase("drrn"), cfg.train_steps, unit="steps")
-        try:
+        with tracked(ctx.progress, train_phase("drrn"), cfg.train_steps, unit="steps"):
             return train_drrn(
                 cfg.env,
                 ctx.out_dir / "models" / "drrn",
@@ -179,14 +172,11 @@ class Glam(Recipe):
                 tensorboard_dir=str(self.train_tb(ctx, "drrn")),
                 on_progress=ctx.progress.advance,
             )
-        finally:
-            ctx.progress.finish()
 
     def demonstrations(self, ctx: RunContext) -> dict[str, Any]:
         """BabyAI's bot plays the same env-step budget the RL methods train for."""
         cfg = self.config
-        ctx.progress.start(DEMOS, cfg.train_steps, unit="steps")
-        try:
+        with tracked(ctx.progress, DEMOS, cfg.train_steps, unit="steps"):
             return collect_demonstrations(
                 cfg.env,
                 ctx.out_dir / "data" / "bc_demonstrations.jsonl",
@@ -196,14 +186,11 @@ class Glam(Recipe):
                 simulator=ctx.simulator,
                 on_progress=ctx.progress.advance,
             )
-        finally:
-            ctx.progress.finish()
 
     def train_bc(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
         demos = ctx.phase_outputs(DEMOS)
-        ctx.progress.start(train_phase("bc"), cfg.bc_steps, unit="SFT steps")
-        try:
+        with tracked(ctx.progress, train_phase("bc"), cfg.bc_steps, unit="SFT steps"):
             return train_behaviour_cloning(
                 demos["path"],
                 cfg.model,
@@ -215,8 +202,6 @@ class Glam(Recipe):
                 seed=cfg.seed,
                 on_progress=ctx.progress.advance,
             )
-        finally:
-            ctx.progress.finish()
 
     # -- evaluation -----------------------------------------------------------------------
     def policy(

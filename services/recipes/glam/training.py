@@ -132,25 +132,16 @@ def train_symbolic_ppo(
     per update, epochs, minibatch, gamma, lambda, clip, entropy, value, grad norm). A model
     file every `eval_every` updates and at the end: `points` (path, update, env steps)."""
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecMonitor
 
     from llmrl.learner.wrappers import FloatObservations
     from llmrl.simulator.client import make_world
     from llmrl.simulator.vector import WorldVecEnv
 
-    class Progress(BaseCallback):
-        def _on_step(self) -> bool:
-            if on_progress is not None:
-                on_progress(num_envs)
-            return True
-
     per_update = num_envs * rollout_steps
-    updates = max(1, steps // per_update)
     out_dir.mkdir(parents=True, exist_ok=True)
     world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 5_000, address=simulator)
     venv = VecMonitor(FloatObservations(WorldVecEnv(world, keys=SYMBOLIC_KEYS)))
-    points = []
     try:
         model = PPO(
             "MultiInputPolicy",
@@ -170,16 +161,45 @@ def train_symbolic_ppo(
             verbose=0,
             tensorboard_log=tensorboard_dir,
         )
-        done = 0
-        while done < updates:
-            chunk = min(eval_every, updates - done)
-            model.learn(chunk * per_update, callback=Progress(), reset_num_timesteps=done == 0)
-            done += chunk
-            path = out_dir / f"update-{done}.zip"
-            model.save(str(path))
-            points.append({"model": str(path), "update": done, "global_step": model.num_timesteps})
+        return learn_in_updates(
+            model, out_dir, steps=steps, per_update=per_update, eval_every=eval_every,
+            on_progress=on_progress,
+        )  # fmt: skip
     finally:
         venv.close()
+
+
+def learn_in_updates(
+    model: Any,
+    out_dir: Path,
+    *,
+    steps: int,
+    per_update: int,
+    eval_every: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Train an SB3 model for `steps // per_update` "updates" of `per_update` env steps (the
+    PPO methods' unit, so every learning curve shares its x), saving `update-<n>.zip` every
+    `eval_every` updates and at the end: the last model and every saved point."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    num_envs = model.get_env().num_envs
+
+    class Progress(BaseCallback):
+        def _on_step(self) -> bool:
+            if on_progress is not None:
+                on_progress(num_envs)
+            return True
+
+    updates = max(1, steps // per_update)
+    points, done = [], 0
+    while done < updates:
+        chunk = min(eval_every, updates - done)
+        model.learn(chunk * per_update, callback=Progress(), reset_num_timesteps=done == 0)
+        done += chunk
+        path = out_dir / f"update-{done}.zip"
+        model.save(str(path))
+        points.append({"model": str(path), "update": done, "global_step": model.num_timesteps})
     last = points[-1]
     return {
         "model": last["model"],

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.kalm import driver  # also registers the driver
 from llmrl.recipes.kalm.config import KalmConfig
@@ -138,8 +138,7 @@ class Kalm(Recipe):
         cfg = self.config
         parts = []
         if "scripted" in cfg.data:
-            ctx.progress.start(DATA, cfg.scripted_episodes)
-            try:
+            with tracked(ctx.progress, DATA, cfg.scripted_episodes):
                 if cfg.env == "ClevrRobot":
                     done = [0]
 
@@ -159,8 +158,6 @@ class Kalm(Recipe):
                     tasks = self.level_tasks("training")
                     per_task = max(1, cfg.scripted_episodes // len(tasks))
                     parts.append(collect.collect_metaworld(tasks, per_task, seed=cfg.seed))
-            finally:
-                ctx.progress.finish()
         if "released" in cfg.data:
             from llmrl.recipes.kalm.released import CLEVR_FILE, load_released_clevr, released_file
 
@@ -290,15 +287,12 @@ class Kalm(Recipe):
         self, ctx: RunContext, phase: str, job: Any, total: int, run: Any, unit: str
     ) -> dict[str, Any]:
         """Embedded mode trains in this process; service mode on the learner service."""
-        ctx.progress.start(phase, total, unit=unit)
-        try:
+        with tracked(ctx.progress, phase, total, unit=unit):
             if ctx.simulator is None:
                 return run(job, on_progress=ctx.progress.advance)
             from llmrl.learner.policy_jobs import run_on_learner
 
             return run_on_learner(job, on_progress=ctx.progress.advance)
-        finally:
-            ctx.progress.finish()
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(
@@ -354,17 +348,14 @@ class Kalm(Recipe):
         def embed(texts: list[str]) -> np.ndarray:
             return ctx.llm.embed(texts, model=cfg.embed_model, run_id=ctx.run_id, tag="kalm-policy")
 
-        ctx.progress.start(phase, cfg.eval_episodes)
         results = []
-        try:
+        with tracked(ctx.progress, phase, cfg.eval_episodes):
             for settings, count in groups.values():
                 with ctx.make_world(cfg.env, num_envs=count, **settings) as world:
                     results.append(
                         play_world(world, model, embed, seed=cfg.seed + cfg.eval_seed_offset)
                     )
                 ctx.progress.advance(count)
-        finally:
-            ctx.progress.finish()
         return summarize_batch(results)
 
     def eval_settings(self, level: str, episode: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.providers import provider, provider_named_by
-from llmrl.recipes.base import RunContext
+from llmrl.recipes.base import RunContext, tracked
 from llmrl.recipes.llm_personalize import openai_models
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig
 
@@ -122,11 +122,8 @@ class TrainPhases:
             seed=cfg.seed + k,
         )
         # a progress bar in SFT steps (examples dropped as too long can make it end early)
-        ctx.progress.start(f"train/{k}", sft_steps(files, request), unit="steps")
-        try:
+        with tracked(ctx.progress, f"train/{k}", sft_steps(files, request), unit="steps"):
             result = self._run_finetune(ctx, request, on_step=ctx.progress.advance)
-        finally:
-            ctx.progress.finish()
         writer = ctx.tensorboard
         if writer is not None:
             for step, loss in enumerate(result["losses"]):

@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
+from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext, tracked
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
 from llmrl.recipes.when2ask.asking import (
     FORCED_ONLY,
@@ -226,16 +226,13 @@ class When2Ask(Recipe):
 
         def run(ctx: RunContext) -> dict[str, Any]:
             job = self._training_job(ctx, env, policy)
-            ctx.progress.start(f"train {env} ({policy})", job.steps, unit="steps")
-            try:
+            with tracked(ctx.progress, f"train {env} ({policy})", job.steps, unit="steps"):
                 if ctx.simulator is None:
                     result = train_policy(job, on_progress=ctx.progress.advance)
                 else:
                     from llmrl.learner.policy_jobs import run_on_learner
 
                     result = run_on_learner(job, on_progress=ctx.progress.advance)
-            finally:
-                ctx.progress.finish()
             ctx.add_artifact(f"models/{env}-{policy}.zip", result["model"], kind="model")
             return result
 
