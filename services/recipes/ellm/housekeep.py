@@ -118,9 +118,11 @@ def known_house(state: Mapping[str, Any] | None) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
-def transition_caption(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+def transition_caption(before: str | Mapping[str, Any], after: str | Mapping[str, Any]) -> str:
     """What a Housekeep step did ("pick up X", "place X on Y", or ""), from the `known_house`
     states (JSON or dicts) before and after it."""
+    if isinstance(before, str) and before == after:  # most steps: nothing known changed
+        return ""
     old, new = known_house({"known_house": before}), known_house({"known_house": after})
     if old["held"] is None and new["held"] is not None:
         return f"pick up {new['held']}"

@@ -225,21 +225,21 @@ class Kalm(Recipe):
         # loaded once for every level's phase (kept by path and modification time)
         grounded = load_cached("kalm-grounding", ctx.phase_outputs(GROUND)["checkpoint"])
         env = imagination_env(cfg.env, real)
-        ctx.progress.start(f"imagine/{level}", cfg.imagined_per_level, unit="rollouts")
+        phase = f"imagine/{level}"
         try:
-            dataset, figures = imagine_level(
-                grounded,
-                real,
-                env,
-                level,
-                count=cfg.imagined_per_level,
-                max_steps=cfg.imagine_max_steps,
-                seed=cfg.seed,
-                imagined_filter=cfg.imagined_filter,
-                on_progress=ctx.progress.advance,
-            )
+            with tracked(ctx.progress, phase, cfg.imagined_per_level, unit="rollouts"):
+                dataset, figures = imagine_level(
+                    grounded,
+                    real,
+                    env,
+                    level,
+                    count=cfg.imagined_per_level,
+                    max_steps=cfg.imagine_max_steps,
+                    seed=cfg.seed,
+                    imagined_filter=cfg.imagined_filter,
+                    on_progress=ctx.progress.advance,
+                )
         finally:
-            ctx.progress.finish()
             getattr(env, "close", lambda: None)()
         outputs: dict[str, Any] = {"level": level, **figures, "path": None, "embeddings": None}
         if dataset is not None:
