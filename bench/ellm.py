@@ -106,11 +106,16 @@ def main() -> None:
     parser.add_argument("--env", default="CrafterText", help="CrafterText-like env id")
     parser.add_argument("--frames", type=int, default=4_000, help="frames per configuration")
     parser.add_argument("--num-envs", type=int, default=8, help="envs stepped together")
-    parser.add_argument("--suggester", default="llm-score", choices=("llm", "llm-score"))
+    parser.add_argument(
+        "--suggester",
+        default="llm-score",
+        choices=("llm", "llm-score"),
+        help="llm: the LLM writes suggestions; llm-score: it scores the candidate goals",
+    )
     parser.add_argument("--model", default="smollm2", help="gateway model of the suggester")
     parser.add_argument("--methods", default="none,oracle,ellm", help="configurations to run")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the agent")
     args = parser.parse_args()
     import torch  # imported (with the optimizer's own imports) before any clock starts
 

@@ -41,9 +41,16 @@ def find_data_dir(given: str | None) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir")
-    parser.add_argument("--episodes-per-scene", type=int, default=50)
-    parser.add_argument("--train-episodes", type=int, default=60)
+    parser.add_argument(
+        "--data-dir",
+        help="Housekeep data (default: $LLMRL_HOUSEKEEP_DATA or ../shared/data/housekeep)",
+    )
+    parser.add_argument(
+        "--episodes-per-scene", type=int, default=50, help="validation episodes per scene"
+    )
+    parser.add_argument(
+        "--train-episodes", type=int, default=60, help="training-split episodes to play"
+    )
     args = parser.parse_args()
     data_dir = find_data_dir(args.data_dir)
 

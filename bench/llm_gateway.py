@@ -187,7 +187,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per generation")
     parser.add_argument("--rounds", type=int, default=2, help="requests per client")
     parser.add_argument("--clients", default="1,4,8", help="concurrent clients to measure")
-    parser.add_argument("--score-repeats", type=int, default=10)
+    parser.add_argument(
+        "--score-repeats", type=int, default=10, help="score requests per median latency"
+    )
     parser.add_argument(
         "--torch-threads",
         type=int,

@@ -78,8 +78,8 @@ def run_one(args: argparse.Namespace, setting: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=1200, help="tokens per example")
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4, help="examples per SFT step")
+    parser.add_argument("--steps", type=int, default=2, help="SFT steps timed per setting")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--lora-layers", type=int, default=8, help="top_layers: LoRA layers")
     parser.add_argument("--child", choices=SETTINGS, help=argparse.SUPPRESS)

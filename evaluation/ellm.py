@@ -90,7 +90,7 @@ def plot_curves(runs: dict[int, Path], frames: int, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CrafterText")
+    parser.add_argument("--env", default="CrafterText", help="text env to pretrain in")
     parser.add_argument("--frames", type=int, default=150_000, help="pretraining frames/method")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the target methods")
     parser.add_argument(
@@ -98,13 +98,22 @@ def main() -> None:
         default="ellm,oracle,none,all-goals,rnd,knn",
         help="methods of seed 0 (other seeds: ellm, oracle, none)",
     )
-    parser.add_argument("--suggester", default="llm-score", choices=("llm", "llm-score"))
+    parser.add_argument(
+        "--suggester",
+        default="llm-score",
+        choices=("llm", "llm-score"),
+        help="llm: the LLM writes suggestions; llm-score: it scores the candidate goals",
+    )
     parser.add_argument("--model", default="smollm2", help="gateway model of the suggester")
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--num-envs", type=int, default=8, help="envs stepped together")
+    parser.add_argument(
+        "--eval-episodes", type=int, default=10, help="evaluation episodes per method and seed"
+    )
     parser.add_argument("--episode-length", type=int, default=0, help="0: crafter's 10000")
-    parser.add_argument("--finetune-frames", type=int, default=0)
-    parser.add_argument("--out", default="runs/ellm-eval")
+    parser.add_argument(
+        "--finetune-frames", type=int, default=0, help="fine-tuning frames, seed 0 (0: none)"
+    )
+    parser.add_argument("--out", default="runs/ellm-eval", help="output folder")
     args = parser.parse_args()
     args.methods = args.methods.split(",")
     out = Path(args.out)

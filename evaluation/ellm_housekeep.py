@@ -44,7 +44,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=2, help="episodes per validation scene")
     parser.add_argument("--threshold", type=float, default=0.5, help="P(yes) that 'belongs'")
     parser.add_argument("--model", default=None, help="gateway model (default: its default)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampled placements")
     args = parser.parse_args()
     beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "housekeep"
     data_dir = (

@@ -40,7 +40,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--captions", type=int, default=30, help="distinct captions to ask")
     parser.add_argument("--model", default=None, help="gateway model (default: its default)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the collected captions")
     args = parser.parse_args()
     samples = collect(args.captions, args.seed)
     rows = {}

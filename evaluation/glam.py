@@ -132,7 +132,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="BabyAIText-GoToLocalS5N2", help="text env to train on")
     parser.add_argument("--model", default="smollm2", help="gateway model (hf backend)")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument(
+        "--methods", nargs="+", default=list(METHODS), choices=METHODS, help="default: all"
+    )
     parser.add_argument("--variants", nargs="*", default=[], help="generalisation tests")
     parser.add_argument("--train-steps", type=int, default=640, help="env-step budget")
     parser.add_argument("--num-envs", type=int, default=8, help="envs per PPO rollout")

@@ -39,26 +39,44 @@ def target(rows: list[dict]) -> dict[str, dict[str, float | None]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env", choices=["ClevrRobot", "MetaWorld"], default="ClevrRobot")
+    parser.add_argument(
+        "--env", choices=["ClevrRobot", "MetaWorld"], default="ClevrRobot", help="environment"
+    )
     parser.add_argument("--algorithms", nargs="+", default=None, help="default: bc cql / bc iql")
     parser.add_argument("--model", default="smollm2", help="base LLM grounded by SFT")
-    parser.add_argument("--numbers", choices=["tokens", "text"], default="tokens")
+    parser.add_argument(
+        "--numbers",
+        choices=["tokens", "text"],
+        default="tokens",
+        help="tokens: states and actions as placeholder slots (KALM); text: written as "
+        "numbers (the ablation)",
+    )
     parser.add_argument(
         "--state-target",
         choices=["absolute", "delta"],
         default="absolute",
         help="what the grounded state head predicts: the next state (KALM) or its change",
     )
-    parser.add_argument("--scripted-episodes", type=int, default=300)
-    parser.add_argument("--grounding-steps", type=int, default=40)
-    parser.add_argument("--grounding-batch-size", type=int, default=8)
+    parser.add_argument(
+        "--scripted-episodes", type=int, default=300, help="episodes of the scripted collector"
+    )
+    parser.add_argument("--grounding-steps", type=int, default=40, help="grounding SFT steps")
+    parser.add_argument(
+        "--grounding-batch-size", type=int, default=8, help="examples per grounding step"
+    )
     parser.add_argument(
         "--grounding-layers", type=int, default=4, help="the LLM's first N layers (0: all)"
     )
     parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N (0: all)")
-    parser.add_argument("--imagined-per-level", type=int, default=128)
-    parser.add_argument("--imagine-max-steps", type=int, default=6)
-    parser.add_argument("--imagined-weight", type=int, default=2)
+    parser.add_argument(
+        "--imagined-per-level", type=int, default=128, help="rollouts imagined per level"
+    )
+    parser.add_argument(
+        "--imagine-max-steps", type=int, default=6, help="steps per imagined rollout, at most"
+    )
+    parser.add_argument(
+        "--imagined-weight", type=int, default=2, help="times each kept rollout is in the data"
+    )
     parser.add_argument(
         "--imagined-filter",
         choices=["valid", "goal"],
@@ -66,10 +84,14 @@ def main() -> int:
         help="valid: drop imagined rollouts with an invalid state (KALM); goal: also those "
         "whose final state misses the goal under the level's success function (our option)",
     )
-    parser.add_argument("--offline-steps", type=int, default=2000)
+    parser.add_argument(
+        "--offline-steps", type=int, default=2000, help="gradient steps of each offline policy"
+    )
     parser.add_argument("--seeds", type=int, default=3, help="offline RL seeds")
     parser.add_argument("--eval-episodes", type=int, default=100, help="per level and seed")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of data collection, SFT and imagination"
+    )
     parser.add_argument("--out", type=Path, default=None, help="default runs/eval-kalm-<env>")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()

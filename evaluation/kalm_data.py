@@ -135,11 +135,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=None, help="KALM's data folder")
     parser.add_argument("--clevr-episodes", type=int, default=100, help="per level and noise")
-    parser.add_argument("--clevr-noises", type=float, nargs="+", default=[0.0, 0.2, 0.5])
+    parser.add_argument(
+        "--clevr-noises",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.2, 0.5],
+        help="scripted pusher: probabilities of a random push",
+    )
     parser.add_argument("--metaworld-episodes", type=int, default=2, help="per task and noise")
-    parser.add_argument("--metaworld-noises", type=float, nargs="+", default=[0.0, 0.3, 1.0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("runs/kalm_data"))
+    parser.add_argument(
+        "--metaworld-noises",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.3, 1.0],
+        help="Meta-World experts: standard deviations of the action noise",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the collectors")
+    parser.add_argument("--out", type=Path, default=Path("runs/kalm_data"), help="output folder")
     args = parser.parse_args()
     data_dir = args.data or released.released_dir()
     if data_dir is None:

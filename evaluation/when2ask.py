@@ -116,7 +116,13 @@ def plot_sweep(rows: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--planner", choices=["oracle", "noisy", "local", "llm"], default="oracle")
+    parser.add_argument(
+        "--planner",
+        choices=["oracle", "noisy", "local", "llm"],
+        default="oracle",
+        help="oracle: privileged plans; noisy: the oracle, wrong with probability --noise; "
+        "local: the local model scores the feasible skills; llm: a chat model writes plans",
+    )
     parser.add_argument("--planner-model", default=None, help="gateway model for local/llm")
     parser.add_argument(
         "--temperature", type=float, default=0.0, help="sampling temperature for local/llm"
@@ -149,7 +155,7 @@ def main() -> int:
     )
     parser.add_argument("--learning-rate", type=float, default=None, help="PPO (default 3e-4)")
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of training and evaluation")
     parser.add_argument("--out", type=Path, default=None, help="default runs/eval-when2ask-<p>")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
