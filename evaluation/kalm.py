@@ -79,10 +79,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--imagined-filter",
-        choices=["valid", "goal"],
+        choices=["valid", "goal", "replay"],
         default="valid",
         help="valid: drop imagined rollouts with an invalid state (KALM); goal: also those "
-        "whose final state misses the goal under the level's success function (our option)",
+        "whose final state misses the goal under the level's success function (our option); "
+        "replay: also those whose actions miss the goal in the env's own dynamics (a "
+        "diagnostic upper bound, it uses the simulator)",
     )
     parser.add_argument(
         "--offline-steps", type=int, default=2000, help="gradient steps of each offline policy"

@@ -12,7 +12,7 @@ ENVS = ("ClevrRobot", "MetaWorld")
 LEVELS = ("training", "rephrased", "unseen-easy", "unseen-hard")
 IMAGINE_LEVELS = ("rephrased", "unseen-easy", "unseen-hard")
 METAWORLD_IMAGINE_LEVELS = ("unseen-easy", "unseen-hard")
-IMAGINED_FILTERS = ("valid", "goal")
+IMAGINED_FILTERS = ("valid", "goal", "replay")
 DISCRETE_ALGORITHMS = ("bc", "cql")
 CONTINUOUS_ALGORITHMS = ("bc", "cql", "td3+bc", "iql", "awac")
 DATA_SOURCES = ("scripted", "released")
@@ -65,7 +65,10 @@ class KalmConfig(RecipeConfig):
         "valid",
         description="Imagined rollouts kept: valid (KALM: drop those with an invalid state) or "
         "goal (also drop those none of whose states meets the goal under the level's "
-        "success function; our option, not the paper's). Both shares are reported.",
+        "success function; our option, not the paper's) or replay (a diagnostic: also drop "
+        "those whose actions miss the goal in the env's own dynamics; needs ClevrRobot's "
+        "simulator, an upper bound for better grounding, not a method). Every share is "
+        "reported.",
     )
     model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")
     numbers: Literal["tokens", "text"] = Field(
@@ -204,6 +207,12 @@ class KalmConfig(RecipeConfig):
                 raise ValueError(
                     "data: KALM's released Meta-World data has v2 observations (91 numbers), "
                     "not v3's 39; use data=[scripted]"
+                )
+            if self.imagined_filter == "replay":
+                raise ValueError(
+                    "imagined_filter: replay needs dynamics that step an imagined state "
+                    "(ClevrRobot); MetaWorld's observations do not hold its simulator's state: "
+                    "use valid or goal"
                 )
         return self
 

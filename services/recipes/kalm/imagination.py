@@ -10,7 +10,12 @@ imagines the rollout (`llmrl.learner.llm.imagine`). Two filters (`imagined_filte
   their goal under the level's success function (one that reaches the goal and leaves it is
   kept: the dataset cuts it where it first meets the goal). The paper labels imagined rollouts
   with the environment's reward function, which knows the goal as well as the success function
-  does, so this uses no knowledge the labelling does not already use.
+  does, so this uses no knowledge the labelling does not already use;
+* `replay` (a diagnostic, not imagination's to use): also the goal-meeting rollouts whose
+  actions, replayed in the env's own dynamics from the same initial state, do not reach the
+  goal. It needs the simulator (CLEVR-Robot's `push`), so it is no way to train a policy where
+  one is missing; it measures what the imagined data would give if the grounded model's
+  dynamics were right where it claims success (an upper bound for better grounding).
 
 The shares kept under both filters are reported whichever is used, with the goal-match rate
 (the level's success function on the imagined final state) over all rollouts and over the
@@ -46,14 +51,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from llmrl.learner.llm.imagine import FILTERS as LEARNER_FILTERS
 from llmrl.learner.llm.imagine import (
-    FILTERS,
     Rollout,
     filter_rollouts,
     goal_match_rate,
     imagine,
     reaches_goal,
 )
+
+FILTERS = (*LEARNER_FILTERS, "replay")
 
 
 class ImaginedEnv(Protocol):
@@ -201,6 +208,12 @@ def imagine_level(
         raise ValueError(
             f"imagined_filter: expected one of {', '.join(FILTERS)}, got {imagined_filter!r}"
         )
+    step = getattr(env, "step", None)
+    if imagined_filter == "replay" and step is None:
+        raise ValueError(
+            "imagined_filter: replay needs an env whose dynamics can step an imagined state "
+            f"(ClevrRobot); {type(env).__name__} has none: use valid or goal"
+        )
     rng = level_rng(seed, level)
     pairs = env.goals(level)
     order = rng.permutation(len(pairs))
@@ -224,26 +237,24 @@ def imagine_level(
         state = np.asarray(state)
         return bool(np.isfinite(state).all() and env.success(level, state, goal))
 
-    valid, valid_share = filter_rollouts(rollouts, env.valid_state)
-    reaching = [i for i in valid if reaches_goal(rollouts[i], goals[i], success)]
-    reaching_share = len(reaching) / len(rollouts) if rollouts else 0.0
-    kept = valid if imagined_filter == "valid" else reaching
+    valid, reaching, kept = select(rollouts, goals, env.valid_state, success, imagined_filter, step)
+    total = len(rollouts) or 1
     figures = {
         "rollouts": len(rollouts),
         "filter": imagined_filter,
         "kept": len(kept),
-        "kept_share": valid_share if imagined_filter == "valid" else reaching_share,
-        "kept_share_valid": valid_share,
-        "kept_share_goal": reaching_share,
+        "kept_share": len(kept) / total,
+        "kept_share_valid": len(valid) / total,
+        "kept_share_goal": len(reaching) / total,
         "goal_match": goal_match_rate(rollouts, goals, success),
         "goal_match_kept": goal_match_rate(
             [rollouts[i] for i in valid], [goals[i] for i in valid], success
         ),
         "mean_length": float(np.mean([len(r.actions) for r in rollouts])) if rollouts else 0.0,
     }
-    step = getattr(env, "step", None)
-    if step is not None:
-        figures.update(dynamics_fidelity(rollouts, goals, kept, step, success))
+    if step is not None:  # replay: the share of the goal-meeting rollouts it kept
+        checked = reaching if imagined_filter == "replay" else kept
+        figures.update(dynamics_fidelity(rollouts, goals, checked, step, success))
     if not kept:
         return None, figures
     dataset = to_dataset(real.env, [rollouts[i] for i in kept], [goals[i] for i in kept],
@@ -251,6 +262,28 @@ def imagine_level(
     figures["imagined_transitions"] = len(dataset)
     figures["imagined_success_share"] = float(dataset.terminals.sum() / len(kept))
     return dataset, figures
+
+
+def select(
+    rollouts: list[Rollout],
+    goals: list[Any],
+    valid_state: Callable[[np.ndarray], bool],
+    success: Callable[[np.ndarray, Any], bool],
+    imagined_filter: str,
+    step: Callable[[np.ndarray, Any], np.ndarray] | None = None,
+) -> tuple[list[int], list[int], list[int]]:
+    """Indices of the valid rollouts, of those that meet their goal, and of those the filter
+    keeps (module docstring; `replay` needs the env's `step`)."""
+    valid, _ = filter_rollouts(rollouts, valid_state)
+    reaching = [i for i in valid if reaches_goal(rollouts[i], goals[i], success)]
+    if imagined_filter == "valid":
+        return valid, reaching, valid
+    if imagined_filter == "goal":
+        return valid, reaching, reaching
+    if imagined_filter != "replay" or step is None:
+        raise ValueError(f"imagined_filter: {imagined_filter!r} needs the env's dynamics")
+    kept = [i for i in reaching if replay_reaches_goal(rollouts[i], goals[i], step, success)]
+    return valid, reaching, kept
 
 
 def dynamics_fidelity(
@@ -261,25 +294,33 @@ def dynamics_fidelity(
     success: Callable[[np.ndarray, Any], bool],
 ) -> dict[str, float | None]:
     """The imagined dynamics against the env's (see the module doc): `one_step_error` (median
-    over every finite imagined step) and `replay_goal_match_kept` (of the kept rollouts)."""
+    over every finite imagined step) and `replay_goal_match_kept` (of the `kept` rollouts)."""
     errors = []
     for rollout in rollouts:
         for t, action in enumerate(rollout.actions):
             state, after = np.asarray(rollout.states[t]), np.asarray(rollout.states[t + 1])
             if np.isfinite(state).all() and np.isfinite(after).all():
                 errors.append(float(np.linalg.norm(step(state, action) - after)))
-    reached = 0
-    for i in kept:
-        state = np.asarray(rollouts[i].states[0])
-        for action in rollouts[i].actions:
-            state = step(state, action)
-            if success(state, goals[i]):
-                reached += 1
-                break
+    reached = sum(replay_reaches_goal(rollouts[i], goals[i], step, success) for i in kept)
     return {
         "one_step_error": float(np.median(errors)) if errors else None,
         "replay_goal_match_kept": reached / len(kept) if kept else None,
     }
+
+
+def replay_reaches_goal(
+    rollout: Rollout,
+    goal: Any,
+    step: Callable[[np.ndarray, Any], np.ndarray],
+    success: Callable[[np.ndarray, Any], bool],
+) -> bool:
+    """Whether the rollout's actions, played by the env from its first state, meet `goal`."""
+    state = np.asarray(rollout.states[0])
+    for action in rollout.actions:
+        state = step(state, action)
+        if success(state, goal):
+            return True
+    return False
 
 
 def to_dataset(

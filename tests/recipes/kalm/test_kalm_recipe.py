@@ -105,6 +105,7 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"numbers": "text", "state_target": "delta"}, "state_target"),
         ({"env": "MetaWorld", "imagine_levels": ["rephrased"]}, "imagine_levels"),
         ({"imagined_filter": "lucky"}, "config.imagined_filter"),
+        ({"env": "MetaWorld", "imagined_filter": "replay"}, "imagined_filter"),
         ({"env": "MetaWorld", "levels": ["rephrased"]}, "levels"),
         ({"grounding_steps": 0}, "config.grounding_steps"),
         ({"dataset": "/etc/passwd"}, "config.dataset"),
@@ -270,7 +271,7 @@ def test_imagined_dynamics_are_checked_against_the_env():
     from types import SimpleNamespace
 
     from llmrl.learner.llm.imagine import Rollout
-    from llmrl.recipes.kalm.imagination import ClevrImagination, dynamics_fidelity
+    from llmrl.recipes.kalm.imagination import ClevrImagination, dynamics_fidelity, select
     from llmrl.simulator.envs.clevr_robot import LEVEL_SUCCESS, push, random_state
     from llmrl.simulator.envs.clevr_robot.goals import relation_goal
 
@@ -305,3 +306,9 @@ def test_imagined_dynamics_are_checked_against_the_env():
         "one_step_error": 0.0,
         "replay_goal_match_kept": None,
     }
+    # both meet the goal in imagination; only the faithful one does when replayed
+    both, goals = [faithful, claimed], [goal, goal]
+    assert select(both, goals, env.valid_state, success, "goal") == ([0, 1], [0, 1], [0, 1])
+    assert select(both, goals, env.valid_state, success, "replay", env.step)[2] == [0]
+    with pytest.raises(ValueError, match="imagined_filter"):
+        select(both, goals, env.valid_state, success, "replay")  # no dynamics to replay in
