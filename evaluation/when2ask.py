@@ -23,6 +23,8 @@ fail when the first one does not).
 followed too long, or a dithering agent, fails the episode instead of only lengthening it.
 `--noise-mode persistent` makes the noisy planner answer the same knowledge with the same
 plan within an episode (a greedy LLM) instead of drawing every query afresh.
+`--lam`, `--same-plan-penalty` and `--new-plan-bonus` set the mediator's query costs; the
+original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then free).
 """
 
 from __future__ import annotations
@@ -156,6 +158,22 @@ def main() -> int:
     parser.add_argument("--learning-rate", type=float, default=None, help="PPO (default 3e-4)")
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seed of training and evaluation")
+    parser.add_argument(
+        "--lam", type=float, default=None, help="penalty per planner query (default 0.01)"
+    )
+    parser.add_argument(
+        "--same-plan-penalty",
+        type=float,
+        default=None,
+        help="extra penalty for asking and getting the same plan back (default 0.01; the "
+        "original code: 0.1)",
+    )
+    parser.add_argument(
+        "--new-plan-bonus",
+        type=float,
+        default=None,
+        help="reward for asking and getting another plan (default 0; the original code: 0.01)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default runs/eval-when2ask-<p>")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
@@ -176,6 +194,9 @@ def main() -> int:
         config["n_steps"] = args.n_steps
     if args.max_steps is not None:
         config["max_steps"] = args.max_steps
+    for key in ("lam", "same_plan_penalty", "new_plan_bonus"):
+        if getattr(args, key) is not None:
+            config[key] = getattr(args, key)
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
@@ -233,6 +254,13 @@ def write_sweep(
     if args.learning_rate is not None or args.n_steps is not None:
         ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
     cap = f"step cap {args.max_steps or 200}"
+    shaping = ", ".join(
+        f"{key} {getattr(args, key)}"
+        for key in ("lam", "same_plan_penalty", "new_plan_bonus")
+        if getattr(args, key) is not None
+    )
+    if shaping:
+        cap += f", {shaping}"
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "
         f"{ppo}, seed {args.seed}, {args.noise_mode} errors, {cap}.\n\n{sweep_table(rows)}\n\n"

@@ -1,9 +1,9 @@
 """Rollout driver for When2Ask policy specs, so evaluation episodes run on rollout workers.
 
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
-"planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...}`. Each step's
-`info` records `queried`, `asked` and `penalty`, from which the recipe computes queries per
-episode and the penalised return.
+"planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
+"new_plan_bonus": ...}`. Each step's `info` records `queried`, `asked` and `penalty`, from
+which the recipe computes queries per episode and the penalised return.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def _mediator_driver(
         planner,
         lam=float(policy.get("lam", 0.01)),
         same_plan_penalty=float(policy.get("same_plan_penalty", 0.01)),
+        new_plan_bonus=float(policy.get("new_plan_bonus", 0.0)),
     )
     return MediatorDriver(core, make_ask_policy(policy["ask"], seed=job.seed))
 

@@ -6,9 +6,13 @@ step the planner is queried when the mediator's action is ASK, and always when t
 finished or its last skill turned out infeasible (a forced query). Every query costs:
 
     reward = env reward - lam * [queried] - same_plan_penalty * [asked, got the same plan]
+                        + new_plan_bonus * [asked, got another plan]
 
 The second term is the paper's penalty for asking again and getting back the plan it already
-had: asking is only worth it when something has changed.
+had: asking is only worth it when something has changed. The original code (LLM4RL's
+`Game.collect`) also pays a small bonus for an asked-for query that changed the plan (0.1 *
+0.1 = 0.01, which makes such a query free at lam = 0.01) and charges 0.1 for the same plan;
+our defaults (same-plan penalty 0.01, no bonus) are milder, and both are settings.
 
 Observation (the paper feeds the change between consecutive partial observations; so do we,
 plus what the mediator knows about its own plan), all in [0, 1]:
@@ -81,12 +85,19 @@ class StepChoice:
 class MediatorCore:
     """Plan bookkeeping, query accounting and observation features for one env."""
 
-    def __init__(self, planner: Planner, lam: float = 0.01, same_plan_penalty: float = 0.01):
-        if lam < 0 or same_plan_penalty < 0:
-            raise ValueError("lam and same_plan_penalty must be non-negative")
+    def __init__(
+        self,
+        planner: Planner,
+        lam: float = 0.01,
+        same_plan_penalty: float = 0.01,
+        new_plan_bonus: float = 0.0,
+    ):
+        if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
+            raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
         self.planner = planner
         self.lam = float(lam)
         self.same_plan_penalty = float(same_plan_penalty)
+        self.new_plan_bonus = float(new_plan_bonus)
         self.observations = tuple(sorted({"text", "image", "skill_status", *planner.observations}))
         self.reset()
 
@@ -127,6 +138,8 @@ class MediatorCore:
                 if plan.skills and plan.skills == self.plan:
                     self.stats.same_plan += 1
                     penalty += self.same_plan_penalty
+                elif self.plan:  # the plan in hand was replaced by another one
+                    penalty -= self.new_plan_bonus
             else:
                 self.stats.forced += 1
             self._plan_disagreed = bool(self.plan) and plan.skills != self.plan
@@ -178,11 +191,12 @@ class MediatorEnv(gym.Env):
         lam: float = 0.01,
         same_plan_penalty: float = 0.01,
         max_steps: int = 200,
+        new_plan_bonus: float = 0.0,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
             raise ValueError(f"a mediator needs a world of 1 env, got {self.world.num_envs}")
-        self.core = MediatorCore(planner, lam, same_plan_penalty)
+        self.core = MediatorCore(planner, lam, same_plan_penalty, new_plan_bonus)
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
         self.observation_space = OBSERVATION_SPACE

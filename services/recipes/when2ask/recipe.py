@@ -88,6 +88,12 @@ class When2AskConfig(RecipeConfig):
     same_plan_penalty: float = Field(
         0.01, ge=0, description="Extra penalty for asking and getting the same plan back."
     )
+    new_plan_bonus: float = Field(
+        0.0,
+        ge=0,
+        description="Reward for asking and getting another plan than the one in hand (the "
+        "original code: 0.01, with same_plan_penalty 0.1).",
+    )
     train_steps: int = Field(20_000, ge=0, description="PPO timesteps for the asking policy.")
     never_ask_steps: int = Field(
         20_000, ge=0, description="PPO timesteps for the never-ask baseline (0: skip it)."
@@ -203,6 +209,7 @@ class When2Ask(Recipe):
             planner=self.planner_spec(),
             lam=cfg.lam,
             same_plan_penalty=cfg.same_plan_penalty,
+            new_plan_bonus=cfg.new_plan_bonus,
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -256,6 +263,7 @@ class When2Ask(Recipe):
             "planner": self.planner_spec(),
             "lam": cfg.lam,
             "same_plan_penalty": cfg.same_plan_penalty,
+            "new_plan_bonus": cfg.new_plan_bonus,
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
@@ -326,7 +334,8 @@ class When2Ask(Recipe):
             f"{FORCED_ONLY}: asks only when the plan is finished or infeasible; "
             f"{NEWS_OR_SKILL_END}: the paper's hard-coded rule, asks when the agent's knowledge "
             "changes or its skill ends",
-            f"λ={cfg.lam}, same-plan penalty={cfg.same_plan_penalty}; {cfg.eval_episodes} "
+            f"λ={cfg.lam}, same-plan penalty={cfg.same_plan_penalty}, new-plan bonus="
+            f"{cfg.new_plan_bonus}; {cfg.eval_episodes} "
             f"evaluation episodes per method; PPO {cfg.train_steps} steps "
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",
             "queries/ep counts every planner query (asked and forced); return is the "

@@ -92,6 +92,36 @@ def test_a_new_plan_costs_only_lambda():
     assert env.core.plan[:1] == ["go to the goal"] or env.core.needs_plan
 
 
+def test_the_original_codes_bonus_pays_for_a_plan_that_changed():
+    """LLM4RL's shaping: an asked-for query that replaces the plan earns `new_plan_bonus`
+    back; one that returns the same plan still pays the same-plan penalty."""
+    bonus = 0.03
+    planner = ScriptedPlanner([["explore"]])
+    env = MediatorEnv(
+        lambda: World("SimpleDoorKey", 1, seed=0),
+        planner,
+        lam=LAM,
+        same_plan_penalty=SAME,
+        new_plan_bonus=bonus,
+    )
+    _reset_where_explore_keeps_running(env)
+    before = env.core.stats.penalty
+    planner.plans = [["go to the goal"]]
+    _, changed, *_ = env.step(ASK)
+    assert changed == pytest.approx(-LAM + bonus)
+    assert env.core.stats.penalty - before == pytest.approx(LAM - bonus)
+    if not env.core.needs_plan:  # the same plan again: no bonus, the penalty
+        _, same, *_ = env.step(ASK)
+        assert same == pytest.approx(-(LAM + SAME))
+
+
+def test_negative_query_costs_are_refused():
+    with pytest.raises(ValueError, match="new_plan_bonus must be non-negative"):
+        MediatorEnv(
+            lambda: World("SimpleDoorKey", 1, seed=0), ScriptedPlanner([[]]), new_plan_bonus=-1
+        )
+
+
 def test_infeasible_skill_forces_the_next_query():
     # Nothing is seen at the start of seed 3, so picking up a key is infeasible.
     env, planner = mediator([["pick up the purple key"], ["explore"]])

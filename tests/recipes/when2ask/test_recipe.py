@@ -39,6 +39,7 @@ def test_phase_plan_follows_the_methods():
         ({"envs": ["Nope"]}, "envs"),
         ({"methods": ["sometimes"]}, "methods"),
         ({"lam": -1}, "lam"),
+        ({"new_plan_bonus": -0.1}, "new_plan_bonus"),
         ({"max_steps": 0}, "max_steps"),
         ({"planner_noise_mode": "sometimes"}, "planner_noise_mode"),
     ],
