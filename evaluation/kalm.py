@@ -6,6 +6,8 @@ the `kalm` recipe end to end, the issue's target checked.
         --imagined-per-level 2000 --offline-steps 50000 --scripted-episodes 2000  # full
     python evaluation/kalm.py --env MetaWorld --algorithms bc iql --seeds 1
     python evaluation/kalm.py --imagined-filter goal   # keep only goal-reaching imagined data
+    python evaluation/kalm.py --grounding-from runs/eval-kalm-ClevrRobot/grounding/1 \
+        --imagined-weight 10 --out runs/eval-kalm-w10   # an ablation without re-grounding
 
 Runs the recipe in embedded mode and prints its table (success per algorithm x level x data,
 the gain of imagined data) with the paper's figures beside it, and whether the target holds:
@@ -69,6 +71,13 @@ def main() -> int:
     )
     parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N (0: all)")
     parser.add_argument(
+        "--grounding-from",
+        type=Path,
+        default=None,
+        help="reuse this grounded checkpoint (a run's grounding/<version> folder, grounded on "
+        "the same data) instead of grounding again; the grounding options are then unused",
+    )
+    parser.add_argument(
         "--imagined-per-level", type=int, default=128, help="rollouts imagined per level"
     )
     parser.add_argument(
@@ -119,6 +128,11 @@ def main() -> int:
     }
     if args.algorithms:
         config["algorithms"] = args.algorithms
+    if args.grounding_from is not None:
+        from llmrl.common.paths import allow_root
+
+        allow_root(args.grounding_from)  # named on this command line, like --out
+        config["grounding_from"] = str(args.grounding_from)
     out = args.out or Path("runs") / f"eval-kalm-{args.env}"
     run_embedded("kalm", config, out_dir=out, progress=True)
     results = read_results(out)

@@ -17,6 +17,7 @@ DISCRETE_ALGORITHMS = ("bc", "cql")
 CONTINUOUS_ALGORITHMS = ("bc", "cql", "td3+bc", "iql", "awac")
 DATA_SOURCES = ("scripted", "released")
 VARIANTS = ("real", "real+imagined")
+CLEVR_ACTIONS = 40  # 5 balls x 8 push directions
 
 
 class KalmConfig(RecipeConfig):
@@ -80,6 +81,14 @@ class KalmConfig(RecipeConfig):
         "change from the state before it (delta; numbers=tokens only).",
     )
     grounding_steps: int = Field(300, ge=1, description="Grounding SFT optimizer steps.")
+    grounding_from: str | None = Field(
+        None,
+        description="A grounded checkpoint to imagine with instead of training one: a "
+        "kalm-grounding version directory (e.g. runs/kalm/grounding/1), grounded on this "
+        "config's data; its numbers, state_target and action space must match this config's. "
+        "Imagination and offline-RL ablations then skip the grounding SFT (the grounding_* "
+        "settings are not used).",
+    )
     grounding_batch_size: int = Field(8, ge=1, description="Examples per grounding SFT step.")
     grounding_learning_rate: float = Field(3e-4, gt=0, description="LoRA learning rate.")
     lora_r: int = Field(16, ge=1, description="LoRA rank of the grounding SFT.")
@@ -176,7 +185,7 @@ class KalmConfig(RecipeConfig):
             raise ValueError(f"expected one of {', '.join(IMAGINED_FILTERS)}, got {value!r}")
         return value
 
-    @field_validator("dataset", "released_path")
+    @field_validator("dataset", "released_path", "grounding_from")
     @classmethod
     def _path_is_confined(cls, value: str | None, info: object) -> str | None:
         from llmrl.common.paths import confined_field
@@ -195,6 +204,8 @@ class KalmConfig(RecipeConfig):
         from llmrl.learner.llm.grounding import check_number_settings  # numpy only
 
         check_number_settings(self.numbers, self.state_target)
+        if self.grounding_from is not None:
+            check_grounding_checkpoint(self)
         if self.env == "MetaWorld":
             if "rephrased" in (self.imagine_levels or ()):
                 raise ValueError(
@@ -215,6 +226,40 @@ class KalmConfig(RecipeConfig):
                     "use valid or goal"
                 )
         return self
+
+
+def check_grounding_checkpoint(cfg: KalmConfig) -> None:
+    """`grounding_from` names a kalm-grounding checkpoint whose settings fit `cfg`; a
+    ValueError naming the key and what differs otherwise."""
+    from llmrl.learner.versions import Checkpoint
+
+    try:
+        checkpoint = Checkpoint.read(str(cfg.grounding_from))
+    except FileNotFoundError:
+        raise ValueError(
+            f"grounding_from: no checkpoint directory {cfg.grounding_from!r}; name a version "
+            "directory of a kalm run's grounding, e.g. runs/kalm/grounding/1"
+        ) from None
+    if checkpoint.algorithm != "kalm-grounding":
+        raise ValueError(
+            f"grounding_from: {cfg.grounding_from!r} holds a "
+            f"{checkpoint.algorithm or 'unlabelled'} checkpoint, not kalm-grounding"
+        )
+    wanted = {
+        "numbers": cfg.numbers,
+        "state_target": cfg.state_target,
+        "action_size": CLEVR_ACTIONS if cfg.env == "ClevrRobot" else None,
+    }
+    saved = checkpoint.config
+    differ = [
+        f"{key} {saved.get(key)!r} (this config: {value!r})"
+        for key, value in wanted.items()
+        if saved.get(key, "absolute" if key == "state_target" else None) != value
+    ]
+    if differ:
+        raise ValueError(
+            f"grounding_from: {cfg.grounding_from!r} was grounded with {', '.join(differ)}"
+        )
 
 
 def _subset(value: list[str], allowed: tuple[str, ...], noun: str, empty_ok: bool = False):

@@ -29,7 +29,7 @@ from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.kalm import driver  # also registers the driver
-from llmrl.recipes.kalm.config import KalmConfig
+from llmrl.recipes.kalm.config import CLEVR_ACTIONS, KalmConfig
 from llmrl.recipes.kalm.report import kalm_results, plot_results
 from llmrl.recipes.kalm.training import (
     KalmGroundingJob,
@@ -40,7 +40,6 @@ from llmrl.recipes.kalm.training import (
 )
 
 DATA, GROUND, REPORT = "data", "ground", "report"
-CLEVR_ACTIONS = 40
 
 
 STATE_DIMS = {"ClevrRobot": 10, "MetaWorld": 39}
@@ -197,6 +196,18 @@ class Kalm(Recipe):
     # -- grounding and imagination ------------------------------------------------------------
     def ground(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
+        if cfg.grounding_from is not None:  # checked against this config when it was read
+            from llmrl.learner.versions import Checkpoint
+
+            reused = Checkpoint.read(cfg.grounding_from)
+            episodes = ctx.phase_outputs(DATA)["episodes"]
+            if reused.result.get("episodes") not in (None, episodes):
+                raise ValueError(
+                    f"grounding_from: {cfg.grounding_from!r} was grounded on "
+                    f"{reused.result['episodes']} episodes, this run's data has {episodes}; "
+                    "reuse a grounding of the same data (same data, scripted_episodes, seed)"
+                )
+            return {"checkpoint": str(reused.path), **reused.result, "reused": True}
         job = KalmGroundingJob(
             datasets=[ctx.phase_outputs(DATA)["path"]],
             model_path=str(ctx.out_dir / "grounding"),

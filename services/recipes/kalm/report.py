@@ -70,6 +70,7 @@ def kalm_results(
         notes.append(
             f"grounding SFT of {cfg.model} ({cfg.numbers}): {grounding.get('steps')} steps on "
             f"{grounding.get('episodes')} episodes; losses {losses}"
+            + (f" (reused: grounding_from={cfg.grounding_from})" if grounding.get("reused") else "")
         )
     for figures in imagined:
         valid = figures.get("kept_share_valid", figures["kept_share"])

@@ -116,6 +116,26 @@ def test_bad_config_names_the_key(config, key):
         validate_config("kalm", config)
 
 
+def test_a_reused_grounding_must_fit_the_config(tmp_path, monkeypatch):
+    from llmrl.learner.versions import save_version
+
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    settings = {"numbers": "tokens", "state_target": "delta", "action_size": 40}
+    grounded = save_version(tmp_path / "g" / "1", lambda d: None, "kalm-grounding", settings)
+    other = save_version(tmp_path / "o" / "1", lambda d: None, "bc", settings)
+    ok = validate_config("kalm", {"grounding_from": str(grounded.path), "state_target": "delta"})
+    assert ok.grounding_from == str(grounded.path)
+    for config, message in (
+        ({"grounding_from": str(tmp_path / "missing")}, "no checkpoint directory"),
+        ({"grounding_from": str(other.path)}, "holds a bc checkpoint"),
+        ({"grounding_from": str(grounded.path)}, "state_target 'delta'"),  # config: absolute
+        ({"grounding_from": "/etc"}, "outside the folders"),
+    ):
+        with pytest.raises(ConfigError, match="grounding_from") as error:
+            validate_config("kalm", config)
+        assert message in str(error.value)
+
+
 def test_a_dataset_file_of_the_wrong_shape_names_the_file_and_field(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
     good = random_push_dataset(episodes=2)
@@ -216,6 +236,17 @@ def test_a_run_killed_between_phases_resumes_and_reports(tiny_model_dir: Path, t
     assert any(n.startswith("imagined unseen-easy: 4 rollouts") for n in results["notes"])
     assert set(results["plots"]) == {"success.png", "imagination.png"}
     assert all((out / plot).stat().st_size > 0 for plot in results["plots"])
+
+    # an ablation reusing that grounding: no SFT of its own, the same checkpoint imagines
+    ablation = tmp_path / "home" / "ablation"
+    third = start(ablation, env, [*config, "imagined_weight=3", f"grounding_from={grounded}"])
+    output, _ = third.communicate(timeout=600)
+    assert third.returncode == 0, output
+    ground = json.loads(phases(ablation / "run.sqlite")["ground"][2])
+    assert ground["reused"] and ground["checkpoint"] == str(grounded)
+    assert not (ablation / "grounding").exists()
+    notes = json.loads((ablation / "results.json").read_text())["notes"]
+    assert any("(reused: grounding_from=" in note for note in notes)
 
 
 def test_offline_job_settings_are_checked_when_the_job_is_parsed(tmp_path, monkeypatch):
