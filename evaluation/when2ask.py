@@ -41,6 +41,7 @@ from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
 
 SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
 SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep", "return_penalised")
+QUERY_COSTS = ("lam", "same_plan_penalty", "new_plan_bonus")  # recipe keys, options alike
 
 
 def parse_noise(text: str) -> list[float]:
@@ -61,6 +62,17 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type for the query costs: a number of at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 
@@ -159,18 +171,21 @@ def main() -> int:
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seed of training and evaluation")
     parser.add_argument(
-        "--lam", type=float, default=None, help="penalty per planner query (default 0.01)"
+        "--lam",
+        type=non_negative_float,
+        default=None,
+        help="penalty per planner query (default 0.01)",
     )
     parser.add_argument(
         "--same-plan-penalty",
-        type=float,
+        type=non_negative_float,
         default=None,
         help="extra penalty for asking and getting the same plan back (default 0.01; the "
         "original code: 0.1)",
     )
     parser.add_argument(
         "--new-plan-bonus",
-        type=float,
+        type=non_negative_float,
         default=None,
         help="reward for asking and getting another plan (default 0; the original code: 0.01)",
     )
@@ -194,9 +209,7 @@ def main() -> int:
         config["n_steps"] = args.n_steps
     if args.max_steps is not None:
         config["max_steps"] = args.max_steps
-    for key in ("lam", "same_plan_penalty", "new_plan_bonus"):
-        if getattr(args, key) is not None:
-            config[key] = getattr(args, key)
+    config.update({k: getattr(args, k) for k in QUERY_COSTS if getattr(args, k) is not None})
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
@@ -253,17 +266,13 @@ def write_sweep(
     ppo = f"PPO {args.train_steps} steps"
     if args.learning_rate is not None or args.n_steps is not None:
         ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
-    cap = f"step cap {args.max_steps or 200}"
-    shaping = ", ".join(
-        f"{key} {getattr(args, key)}"
-        for key in ("lam", "same_plan_penalty", "new_plan_bonus")
-        if getattr(args, key) is not None
+    settings = ", ".join(
+        [f"step cap {args.max_steps or 200}"]
+        + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]
     )
-    if shaping:
-        cap += f", {shaping}"
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "
-        f"{ppo}, seed {args.seed}, {args.noise_mode} errors, {cap}.\n\n{sweep_table(rows)}\n\n"
+        f"{ppo}, seed {args.seed}, {args.noise_mode} errors, {settings}.\n\n{sweep_table(rows)}\n\n"
         + "\n".join(f"- {v}" for v in verdicts)
         + "\n\ntarget (learned beats every fixed rule at some p > 0 on at least two tasks): "
         f"{verdict} (tasks: {', '.join(sorted(beaten)) or 'none'})\n"

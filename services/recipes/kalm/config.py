@@ -20,6 +20,11 @@ VARIANTS = ("real", "real+imagined")
 CLEVR_ACTIONS = 40  # 5 balls x 8 push directions
 
 
+def discrete_action_size(env: str) -> int | None:
+    """The number of discrete actions of `env` (CLEVR-Robot's pushes); None for Box actions."""
+    return CLEVR_ACTIONS if env == "ClevrRobot" else None
+
+
 class KalmConfig(RecipeConfig):
     env: str = Field(
         "ClevrRobot", description=f"Environment: {' or '.join(ENVS)} (Meta-World: v3 tasks)."
@@ -240,6 +245,11 @@ def check_grounding_checkpoint(cfg: KalmConfig) -> None:
             f"grounding_from: no checkpoint directory {cfg.grounding_from!r}; name a version "
             "directory of a kalm run's grounding, e.g. runs/kalm/grounding/1"
         ) from None
+    except (OSError, ValueError) as exc:  # unreadable or not JSON metadata
+        raise ValueError(
+            f"grounding_from: cannot read the checkpoint's metadata in {cfg.grounding_from!r} "
+            f"({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     if checkpoint.algorithm != "kalm-grounding":
         raise ValueError(
             f"grounding_from: {cfg.grounding_from!r} holds a "
@@ -248,13 +258,14 @@ def check_grounding_checkpoint(cfg: KalmConfig) -> None:
     wanted = {
         "numbers": cfg.numbers,
         "state_target": cfg.state_target,
-        "action_size": CLEVR_ACTIONS if cfg.env == "ClevrRobot" else None,
+        "action_size": discrete_action_size(cfg.env),
     }
-    saved = checkpoint.config
+    # checkpoints from before state_target existed predicted absolute states
+    saved = {"state_target": "absolute", **checkpoint.config}
     differ = [
         f"{key} {saved.get(key)!r} (this config: {value!r})"
         for key, value in wanted.items()
-        if saved.get(key, "absolute" if key == "state_target" else None) != value
+        if saved.get(key) != value
     ]
     if differ:
         raise ValueError(

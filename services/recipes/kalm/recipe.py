@@ -29,7 +29,7 @@ from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.kalm import driver  # also registers the driver
-from llmrl.recipes.kalm.config import CLEVR_ACTIONS, KalmConfig
+from llmrl.recipes.kalm.config import KalmConfig, discrete_action_size
 from llmrl.recipes.kalm.report import kalm_results, plot_results
 from llmrl.recipes.kalm.training import (
     KalmGroundingJob,
@@ -220,7 +220,7 @@ class Kalm(Recipe):
             base_layers=cfg.grounding_layers,
             numbers=cfg.numbers,
             state_target=cfg.state_target,
-            action_size=CLEVR_ACTIONS if cfg.env == "ClevrRobot" else None,
+            action_size=discrete_action_size(cfg.env),
             seed=cfg.seed,
             tensorboard_dir=str(ctx.out_dir / "tb" / "grounding"),
         )
@@ -286,7 +286,7 @@ class Kalm(Recipe):
             model_path=str(ctx.out_dir / "policies" / name),
             steps=cfg.offline_steps,
             batch_size=cfg.offline_batch_size,
-            action_size=CLEVR_ACTIONS if cfg.env == "ClevrRobot" else None,
+            action_size=discrete_action_size(cfg.env),
             seed=seed,
             tensorboard_dir=str(ctx.out_dir / "tb" / name),
         )

@@ -133,17 +133,20 @@ class MediatorCore:
             self.stats.llm_calls.extend(calls)
             self.stats.queries += 1
             penalty = self.lam
+            same = bool(plan.skills) and plan.skills == self.plan
+            # another usable plan replaced the one in hand (an empty answer replaces nothing)
+            replaced = bool(self.plan) and bool(plan.skills) and not same
             if ask:
                 self.stats.asked += 1
-                if plan.skills and plan.skills == self.plan:
+                if same:
                     self.stats.same_plan += 1
                     penalty += self.same_plan_penalty
-                elif self.plan:  # the plan in hand was replaced by another one
+                elif replaced:
                     penalty -= self.new_plan_bonus
             else:
                 self.stats.forced += 1
             self._plan_disagreed = bool(self.plan) and plan.skills != self.plan
-            self._plan_confirmed = ask and bool(plan.skills) and plan.skills == self.plan
+            self._plan_confirmed = ask and same
             self.plan = list(plan.skills)
             self.needs_plan = False
             self._text_at_query = observation_text(obs.get("text", ""))

@@ -123,11 +123,15 @@ def test_a_reused_grounding_must_fit_the_config(tmp_path, monkeypatch):
     settings = {"numbers": "tokens", "state_target": "delta", "action_size": 40}
     grounded = save_version(tmp_path / "g" / "1", lambda d: None, "kalm-grounding", settings)
     other = save_version(tmp_path / "o" / "1", lambda d: None, "bc", settings)
+    corrupt = tmp_path / "c" / "1"
+    corrupt.mkdir(parents=True)
+    (corrupt / "llmrl_checkpoint.json").write_text("{not json")
     ok = validate_config("kalm", {"grounding_from": str(grounded.path), "state_target": "delta"})
     assert ok.grounding_from == str(grounded.path)
     for config, message in (
         ({"grounding_from": str(tmp_path / "missing")}, "no checkpoint directory"),
         ({"grounding_from": str(other.path)}, "holds a bc checkpoint"),
+        ({"grounding_from": str(corrupt)}, "cannot read the checkpoint's metadata"),
         ({"grounding_from": str(grounded.path)}, "state_target 'delta'"),  # config: absolute
         ({"grounding_from": "/etc"}, "outside the folders"),
     ):

@@ -106,13 +106,16 @@ def test_the_original_codes_bonus_pays_for_a_plan_that_changed():
     )
     _reset_where_explore_keeps_running(env)
     before = env.core.stats.penalty
-    planner.plans = [["go to the goal"]]
+    planner.plans = [["explore", "go to the goal"]]  # another plan; explore keeps running
     _, changed, *_ = env.step(ASK)
     assert changed == pytest.approx(-LAM + bonus)
     assert env.core.stats.penalty - before == pytest.approx(LAM - bonus)
-    if not env.core.needs_plan:  # the same plan again: no bonus, the penalty
-        _, same, *_ = env.step(ASK)
-        assert same == pytest.approx(-(LAM + SAME))
+    assert not env.core.needs_plan, "the new plan's explore should still be running"
+    _, same, *_ = env.step(ASK)  # the same plan again: no bonus, the penalty
+    assert same == pytest.approx(-(LAM + SAME))
+    planner.plans = [[]]  # an empty answer replaces nothing: no bonus
+    _, empty, *_ = env.step(ASK)
+    assert empty == pytest.approx(-LAM)
 
 
 def test_negative_query_costs_are_refused():
