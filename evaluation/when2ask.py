@@ -25,6 +25,8 @@ followed too long, or a dithering agent, fails the episode instead of only lengt
 plan within an episode (a greedy LLM) instead of drawing every query afresh.
 `--lam`, `--same-plan-penalty` and `--new-plan-bonus` set the mediator's query costs; the
 original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then free).
+`--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
+learn which plans do not fit the situation.
 """
 
 from __future__ import annotations
@@ -189,6 +191,12 @@ def main() -> int:
         default=None,
         help="reward for asking and getting another plan (default 0; the original code: 0.01)",
     )
+    parser.add_argument(
+        "--sees-plan",
+        action="store_true",
+        help="the mediator also observes the skill in hand (verb and object type); default: "
+        "only the observation and its plan bookkeeping",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default runs/eval-when2ask-<p>")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
@@ -210,6 +218,8 @@ def main() -> int:
     if args.max_steps is not None:
         config["max_steps"] = args.max_steps
     config.update({k: getattr(args, k) for k in QUERY_COSTS if getattr(args, k) is not None})
+    if args.sees_plan:
+        config["mediator_sees_plan"] = True
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
@@ -269,6 +279,7 @@ def write_sweep(
     settings = ", ".join(
         [f"step cap {args.max_steps or 200}"]
         + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]
+        + (["the mediator sees the skill in hand"] if args.sees_plan else [])
     )
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "

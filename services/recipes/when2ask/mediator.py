@@ -26,7 +26,12 @@ plus what the mediator knows about its own plan), all in [0, 1]:
     query's plan, or one that contradicted its predecessor, is not; with a planner whose
     errors are drawn afresh per query, a plan given twice in a row is rarely wrong),
   - the status of the last skill step (one-hot NONE/RUNNING/DONE/INFEASIBLE),
-  - plan steps remaining and steps since the last query (both scaled and clipped).
+  - plan steps remaining and steps since the last query (both scaled and clipped),
+  - with `sees_plan` (config `mediator_sees_plan`), the skill in hand: its verb (one-hot over
+    explore / go to / pick up / toggle) and its object's type (one-hot over key, door, box,
+    ball, goal; none for explore). An agent follows its plan, so it can read it; with the view
+    (whose agent cell shows what it carries) a learned mediator can judge whether the plan fits
+    the situation (going to the door empty-handed, say), which no fixed rule does.
 
 `MediatorCore` holds this logic once; `MediatorEnv` (training, a gymnasium env over a world
 of one env) and the rollout driver (evaluation by rollout workers) both use it.
@@ -45,11 +50,15 @@ from gymnasium import spaces
 from llmrl.common.episodes import LlmCall
 from llmrl.planners.base import Planner, observation_text
 from llmrl.simulator.envs.base import SkillStatus
+from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY
+from llmrl.simulator.envs.when2ask.skills import VERBS, parse_skill
 
 CARRY_ON, ASK = 0, 1
 FALLBACK_SKILL = "explore"  # what the agent does when the planner gave no usable plan
 VIEW_CELLS = 3 * 3 * 3
 OBS_SIZE = 2 * VIEW_CELLS + 3 + len(SkillStatus) + 2
+PLAN_TARGET_TYPES = (KEY, DOOR, BOX, BALL, GOAL)
+PLAN_FEATURES = len(VERBS) + len(PLAN_TARGET_TYPES)  # appended with sees_plan
 # Feature indices (see `features`); the hand-written rules read some of them.
 KNOWLEDGE_CHANGED = 2 * VIEW_CELLS
 PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
@@ -91,6 +100,7 @@ class MediatorCore:
         lam: float = 0.01,
         same_plan_penalty: float = 0.01,
         new_plan_bonus: float = 0.0,
+        sees_plan: bool = False,
     ):
         if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
             raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
@@ -98,6 +108,8 @@ class MediatorCore:
         self.lam = float(lam)
         self.same_plan_penalty = float(same_plan_penalty)
         self.new_plan_bonus = float(new_plan_bonus)
+        self.sees_plan = bool(sees_plan)
+        self.observation_space = observation_space(self.sees_plan)
         self.observations = tuple(sorted({"text", "image", "skill_status", *planner.observations}))
         self.reset()
 
@@ -169,13 +181,30 @@ class MediatorCore:
             [min(len(self.plan), 10) / 10, min(self._since_query, 20) / 20], np.float32
         )
         plan_flags = [float(self._plan_disagreed), float(self._plan_confirmed)]
-        features = np.concatenate(
-            [view, changed, [knowledge_changed, *plan_flags], status_onehot, progress]
-        )
-        return np.clip(features, 0.0, 1.0).astype(np.float32)
+        parts = [view, changed, [knowledge_changed, *plan_flags], status_onehot, progress]
+        if self.sees_plan:
+            parts.append(skill_features(self.plan[0] if self.plan else None))
+        return np.clip(np.concatenate(parts), 0.0, 1.0).astype(np.float32)
 
 
-OBSERVATION_SPACE = spaces.Box(0.0, 1.0, shape=(OBS_SIZE,), dtype=np.float32)
+def skill_features(skill: str | None) -> np.ndarray:
+    """One-hot verb and object type of `skill`; zeros for no plan or an unparsable skill."""
+    features = np.zeros(PLAN_FEATURES, np.float32)
+    if not skill:
+        return features
+    try:
+        parsed = parse_skill(skill)
+    except ValueError:  # an LLM's free-text skill the env would refuse anyway
+        return features
+    features[VERBS.index(parsed.verb)] = 1.0
+    if parsed.target is not None:
+        features[len(VERBS) + PLAN_TARGET_TYPES.index(parsed.target[0])] = 1.0
+    return features
+
+
+def observation_space(sees_plan: bool = False) -> spaces.Box:
+    size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0)
+    return spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
 
 
 class MediatorEnv(gym.Env):
@@ -195,14 +224,15 @@ class MediatorEnv(gym.Env):
         same_plan_penalty: float = 0.01,
         max_steps: int = 200,
         new_plan_bonus: float = 0.0,
+        sees_plan: bool = False,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
             raise ValueError(f"a mediator needs a world of 1 env, got {self.world.num_envs}")
-        self.core = MediatorCore(planner, lam, same_plan_penalty, new_plan_bonus)
+        self.core = MediatorCore(planner, lam, same_plan_penalty, new_plan_bonus, sees_plan)
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
-        self.observation_space = OBSERVATION_SPACE
+        self.observation_space = self.core.observation_space
         self.action_space = spaces.Discrete(2)
         self._obs: dict[str, Any] = {}
         self._steps = 0

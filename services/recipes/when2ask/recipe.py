@@ -94,6 +94,12 @@ class When2AskConfig(RecipeConfig):
         description="Reward for asking and getting another plan than the one in hand (the "
         "original code: 0.01, with same_plan_penalty 0.1).",
     )
+    mediator_sees_plan: bool = Field(
+        False,
+        description="The mediator also observes the skill in hand (its verb and object type), "
+        "so it can learn which plans do not fit the situation (the paper's sees only the "
+        "observation).",
+    )
     train_steps: int = Field(20_000, ge=0, description="PPO timesteps for the asking policy.")
     never_ask_steps: int = Field(
         20_000, ge=0, description="PPO timesteps for the never-ask baseline (0: skip it)."
@@ -210,6 +216,7 @@ class When2Ask(Recipe):
             lam=cfg.lam,
             same_plan_penalty=cfg.same_plan_penalty,
             new_plan_bonus=cfg.new_plan_bonus,
+            sees_plan=cfg.mediator_sees_plan,
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -264,6 +271,7 @@ class When2Ask(Recipe):
             "lam": cfg.lam,
             "same_plan_penalty": cfg.same_plan_penalty,
             "new_plan_bonus": cfg.new_plan_bonus,
+            "sees_plan": cfg.mediator_sees_plan,
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
@@ -335,7 +343,9 @@ class When2Ask(Recipe):
             f"{NEWS_OR_SKILL_END}: the paper's hard-coded rule, asks when the agent's knowledge "
             "changes or its skill ends",
             f"λ={cfg.lam}, same-plan penalty={cfg.same_plan_penalty}, new-plan bonus="
-            f"{cfg.new_plan_bonus}; {cfg.eval_episodes} "
+            f"{cfg.new_plan_bonus}; the mediator "
+            f"{'sees' if cfg.mediator_sees_plan else 'does not see'} the skill in hand; "
+            f"{cfg.eval_episodes} "
             f"evaluation episodes per method; PPO {cfg.train_steps} steps "
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",
             "queries/ep counts every planner query (asked and forced); return is the "

@@ -39,6 +39,7 @@ class PolicyTrainingJob(BaseModel):
     lam: float = Field(0.01, ge=0)
     same_plan_penalty: float = Field(0.01, ge=0)
     new_plan_bonus: float = Field(0.0, ge=0)
+    sees_plan: bool = Field(False, description="the mediator observes the skill in hand")
     max_steps: int = Field(200, ge=1)
     steps: int = Field(..., ge=1, description="PPO timesteps")
     n_envs: int = Field(8, ge=1, le=256)
@@ -87,6 +88,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
                 same_plan_penalty=job.same_plan_penalty,
                 max_steps=job.max_steps,
                 new_plan_bonus=job.new_plan_bonus,
+                sees_plan=job.sees_plan,
             )
 
         return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"

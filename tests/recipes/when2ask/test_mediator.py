@@ -14,8 +14,13 @@ from llmrl.recipes.when2ask.mediator import (
     OBS_SIZE,
     PLAN_CONFIRMED,
     PLAN_DISAGREED,
+    PLAN_FEATURES,
+    PLAN_TARGET_TYPES,
     MediatorEnv,
+    skill_features,
 )
+from llmrl.simulator.envs.when2ask.knowledge import GOAL, KEY
+from llmrl.simulator.envs.when2ask.skills import VERBS
 from llmrl.simulator.world import World
 
 LAM, SAME = 0.05, 0.02
@@ -168,3 +173,37 @@ def test_a_plan_is_confirmed_only_when_an_ask_returns_it_again():
     planner.plans = [["go to the goal"]]
     obs, *_ = env.step(ASK)  # a different plan: a disagreement, nothing confirmed
     assert obs[PLAN_CONFIRMED] == 0 and obs[PLAN_DISAGREED] == 1
+
+
+def test_a_mediator_that_sees_its_plan_observes_the_skill_in_hand():
+    """sees_plan appends the skill in hand (verb, object type) after the base features."""
+    planner = ScriptedPlanner([["explore"]])
+    env = MediatorEnv(lambda: World("SimpleDoorKey", 1, seed=0), planner, sees_plan=True)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (OBS_SIZE + PLAN_FEATURES,) and env.observation_space.contains(obs)
+    assert not obs[OBS_SIZE:].any()  # no plan yet
+    _reset_where_explore_keeps_running(env)
+    seen = env.core.features(env._obs)[OBS_SIZE:]
+    assert seen.tolist() == skill_features("explore").tolist()
+    env.core.plan = ["pick up the red key", "toggle the red door"]  # what a query leaves
+    seen = env.core.features(env._obs)[OBS_SIZE:]
+    assert seen.tolist() == skill_features("pick up the red key").tolist()
+    env.core.plan = []
+    assert not env.core.features(env._obs)[OBS_SIZE:].any()
+
+
+def test_skill_features_name_the_verb_and_the_object_type():
+    verbs = len(VERBS)
+    pick = skill_features("pick up the red key")
+    assert pick[VERBS.index("pick up")] == 1 and pick.sum() == 2
+    assert pick[verbs + PLAN_TARGET_TYPES.index(KEY)] == 1
+    goal = skill_features("go to the goal")
+    assert goal[VERBS.index("go to")] == 1 and goal[verbs + PLAN_TARGET_TYPES.index(GOAL)] == 1
+    explore = skill_features("explore")
+    assert explore[VERBS.index("explore")] == 1 and explore.sum() == 1
+    assert not skill_features(None).any() and not skill_features("dance a jig").any()
+    toggles = {skill_features(f"toggle the blue {kind}").argmax() for kind in ("door", "box")}
+    assert toggles == {VERBS.index("toggle")}
+    assert not np.array_equal(
+        skill_features("toggle the blue door"), skill_features("toggle the blue box")
+    )

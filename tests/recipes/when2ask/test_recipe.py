@@ -134,3 +134,21 @@ def test_step_cap_reaches_training(tmp_path):
         store.close()
     assert len(curve) >= 64 // 4  # every training episode ended at the cap
     assert all(point["l"] == 4 and not point["success"] for point in curve)
+
+
+def test_a_mediator_that_sees_its_plan_trains_and_plays_on_the_wider_observation(tmp_path):
+    from stable_baselines3 import PPO
+
+    from llmrl.recipes.when2ask.mediator import OBS_SIZE, PLAN_FEATURES
+
+    config = {
+        "envs": ["SimpleDoorKey"], "methods": ["learned"], "train_steps": 64, "n_envs": 2,
+        "n_steps": 16, "eval_episodes": 2, "mediator_sees_plan": True,
+    }  # fmt: skip
+    run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [row["method"] for row in results["rows"]] == ["learned"]
+    assert results["rows"][0]["queries/ep"] >= 1  # it played: the first query is forced
+    model = PPO.load(tmp_path / "models" / "SimpleDoorKey-asking.zip")
+    assert model.observation_space.shape == (OBS_SIZE + PLAN_FEATURES,)
+    assert any("sees the skill in hand" in note for note in results["notes"])
