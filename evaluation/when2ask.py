@@ -25,6 +25,12 @@ followed too long, or a dithering agent, fails the episode instead of only lengt
 plan within an episode (a greedy LLM) instead of drawing every query afresh.
 `--lam`, `--same-plan-penalty` and `--new-plan-bonus` set the mediator's query costs; the
 original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then free).
+`--seeds s1 s2 ...` repeats the sweep once per seed (training and evaluation episodes both
+differ) into `<out>/seed<s>/` and writes `noise_sweep_seeds.md` and `.json`: per p, task and
+method the mean success over seeds with its 95% bootstrap interval, the learned mediator's
+gain over the best fixed rule per seed and its mean, and the target checked on the means. A p
+whose run already finished with the same settings (its `run.sqlite`) is read, not rerun, so
+adding seeds to a sweep costs only the new seeds.
 `--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
 learn which plans do not fit the situation.
 """
@@ -37,13 +43,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from llmrl.common import stats
+from llmrl.common.store import COMPLETED, RunStore
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import read_results
+from llmrl.recipes.base import read_results, validate_config
 from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
 
 SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
 SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep", "return_penalised")
 QUERY_COSTS = ("lam", "same_plan_penalty", "new_plan_bonus")  # recipe keys, options alike
+FIXED_RULES = ("always", FORCED_ONLY, NEWS_OR_SKILL_END)
+TARGET_GAIN = 5.0  # points above every fixed rule
 
 
 def parse_noise(text: str) -> list[float]:
@@ -78,8 +88,24 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def finished_run(config: dict[str, Any], out: Path) -> bool:
+    """Whether `out` holds a completed when2ask run with exactly these (validated) settings."""
+    if not (out / "run.sqlite").exists() or read_results(out) is None:
+        return False
+    canonical = validate_config("when2ask", config).model_dump(mode="json")
+    store = RunStore(out / "run.sqlite")
+    try:
+        runs = store.list_runs(status=COMPLETED)
+    finally:
+        store.close()
+    return any(run.recipe == "when2ask" and run.config == canonical for run in runs)
+
+
 def run_one(config: dict[str, Any], out: Path) -> Any:
-    run_embedded("when2ask", config, out_dir=out, progress=True)
+    if finished_run(config, out):
+        print(f"{out}: finished with these settings, reading its results")
+    else:
+        run_embedded("when2ask", config, out_dir=out, progress=True)
     results = read_results(out)
     if results is None:
         raise SystemExit(f"no results in {out}")
@@ -173,6 +199,14 @@ def main() -> int:
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="seed of training and evaluation")
     parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="noise sweep: one sweep per seed (into <out>/seed<s>/) and a summary over seeds "
+        "(mean, 95%% bootstrap interval); overrides --seed",
+    )
+    parser.add_argument(
         "--lam",
         type=non_negative_float,
         default=None,
@@ -223,7 +257,12 @@ def main() -> int:
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
-        return sweep(args, config, parse_noise(args.noise))
+        if args.seeds:
+            return sweep_seeds(args, config, parse_noise(args.noise))
+        sweep(args, config, parse_noise(args.noise))
+        return 0
+    if args.seeds:
+        parser.error("--seeds repeats a noise sweep: give --noise too (or use --seed)")
 
     config["never_ask_steps"] = 20_000 if args.never_ask_steps is None else args.never_ask_steps
     out = args.out or Path("runs") / f"eval-when2ask-{args.planner}"
@@ -239,8 +278,14 @@ def main() -> int:
     return 1 if args.strict and not summary["target_met"] else 0
 
 
-def sweep(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) -> int:
-    out = args.out or Path("runs") / "eval-when2ask-noise"
+def sweep(
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    noise: list[float],
+    out: Path | None = None,
+) -> list[dict[str, Any]]:
+    """One seed's sweep (`args.seed`); returns its rows."""
+    out = out or args.out or Path("runs") / "eval-when2ask-noise"
     config = {
         **config,
         "planner": "noisy",
@@ -261,7 +306,95 @@ def sweep(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) 
         text = write_sweep(out, args, rows, verdicts, beaten)  # after every p: partial results
     print(text)
     print(f"table, plot and rows in {out}/noise_sweep.{{md,png,json}}")
+    return rows
+
+
+def sweep_seeds(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) -> int:
+    """The sweep once per seed, then the summary over seeds."""
+    out = args.out or Path("runs") / "eval-when2ask-noise"
+    rows: list[dict[str, Any]] = []
+    for seed in args.seeds:
+        seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
+        seed_rows = sweep(seed_args, {**config, "seed": seed}, noise, out / f"seed{seed}")
+        rows += [{"seed": seed, **row} for row in seed_rows]
+    summary = summarise_seeds(rows)
+    text = (
+        f"# When2Ask, noisy planner sweep over seeds {', '.join(map(str, args.seeds))}\n\n"
+        f"Per seed: {out}/seed<s>/noise_sweep.md. Success %: mean over seeds [95% bootstrap "
+        "interval]; gain: learned minus the best fixed rule (always, forced-only, "
+        "news-or-skill-end), per seed, then its mean.\n\n"
+        + seeds_table(summary)
+        + "\n\n"
+        + seeds_verdict(summary)
+        + "\n"
+    )
+    (out / "noise_sweep_seeds.md").write_text(text)
+    (out / "noise_sweep_seeds.json").write_text(json.dumps(summary, default=float, indent=1))
+    print(text)
     return 0
+
+
+def summarise_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (p, task): each method's success and queries over seeds, and the learned
+    mediator's gain over the best fixed rule, computed seed by seed."""
+    cells = {(r["seed"], r["p"], r["task"], r["method"]): r for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    keys = list(dict.fromkeys((r["p"], r["task"]) for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    summary = []
+    for p, task in keys:
+        entry: dict[str, Any] = {"p": p, "task": task, "seeds": seeds}
+        for method in methods:
+            found = [cells[(s, p, task, method)] for s in seeds if (s, p, task, method) in cells]
+            entry[method] = {
+                "success_%": stats.estimate(r["success_%"] for r in found).to_dict(),
+                "queries/ep": stats.mean(r["queries/ep"] for r in found),
+            }
+        gains = []
+        for seed in seeds:
+            fixed = [cells.get((seed, p, task, m)) for m in FIXED_RULES]
+            learned = cells.get((seed, p, task, "learned"))
+            if learned is not None and all(fixed):
+                gains.append(learned["success_%"] - max(r["success_%"] for r in fixed))
+        entry["gain"] = {"per_seed": gains, **stats.estimate(gains).to_dict()}
+        summary.append(entry)
+    return summary
+
+
+def seeds_table(summary: list[dict[str, Any]]) -> str:
+    methods = [m for m in summary[0] if isinstance(summary[0][m], dict) and m != "gain"]
+    header = ["p", "task", *methods, "gain per seed", "mean gain"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in summary:
+        cells = [f"{entry['p']:g}", entry["task"]]
+        for method in methods:
+            success = stats.Estimate(**entry[method]["success_%"]).format(3)
+            cells.append(f"{success} / {entry[method]['queries/ep']:.2f}")
+        cells.append(", ".join(f"{g:+.1f}" for g in entry["gain"]["per_seed"]))
+        cells.append(f"{entry['gain']['mean']:+.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def seeds_verdict(summary: list[dict[str, Any]]) -> str:
+    """The target on the means: at some p > 0, on at least two tasks, the mean gain is
+    >= 5 points at no more mean queries than news-or-skill-end."""
+    met: dict[float, list[str]] = {}
+    for entry in summary:
+        learned, news = entry.get("learned"), entry.get(NEWS_OR_SKILL_END)
+        if entry["p"] <= 0 or learned is None or news is None or not entry["gain"]["n"]:
+            continue
+        cheap = learned["queries/ep"] <= news["queries/ep"]
+        if entry["gain"]["mean"] >= TARGET_GAIN and cheap:
+            met.setdefault(entry["p"], []).append(entry["task"])
+    best = max(met.items(), key=lambda item: len(item[1]), default=(None, []))
+    verdict = "met" if len(best[1]) >= 2 else "NOT met"
+    where = f" (p={best[0]:g}: {', '.join(best[1])})" if best[1] else ""
+    return (
+        "target on the means over seeds (learned >= 5 points above every fixed rule at some "
+        f"p > 0 on at least two tasks, at no more queries than news-or-skill-end): {verdict}"
+        + where
+    )
 
 
 def write_sweep(

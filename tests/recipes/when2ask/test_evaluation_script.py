@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +27,78 @@ def test_bad_options_are_refused_by_name(args, message):
     )
     assert done.returncode != 0
     assert message in done.stderr
+
+
+def test_seeds_need_a_noise_sweep():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--seeds", "0", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "--seeds repeats a noise sweep" in done.stderr
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("when2ask_evaluation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(seed, task, method, success, queries):
+    return {"seed": seed, "p": 0.2, "task": task, "method": method, "success_%": success,
+            "queries/ep": queries, "steps/ep": 18.0, "return_penalised": 0.5}  # fmt: skip
+
+
+def test_the_summary_over_seeds_takes_the_gain_seed_by_seed():
+    script = _script()
+    rows = []
+    for seed, (learned, forced) in enumerate([(86.0, 80.0), (82.0, 78.0)]):
+        for task in ("KeyInBox", "RandomBoxKey"):
+            rows += [
+                _row(seed, task, "learned", learned, 3.0),
+                _row(seed, task, "always", 60.0, 20.0),
+                _row(seed, task, "forced-only", forced, 1.5),
+                _row(seed, task, "news-or-skill-end", 50.0, 7.0),
+            ]
+    summary = script.summarise_seeds(rows)
+    assert [entry["task"] for entry in summary] == ["KeyInBox", "RandomBoxKey"]
+    gain = summary[0]["gain"]
+    assert gain["per_seed"] == [6.0, 4.0] and gain["mean"] == 5.0
+    assert summary[0]["learned"]["success_%"]["mean"] == 84.0
+    assert "met (p=0.2: KeyInBox, RandomBoxKey)" in script.seeds_verdict(summary)
+    assert "| 0.2 | KeyInBox | 84 [82, 86] / 3.00 |" in script.seeds_table(summary)
+    # The same gains bought with more queries than the paper's rule do not count.
+    costly = [{**r, "queries/ep": 9.0} if r["method"] == "learned" else r for r in rows]
+    assert ": NOT met" in script.seeds_verdict(script.summarise_seeds(costly))
+    # One task short of the threshold on average: not met.
+    short = [
+        {**r, "success_%": 81.0} if r["method"] == "learned" and r["task"] == "RandomBoxKey"
+        else r
+        for r in rows
+    ]  # fmt: skip
+    assert ": NOT met" in script.seeds_verdict(script.summarise_seeds(short))
+
+
+def test_a_sweep_over_seeds_reuses_finished_runs(tmp_path, monkeypatch, capsys):
+    script = _script()
+    argv = [
+        "when2ask.py", "--noise", "0.5", "--seeds", "0", "1", "--envs", "SimpleDoorKey",
+        "--train-steps", "64", "--n-steps", "16", "--episodes", "2", "--max-steps", "8",
+        "--out", str(tmp_path),
+    ]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    assert script.main() == 0
+    summary = json.loads((tmp_path / "noise_sweep_seeds.json").read_text())
+    assert {entry["task"] for entry in summary} == {"SimpleDoorKey"}
+    assert summary[0]["seeds"] == [0, 1] and summary[0]["gain"]["n"] == 2
+    for seed in (0, 1):
+        assert (tmp_path / f"seed{seed}" / "noise_sweep.md").exists()
+    capsys.readouterr()
+    assert script.main() == 0  # the same settings again: every run is read, none rerun
+    printed = capsys.readouterr().out
+    assert printed.count("finished with these settings") == 2
