@@ -26,7 +26,7 @@ plan within an episode (a greedy LLM) instead of drawing every query afresh.
 `--lam`, `--same-plan-penalty` and `--new-plan-bonus` set the mediator's query costs; the
 original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then free).
 `--seeds s1 s2 ...` repeats the sweep once per seed (training and evaluation episodes both
-differ) into `<out>/seed<s>/` and writes `noise_sweep_seeds.md` and `.json`: per p, task and
+differ) into `<out>/seed<s>/` and writes `noise_sweep_seeds.md`, `.json` and `.png`: per p, task and
 method the mean success over seeds with its 95% bootstrap interval, the learned mediator's
 gain over the best fixed rule per seed and its mean, and the target checked on the means. A p
 whose run already finished with the same settings (its `run.sqlite`) is read, not rerun, so
@@ -330,6 +330,7 @@ def sweep_seeds(args: argparse.Namespace, config: dict[str, Any], noise: list[fl
     )
     (out / "noise_sweep_seeds.md").write_text(text)
     (out / "noise_sweep_seeds.json").write_text(json.dumps(summary, default=float, indent=1))
+    plot_sweep(mean_rows(summary), out / "noise_sweep_seeds.png")
     print(text)
     return 0
 
@@ -359,6 +360,22 @@ def summarise_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry["gain"] = {"per_seed": gains, **stats.estimate(gains).to_dict()}
         summary.append(entry)
     return summary
+
+
+def mean_rows(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The summary as one row per p, task and method (means over seeds), for `plot_sweep`."""
+    return [
+        {
+            "p": entry["p"],
+            "task": entry["task"],
+            "method": method,
+            "success_%": cell["success_%"]["mean"],
+            "queries/ep": cell["queries/ep"],
+        }
+        for entry in summary
+        for method, cell in entry.items()
+        if isinstance(cell, dict) and method != "gain"
+    ]
 
 
 def seeds_table(summary: list[dict[str, Any]]) -> str:

@@ -96,6 +96,7 @@ def test_a_sweep_over_seeds_reuses_finished_runs(tmp_path, monkeypatch, capsys):
     summary = json.loads((tmp_path / "noise_sweep_seeds.json").read_text())
     assert {entry["task"] for entry in summary} == {"SimpleDoorKey"}
     assert summary[0]["seeds"] == [0, 1] and summary[0]["gain"]["n"] == 2
+    assert (tmp_path / "noise_sweep_seeds.png").stat().st_size > 0
     for seed in (0, 1):
         assert (tmp_path / f"seed{seed}" / "noise_sweep.md").exists()
     capsys.readouterr()
