@@ -29,7 +29,8 @@ original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then f
 differ) into `<out>/seed<s>/` and writes `noise_sweep_seeds.md`, `.json` and `.png`: per p, task and
 method the mean success over seeds with its 95% bootstrap interval, the learned mediator's
 gain over the best fixed rule per seed and its mean, and the target checked on the means. A p
-whose run already finished with the same settings (its `run.sqlite`) is read, not rerun, so
+whose run already finished with the same settings (its `run.sqlite`) is read, not rerun
+(`run_embedded(..., reuse_completed=True)`), so
 adding seeds to a sweep costs only the new seeds.
 `--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
 learn which plans do not fit the situation.
@@ -44,9 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common import stats
-from llmrl.common.store import COMPLETED, RunStore
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import read_results, validate_config
+from llmrl.recipes.base import read_results
 from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
 
 SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
@@ -54,6 +54,7 @@ SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep", "
 QUERY_COSTS = ("lam", "same_plan_penalty", "new_plan_bonus")  # recipe keys, options alike
 FIXED_RULES = ("always", FORCED_ONLY, NEWS_OR_SKILL_END)
 TARGET_GAIN = 5.0  # points above every fixed rule
+SWEEP_OUT = Path("runs") / "eval-when2ask-noise"  # default --out of a noise sweep
 
 
 def parse_noise(text: str) -> list[float]:
@@ -88,24 +89,8 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def finished_run(config: dict[str, Any], out: Path) -> bool:
-    """Whether `out` holds a completed when2ask run with exactly these (validated) settings."""
-    if not (out / "run.sqlite").exists() or read_results(out) is None:
-        return False
-    canonical = validate_config("when2ask", config).model_dump(mode="json")
-    store = RunStore(out / "run.sqlite")
-    try:
-        runs = store.list_runs(status=COMPLETED)
-    finally:
-        store.close()
-    return any(run.recipe == "when2ask" and run.config == canonical for run in runs)
-
-
 def run_one(config: dict[str, Any], out: Path) -> Any:
-    if finished_run(config, out):
-        print(f"{out}: finished with these settings, reading its results")
-    else:
-        run_embedded("when2ask", config, out_dir=out, progress=True)
+    run_embedded("when2ask", config, out_dir=out, progress=True, reuse_completed=True)
     results = read_results(out)
     if results is None:
         raise SystemExit(f"no results in {out}")
@@ -285,7 +270,7 @@ def sweep(
     out: Path | None = None,
 ) -> list[dict[str, Any]]:
     """One seed's sweep (`args.seed`); returns its rows."""
-    out = out or args.out or Path("runs") / "eval-when2ask-noise"
+    out = out or args.out or SWEEP_OUT
     config = {
         **config,
         "planner": "noisy",
@@ -311,7 +296,7 @@ def sweep(
 
 def sweep_seeds(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) -> int:
     """The sweep once per seed, then the summary over seeds."""
-    out = args.out or Path("runs") / "eval-when2ask-noise"
+    out = args.out or SWEEP_OUT
     rows: list[dict[str, Any]] = []
     for seed in args.seeds:
         seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
@@ -325,6 +310,7 @@ def sweep_seeds(args: argparse.Namespace, config: dict[str, Any], noise: list[fl
         "news-or-skill-end), per seed, then its mean.\n\n"
         + seeds_table(summary)
         + "\n\n"
+        + f"mean gain over every p and task: {overall_gain(summary):+.1f} points\n\n"
         + seeds_verdict(summary)
         + "\n"
     )
@@ -362,6 +348,11 @@ def summarise_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
+def method_cells(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A summary entry's per-method cells (every dict-valued key but the gain)."""
+    return {k: v for k, v in entry.items() if isinstance(v, dict) and k != "gain"}
+
+
 def mean_rows(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The summary as one row per p, task and method (means over seeds), for `plot_sweep`."""
     return [
@@ -373,13 +364,12 @@ def mean_rows(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "queries/ep": cell["queries/ep"],
         }
         for entry in summary
-        for method, cell in entry.items()
-        if isinstance(cell, dict) and method != "gain"
+        for method, cell in method_cells(entry).items()
     ]
 
 
 def seeds_table(summary: list[dict[str, Any]]) -> str:
-    methods = [m for m in summary[0] if isinstance(summary[0][m], dict) and m != "gain"]
+    methods = list(method_cells(summary[0]))
     header = ["p", "task", *methods, "gain per seed", "mean gain"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in summary:
@@ -391,6 +381,12 @@ def seeds_table(summary: list[dict[str, Any]]) -> str:
         cells.append(f"{entry['gain']['mean']:+.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def overall_gain(summary: list[dict[str, Any]]) -> float:
+    """The learned mediator's gain over the best fixed rule, averaged over every p, task and
+    seed (one number to compare settings by)."""
+    return stats.mean(gain for entry in summary for gain in entry["gain"]["per_seed"])
 
 
 def seeds_verdict(summary: list[dict[str, Any]]) -> str:

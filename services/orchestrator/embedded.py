@@ -158,16 +158,30 @@ def _find_resumable(store: RunStore, recipe: str, config: dict[str, Any]) -> Run
     return None
 
 
+def _find_completed(store: RunStore, recipe: str, config: dict[str, Any]) -> RunRow | None:
+    """The out dir's latest run, when it completed with this recipe and config: its
+    results.json is that run's (an older matching run's results may have been overwritten)."""
+    runs = store.list_runs()
+    latest = runs[-1] if runs else None
+    if latest is None or latest.status != states.COMPLETED:
+        return None
+    return latest if latest.recipe == recipe and latest.config == config else None
+
+
 def run_embedded(
     recipe: str,
     config: dict[str, Any],
     out_dir: str | Path | None = None,
     progress: bool = True,
     console: Console | None = None,
+    reuse_completed: bool = False,
 ) -> RunRow:
     """Run `recipe` with `config` in this process; prints and writes its results.
 
-    Raises `llmrl.recipes.base.ConfigError` for an unknown recipe or a bad config.
+    With `reuse_completed`, a run that already completed in `out_dir` with the same recipe and
+    (validated) config, as the dir's latest run, is returned as it is instead of run again (as
+    `llmrl sweep` skips completed runs). Raises `llmrl.recipes.base.ConfigError` for an
+    unknown recipe or a bad config.
     """
     console = console or output_console()
     quiet_library_progress_bars()
@@ -181,6 +195,10 @@ def run_embedded(
     store = RunStore(out / "run.sqlite")
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:
+        done = _find_completed(store, recipe, canonical) if reuse_completed else None
+        if done is not None:
+            console.print(f"finished with these settings earlier: run {done.run_id} in {out}")
+            return done
         previous = _find_resumable(store, recipe, canonical)
         if previous is not None:
             run_id = previous.run_id

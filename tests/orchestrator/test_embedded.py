@@ -100,6 +100,21 @@ def test_an_interrupted_run_resumes_without_replaying_stored_episodes(tmp_path: 
     assert read_episodes(tmp_path / "threaded") == read_episodes(tmp_path / "fresh")
 
 
+def test_reuse_completed_returns_the_dirs_latest_matching_run_unplayed(tmp_path: Path):
+    config = {"env": "SimpleDoorKey", "planner": "test-interrupting-oracle", "episodes": 2}
+    InterruptingOracle.episodes_started, InterruptingOracle.stop_at = 0, None
+    first = run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
+    again = run_embedded("evaluate", config, out_dir=tmp_path, progress=False, reuse_completed=True)
+    assert again.run_id == first.run_id and InterruptingOracle.episodes_started == 2
+    # Another config in the same dir overwrites results.json: the first run is not reused.
+    run_embedded("evaluate", {**config, "episodes": 1}, out_dir=tmp_path, progress=False)
+    rerun = run_embedded("evaluate", config, out_dir=tmp_path, progress=False, reuse_completed=True)
+    assert rerun.run_id != first.run_id and InterruptingOracle.episodes_started == 5
+    # Without reuse_completed a completed run is run again, as before.
+    plain = run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
+    assert plain.run_id != rerun.run_id
+
+
 def read_episodes(out: Path) -> list[tuple[str, float, int]]:
     lines = (out / "episodes" / "evaluate.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]

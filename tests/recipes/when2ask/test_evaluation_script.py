@@ -70,6 +70,7 @@ def test_the_summary_over_seeds_takes_the_gain_seed_by_seed():
     gain = summary[0]["gain"]
     assert gain["per_seed"] == [6.0, 4.0] and gain["mean"] == 5.0
     assert summary[0]["learned"]["success_%"]["mean"] == 84.0
+    assert script.overall_gain(summary) == 5.0  # (6 + 4) per task, both tasks alike
     assert "met (p=0.2: KeyInBox, RandomBoxKey)" in script.seeds_verdict(summary)
     assert "| 0.2 | KeyInBox | 84 [82, 86] / 3.00 |" in script.seeds_table(summary)
     # The same gains bought with more queries than the paper's rule do not count.
