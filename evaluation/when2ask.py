@@ -67,15 +67,24 @@ def parse_noise(text: str) -> list[float]:
     return values
 
 
-def positive_int(text: str) -> int:
-    """argparse type for --max-steps: a step cap of at least 1."""
+def _int_at_least(text: str, minimum: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type for --max-steps: a step cap of at least 1."""
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def seed_number(text: str) -> int:
+    """argparse type for --seed and --seeds: an integer of at least 0."""
+    return _int_at_least(text, 0, "an integer >= 0")
 
 
 def non_negative_float(text: str) -> float:
@@ -182,10 +191,12 @@ def main() -> int:
     )
     parser.add_argument("--learning-rate", type=float, default=None, help="PPO (default 3e-4)")
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of training and evaluation")
+    parser.add_argument(
+        "--seed", type=seed_number, default=0, help="seed of training and evaluation"
+    )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=seed_number,
         nargs="+",
         default=None,
         help="noise sweep: one sweep per seed (into <out>/seed<s>/) and a summary over seeds "

@@ -19,6 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[3] / "evaluation" / "when2ask.py"
         (["--max-steps", "x"], "argument --max-steps: expected a positive integer, got 'x'"),
         (["--noise-mode", "sometimes"], "argument --noise-mode: invalid choice"),
         (["--noise", "0.1,2"], "--noise: expected comma-separated numbers in [0, 1]"),
+        (["--seeds", "0", "-1"], "argument --seeds: expected an integer >= 0, got '-1'"),
     ],
 )
 def test_bad_options_are_refused_by_name(args, message):
