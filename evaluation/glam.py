@@ -141,6 +141,13 @@ def main() -> int:
     parser.add_argument("--rollout-steps", type=int, default=16, help="steps per env/rollout")
     parser.add_argument("--update-epochs", type=int, default=2, help="PPO epochs per update")
     parser.add_argument("--minibatch-size", type=int, default=32, help="PPO minibatch")
+    parser.add_argument(
+        "--microbatch-size",
+        type=int,
+        default=None,
+        help="samples per forward/backward of the PPO update, gradients accumulated (default: "
+        "GLAM the whole minibatch, NPAE 8, which its full fine-tuning needs to fit in memory)",
+    )
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="LoRA learning rate")
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
     parser.add_argument(

@@ -71,11 +71,14 @@ def test_one_update_lowers_the_loss_and_favours_the_advantaged_action(
     params = policy.parameters()
     optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
 
+    def score(samples: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        scored = score_candidates(policy, samples, candidates, "mean")
+        return scored.scores, policy.heads["value"](scored.hidden).squeeze(-1)
+
     def step() -> dict[str, float]:
-        scored = score_candidates(policy, prompts, candidates, "mean")
-        values = policy.heads["value"](scored.hidden).squeeze(-1)
         return ppo_minibatch_step(
-            (scored.scores, values),
+            score,
+            prompts,
             actions,
             old_logprobs,
             advantages,
@@ -90,6 +93,53 @@ def test_one_update_lowers_the_loss_and_favours_the_advantaged_action(
     assert second["loss"] < first["loss"]
     assert second["policy_loss"] < first["policy_loss"]
     assert action_probabilities(policy)[PHRASES.index(CORRECT)] > before
+
+
+def test_microbatches_take_the_same_step_as_the_whole_minibatch(flat_model_dir: Path) -> None:
+    """Gradients accumulated over chunks of 2 equal the 6-sample minibatch's (advantages
+    normalised over the whole minibatch), so the weights after one step agree."""
+    history = PromptHistory(PHRASES)
+    prompts = []
+    for mission in ("go to the goal", "go to the red ball", "pick up the key"):
+        history.start(mission, "You see a wall 2 steps forward")
+        prompts += [history.prompt()] * 2
+    actions = torch.tensor([0, 1, 2, 3, 4, 5])
+    advantages = torch.tensor([1.0, -0.5, 0.3, 0.0, -1.0, 0.7])
+    returns, old_values = advantages + 0.5, torch.zeros(6)
+
+    def one_step(microbatch_size: int | None) -> tuple[list[torch.Tensor], dict[str, float]]:
+        torch.manual_seed(0)  # the same LoRA and value head initialisation for both
+        policy = LlmPolicyModel.load(str(flat_model_dir), lora=True, value_hidden=16, bf16=False)
+        candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
+        samples = [policy.encode(prompt) for prompt in prompts]
+
+        def score(chunk: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+            scored = score_candidates(policy, chunk, candidates, "mean")
+            return scored.scores, policy.heads["value"](scored.hidden).squeeze(-1)
+
+        with torch.no_grad():
+            old_logprobs = torch.log_softmax(score(samples)[0], -1)[torch.arange(6), actions]
+        config = LlmPpoConfig(
+            base_model=str(flat_model_dir), microbatch_size=microbatch_size, max_grad_norm=1e9
+        )
+        params = policy.parameters()
+        before = [p.detach().clone() for p in params]
+        # plain SGD, no clipping: the step is the gradient itself (Adam's first step is not)
+        optimizer = torch.optim.SGD(params, lr=1e-2)
+        stats = ppo_minibatch_step(
+            score, samples, actions, old_logprobs, advantages, returns, old_values, config,
+            optimizer, params,
+        )  # fmt: skip
+        after = [p.detach().clone() for p in params]
+        assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        return after, stats
+
+    whole, whole_stats = one_step(None)
+    chunked, chunked_stats = one_step(2)
+    for a, b in zip(whole, chunked, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for name in ("loss", "policy_loss", "value_loss", "entropy"):
+        assert chunked_stats[name] == pytest.approx(whole_stats[name], rel=1e-4, abs=1e-6)
 
 
 def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Path) -> None:

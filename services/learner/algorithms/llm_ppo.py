@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,12 @@ class LlmPpoConfig:
     gae_lambda: float = setting(0.99, "GAE lambda")
     update_epochs: int = setting(4, "epochs over each rollout")
     minibatch_size: int = setting(64, "samples per gradient step")
+    microbatch_size: int | None = setting(
+        None,
+        "samples per forward/backward within a minibatch, gradients accumulated (None: the "
+        "whole minibatch at once); full fine-tuning keeps every layer's activations for the "
+        "backward, so a 64-sample minibatch of a 135M model needs tens of GB: 8 fits in a few",
+    )
     norm_adv: bool = setting(True, "normalise advantages per minibatch")
     clip_coef: float = setting(0.2, "policy ratio clip")
     clip_vloss: bool = setting(True, "clip the value loss as the policy's")
@@ -113,7 +120,7 @@ class LlmPpoConfig:
             check_number(key, getattr(self, key), integer=True, positive=True)
         for key in ("lora_r", "value_hidden", "checkpoint_every"):
             check_number(key, getattr(self, key), integer=True, positive=True)
-        for key in ("lora_layers", "torch_threads", "lora_alpha"):
+        for key in ("lora_layers", "torch_threads", "lora_alpha", "microbatch_size"):
             if getattr(self, key) is not None:
                 check_number(key, getattr(self, key), integer=True, positive=True)
         for key in ("learning_rate", "adam_eps", "reward_scale"):
@@ -306,7 +313,8 @@ def train_llm_ppo(
                 for start in range(0, config.batch_size, config.minibatch_size):
                     mb = torch.as_tensor(indices[start : start + config.minibatch_size])
                     stats = ppo_minibatch_step(
-                        act_again([b_samples[i] for i in mb]),
+                        act_again,
+                        [b_samples[i] for i in mb],
                         b_actions[mb],
                         b_logprobs[mb],
                         b_advantages[mb],
@@ -402,7 +410,8 @@ def gae(
 
 
 def ppo_minibatch_step(
-    scored: tuple[Any, Any],
+    score: Callable[[list[Any]], tuple[Any, Any]],
+    samples: list[Any],
     actions: Any,
     old_logprobs: Any,
     advantages: Any,
@@ -412,14 +421,32 @@ def ppo_minibatch_step(
     optimizer: Any,
     params: list[Any],
 ) -> dict[str, float]:
-    """One gradient step of PPO's clipped objective on a minibatch; its statistics."""
+    """One gradient step of PPO's clipped objective on a minibatch; its statistics.
+    `score(samples)` gives the samples' (scores, values) with gradients; it runs on chunks of
+    `config.microbatch_size` samples whose gradients add up to the minibatch's."""
     import torch
 
-    if config.norm_adv and len(advantages) > 1:
+    if config.norm_adv and len(advantages) > 1:  # over the whole minibatch, as unchunked
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    loss, stats = ppo_loss(scored, actions, old_logprobs, advantages, returns, old_values, config)
+    size = len(samples)
+    chunk = config.microbatch_size or size
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    stats: dict[str, float] = {}
+    for start in range(0, size, chunk):
+        part = slice(start, start + chunk)
+        loss, part_stats = ppo_loss(
+            score(samples[part]),
+            actions[part],
+            old_logprobs[part],
+            advantages[part],
+            returns[part],
+            old_values[part],
+            config,
+        )
+        weight = len(samples[part]) / size  # every statistic is a mean over samples
+        (loss * weight).backward()
+        for name, value in part_stats.items():
+            stats[name] = stats.get(name, 0.0) + value * weight
     torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
     optimizer.step()
     return stats

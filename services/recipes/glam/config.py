@@ -6,6 +6,7 @@ from pydantic import Field, field_validator
 
 from llmrl.recipes.base import RecipeConfig, registered_env
 
+NPAE_MICROBATCH = 8  # NPAE's default microbatch_size: fits a few GB of activations
 METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
 # methods that train on the env's reward (a learning curve each) and the ones that learn at all
 RL_METHODS = ("glam", "npae", "symbolic-ppo", "drrn")
@@ -23,6 +24,14 @@ class GlamConfig(RecipeConfig):
     num_envs: int = Field(16, ge=1, le=256, description="Envs stepped together in training.")
     rollout_steps: int = Field(40, ge=1, description="Steps per env per PPO rollout.")
     minibatch_size: int = Field(64, ge=1, description="Samples per PPO gradient step.")
+    microbatch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Samples per forward/backward of GLAM's and NPAE's PPO update, gradients "
+        f"accumulated over the minibatch (None: GLAM the whole minibatch, NPAE "
+        f"{NPAE_MICROBATCH}: full fine-tuning keeps every layer's activations for the backward, "
+        "tens of GB for a 64-sample minibatch of SmolLM2-135M).",
+    )
     update_epochs: int = Field(4, ge=1, description="PPO epochs over each rollout.")
     learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate of the LoRA.")
     lora_layers: int | None = Field(

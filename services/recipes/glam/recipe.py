@@ -33,7 +33,13 @@ from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.glam import driver  # also registers the drivers
-from llmrl.recipes.glam.config import RL_METHODS, TEST_MIXES, TRAINED_METHODS, GlamConfig
+from llmrl.recipes.glam.config import (
+    NPAE_MICROBATCH,
+    RL_METHODS,
+    TEST_MIXES,
+    TRAINED_METHODS,
+    GlamConfig,
+)
 from llmrl.recipes.glam.report import glam_results, plot_eval_curves, plot_learning_curve
 from llmrl.recipes.glam.training import (
     GlamTrainingJob,
@@ -116,6 +122,7 @@ class Glam(Recipe):
             num_envs=cfg.num_envs,
             rollout_steps=cfg.rollout_steps,
             minibatch_size=cfg.minibatch_size,
+            microbatch_size=cfg.microbatch_size or (NPAE_MICROBATCH if npae else None),
             update_epochs=cfg.update_epochs,
             learning_rate=cfg.npae_learning_rate if npae else cfg.learning_rate,
             lora_layers=None if npae else cfg.lora_layers,

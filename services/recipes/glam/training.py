@@ -43,6 +43,9 @@ class GlamTrainingJob(BaseModel):
     num_envs: int = Field(16, ge=1, le=256)
     rollout_steps: int = Field(40, ge=1)
     minibatch_size: int = Field(64, ge=1)
+    microbatch_size: int | None = Field(
+        None, ge=1, description="samples per forward/backward, gradients accumulated"
+    )
     update_epochs: int = Field(4, ge=1)
     learning_rate: float = Field(1e-4, gt=0)
     lora_layers: int | None = Field(None, ge=1)
@@ -76,6 +79,7 @@ def train_glam(
         num_envs=job.num_envs,
         num_steps=job.rollout_steps,
         minibatch_size=job.minibatch_size,
+        microbatch_size=job.microbatch_size,
         update_epochs=job.update_epochs,
         learning_rate=job.learning_rate,
         lora_layers=job.lora_layers,
