@@ -25,13 +25,14 @@ followed too long, or a dithering agent, fails the episode instead of only lengt
 plan within an episode (a greedy LLM) instead of drawing every query afresh.
 `--lam`, `--same-plan-penalty` and `--new-plan-bonus` set the mediator's query costs; the
 original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then free).
-`--seeds s1 s2 ...` repeats the sweep once per seed (training and evaluation episodes both
-differ) into `<out>/seed<s>/` and writes `noise_sweep_seeds.md`, `.json` and `.png`: per p, task and
-method the mean success over seeds with its 95% bootstrap interval, the learned mediator's
-gain over the best fixed rule per seed and its mean, and the target checked on the means. A p
-whose run already finished with the same settings (its `run.sqlite`) is read, not rerun
-(`run_embedded(..., reuse_completed=True)`), so
-adding seeds to a sweep costs only the new seeds.
+A sweep runs as an experiment of `llmrl sweep` (`run_sweep`: a grid over `planner_noise` ×
+seeds, its store `<out>/run.sqlite`, its report `<out>/results.md`): the same settings into the
+same `--out` skip the completed runs and resume an interrupted one, so adding seeds or p values
+costs only the new runs. `--seeds s1 s2 ...` sweeps every seed (training and evaluation
+episodes both differ), writes each seed's table to `<out>/seed<s>/`, and writes
+`noise_sweep_seeds.md`, `.json` and `.png`: per p, task and method the mean success over seeds
+with its 95% bootstrap interval, the learned mediator's gain over the best fixed rule per seed
+and its mean, and the target checked on the means.
 `--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
 learn which plans do not fit the situation.
 """
@@ -45,7 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common import stats
+from llmrl.common.store import RunStore
 from llmrl.orchestrator.embedded import run_embedded
+from llmrl.orchestrator.experiments import ExperimentSpec, digest
+from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
+from llmrl.orchestrator.sweep import run_sweep
 from llmrl.recipes.base import read_results
 from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
 
@@ -55,6 +60,8 @@ QUERY_COSTS = ("lam", "same_plan_penalty", "new_plan_bonus")  # recipe keys, opt
 FIXED_RULES = ("always", FORCED_ONLY, NEWS_OR_SKILL_END)
 TARGET_GAIN = 5.0  # points above every fixed rule
 SWEEP_OUT = Path("runs") / "eval-when2ask-noise"  # default --out of a noise sweep
+BEATS = "beats the rules on "  # the recipe's per-task verdict note: "...on <task>: met"
+Verdict = tuple[float, str]  # (p, the recipe's BEATS note at that p)
 
 
 def parse_noise(text: str) -> list[float]:
@@ -227,7 +234,20 @@ def main() -> int:
         help="the mediator also observes the skill in hand (verb and object type); default: "
         "only the observation and its plan bookkeeping",
     )
-    parser.add_argument("--out", type=Path, default=None, help="default runs/eval-when2ask-<p>")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"output dir (default: {SWEEP_OUT} for a noise sweep, else "
+        "runs/eval-when2ask-<planner>)",
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="noise sweep: the experiment's name in <out>/run.sqlite (default: a digest of "
+        "its settings but p and seeds, so the same settings with more p values or seeds run "
+        "only the new runs)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
 
@@ -253,9 +273,10 @@ def main() -> int:
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
+        noise = parse_noise(args.noise)
         if args.seeds:
-            return sweep_seeds(args, config, parse_noise(args.noise))
-        sweep(args, config, parse_noise(args.noise))
+            return sweep_seeds(args, config, noise)
+        sweep_one_seed(args, config, noise)
         return 0
     if args.seeds:
         parser.error("--seeds repeats a noise sweep: give --noise too (or use --seed)")
@@ -274,44 +295,74 @@ def main() -> int:
     return 1 if args.strict and not summary["target_met"] else 0
 
 
-def sweep(
-    args: argparse.Namespace,
-    config: dict[str, Any],
-    noise: list[float],
-    out: Path | None = None,
-) -> list[dict[str, Any]]:
-    """One seed's sweep (`args.seed`); returns its rows."""
-    out = out or args.out or SWEEP_OUT
-    config = {
-        **config,
-        "planner": "noisy",
-        "methods": SWEEP_METHODS,
-        "never_ask_steps": args.never_ask_steps or 0,
-    }
-    rows: list[dict[str, Any]] = []
-    verdicts: list[str] = []
-    beaten: set[str] = set()  # tasks where the learned mediator beats the rules at some p > 0
-    for p in noise:
-        results = run_one({**config, "planner_noise": p}, out / f"p{p:g}")
-        rows += [{"p": p, **row} for row in results.rows]
-        for note in results.notes:
-            if note.startswith("beats the rules on "):
-                verdicts.append(f"p={p:g}: {note}")
-                if p > 0 and note.endswith(": met"):
-                    beaten.add(note.removeprefix("beats the rules on ").split(":")[0])
-        text = write_sweep(out, args, rows, verdicts, beaten)  # after every p: partial results
-    print(text)
+def run_noise_sweep(
+    args: argparse.Namespace, config: dict[str, Any], noise: list[float], seeds: list[int]
+) -> dict[int, tuple[list[dict[str, Any]], list[Verdict]]]:
+    """Every (p, seed) run of the sweep through `run_sweep`; per seed, its rows (one per p,
+    task and method) and its per-p "beats the rules" verdicts."""
+    out = args.out or SWEEP_OUT
+    base = {k: v for k, v in config.items() if k != "seed"}  # seeds are the experiment's
+    base.update(planner="noisy", methods=SWEEP_METHODS, never_ask_steps=args.never_ask_steps or 0)
+    # Named by its settings alone, not its p values or seeds: the same settings again grow
+    # the same experiment (never shrink it), and only the new (p, seed) runs run.
+    name = args.name or f"when2ask-noise-{digest(base)[:8]}"
+    all_noise, all_seeds = planned_axes(out, name)
+    spec = ExperimentSpec(
+        name=name,
+        recipe="when2ask",
+        config=base,
+        grid={"planner_noise": sorted({*all_noise, *noise})},
+        seeds=sorted({*all_seeds, *seeds}),
+    )
+    run_sweep(spec, out, progress=True)
+    store = RunStore(out / STORE_FILE)
+    try:
+        runs = [
+            run
+            for run in experiment_runs(store, name)
+            if run.config["planner_noise"] in noise and run.seed in seeds
+        ]
+    finally:
+        store.close()
+    missing = [run.run_id for run in runs if run.results is None]
+    if missing:
+        raise SystemExit(f"runs without results in {out}: {', '.join(missing)}; rerun to resume")
+    by_seed: dict[int, tuple[list[dict[str, Any]], list[Verdict]]] = {s: ([], []) for s in seeds}
+    for run in sorted(runs, key=lambda r: (r.seed, r.config["planner_noise"])):
+        p, (rows, verdicts) = run.config["planner_noise"], by_seed[int(run.seed)]
+        rows += [{"p": p, **row} for row in run.results.rows]
+        verdicts += [(p, n) for n in run.results.notes if n.startswith(BEATS)]
+    return by_seed
+
+
+def planned_axes(out: Path, name: str) -> tuple[list[float], list[int]]:
+    """The p values and seeds the experiment `name` in `out` already plans (none if new)."""
+    if not (out / STORE_FILE).exists():
+        return [], []
+    store = RunStore(out / STORE_FILE)
+    try:
+        existing = store.get_experiment(name)
+    finally:
+        store.close()
+    if existing is None:
+        return [], []
+    return existing.spec["grid"]["planner_noise"], existing.spec["seeds"]
+
+
+def sweep_one_seed(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) -> None:
+    """The sweep at `args.seed`: its table, plot and rows in `--out`."""
+    out = args.out or SWEEP_OUT
+    rows, verdicts = run_noise_sweep(args, config, noise, [args.seed])[args.seed]
+    print(write_sweep(out, args, args.seed, rows, verdicts))
     print(f"table, plot and rows in {out}/noise_sweep.{{md,png,json}}")
-    return rows
 
 
 def sweep_seeds(args: argparse.Namespace, config: dict[str, Any], noise: list[float]) -> int:
-    """The sweep once per seed, then the summary over seeds."""
+    """The sweep at every seed of `--seeds`, each seed's table, then the summary over seeds."""
     out = args.out or SWEEP_OUT
     rows: list[dict[str, Any]] = []
-    for seed in args.seeds:
-        seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
-        seed_rows = sweep(seed_args, {**config, "seed": seed}, noise, out / f"seed{seed}")
+    for seed, (seed_rows, verdicts) in run_noise_sweep(args, config, noise, args.seeds).items():
+        write_sweep(out / f"seed{seed}", args, seed, seed_rows, verdicts)
         rows += [{"seed": seed, **row} for row in seed_rows]
     summary = summarise_seeds(rows)
     text = (
@@ -424,11 +475,17 @@ def seeds_verdict(summary: list[dict[str, Any]]) -> str:
 def write_sweep(
     out: Path,
     args: argparse.Namespace,
+    seed: int,
     rows: list[dict[str, Any]],
-    verdicts: list[str],
-    beaten: set[str],
+    verdicts: list[Verdict],
 ) -> str:
-    """noise_sweep.md, .png and .json in `out`; returns the markdown."""
+    """One seed's noise_sweep.md, .png and .json in `out`; returns the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    beaten = {  # tasks where the learned mediator beats the rules at some p > 0
+        note.removeprefix(BEATS).split(":")[0]
+        for p, note in verdicts
+        if p > 0 and note.endswith(": met")
+    }
     verdict = "met" if len(beaten) >= 2 else "NOT met"
     ppo = f"PPO {args.train_steps} steps"
     if args.learning_rate is not None or args.n_steps is not None:
@@ -440,8 +497,8 @@ def write_sweep(
     )
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "
-        f"{ppo}, seed {args.seed}, {args.noise_mode} errors, {settings}.\n\n{sweep_table(rows)}\n\n"
-        + "\n".join(f"- {v}" for v in verdicts)
+        f"{ppo}, seed {seed}, {args.noise_mode} errors, {settings}.\n\n{sweep_table(rows)}\n\n"
+        + "\n".join(f"- p={p:g}: {note}" for p, note in verdicts)
         + "\n\ntarget (learned beats every fixed rule at some p > 0 on at least two tasks): "
         f"{verdict} (tasks: {', '.join(sorted(beaten)) or 'none'})\n"
     )

@@ -377,22 +377,20 @@ class RunStore:
                 " updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (experiment_id, name, json.dumps(spec), PENDING, str(out_dir), now, now),
             )
-            db.executemany(
-                "INSERT INTO experiment_runs (experiment_id, idx, run_id, recipe, config, point,"
-                " seed) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        experiment_id,
-                        index,
-                        run["run_id"],
-                        run["recipe"],
-                        json.dumps(run["config"]),
-                        json.dumps(run["point"]),
-                        run["seed"],
-                    )
-                    for index, run in enumerate(planned)
-                ],
+            db.executemany(INSERT_EXPERIMENT_RUN, _experiment_run_rows(experiment_id, planned))
+
+    def replan_experiment(
+        self, experiment_id: str, spec: dict[str, Any], planned: list[dict[str, Any]]
+    ) -> None:
+        """Replace the experiment's spec and planned runs (a sweep grown by seeds or grid
+        values); the runs' own rows are untouched."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE experiments SET spec = ?, updated = ? WHERE experiment_id = ?",
+                (json.dumps(spec), time.time(), experiment_id),
             )
+            db.execute("DELETE FROM experiment_runs WHERE experiment_id = ?", (experiment_id,))
+            db.executemany(INSERT_EXPERIMENT_RUN, _experiment_run_rows(experiment_id, planned))
 
     def get_experiment(self, experiment_id: str) -> ExperimentRow | None:
         with self._lock:
@@ -495,6 +493,27 @@ def _run_from_row(row: sqlite3.Row) -> RunRow:
         created=row["created"],
         updated=row["updated"],
     )
+
+
+INSERT_EXPERIMENT_RUN = (
+    "INSERT INTO experiment_runs (experiment_id, idx, run_id, recipe, config, point, seed)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _experiment_run_rows(experiment_id: str, planned: list[dict[str, Any]]) -> list[tuple]:
+    return [
+        (
+            experiment_id,
+            index,
+            run["run_id"],
+            run["recipe"],
+            json.dumps(run["config"]),
+            json.dumps(run["point"]),
+            run["seed"],
+        )
+        for index, run in enumerate(planned)
+    ]
 
 
 def _experiment_from_row(row: sqlite3.Row) -> ExperimentRow:

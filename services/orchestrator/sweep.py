@@ -5,7 +5,9 @@ Everything lives in the sweep's out dir (default `runs/<experiment name>`): one 
 `runs/<run_id>/`, and the experiment's report (results.md, results.json, plots). The
 experiment's id is its name (default: the recipe and a digest of the spec), and its run ids
 derive from it, so the same sweep into the same out dir again skips the completed runs,
-resumes an interrupted one where it stopped, and retries failed or cancelled ones.
+resumes an interrupted one where it stopped, and retries failed or cancelled ones. Under the
+same `--name`, a sweep with more seeds or grid values (the rest unchanged) grows the
+experiment: its completed runs are kept and only the new ones run.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def run_sweep(
     store = RunStore(out / STORE_FILE)
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:
-        _create_or_check(store, spec, experiment_id, planned, out)
+        _create_or_check(store, spec, experiment_id, planned, out, console)
         catalog.record(experiment_id, catalog.EXPERIMENT, "+".join(spec.recipes()), store.path, out)
         store.update_experiment(experiment_id, status=states.RUNNING)
         console.print(f"experiment {experiment_id}: {len(planned)} runs, files in {out}")
@@ -72,7 +74,11 @@ def _create_or_check(
     experiment_id: str,
     planned: list[PlannedRun],
     out: Path,
+    console: Console,
 ) -> None:
+    """Create the experiment, or check the stored one of this id: the same runs, or runs that
+    are all in the new plan unchanged, to which it grows (more seeds or grid values: only the
+    new runs run)."""
     existing = store.get_experiment(experiment_id)
     plan = [run.to_dict() for run in planned]
     if existing is None:
@@ -80,12 +86,19 @@ def _create_or_check(
             experiment_id, experiment_id, spec.model_dump(mode="json"), out, plan
         )
         return
-    if existing.runs != plan:
-        raise ConfigError(
-            f"name: {out} already holds an experiment {experiment_id!r} with other runs; "
-            "give another --name or --out to start a new one",
-            [{"loc": ["name"], "msg": "an experiment of this name with other runs exists"}],
-        )
+    if existing.runs == plan:
+        return
+    new = {run["run_id"]: run for run in plan}
+    if all(new.get(run["run_id"]) == run for run in existing.runs):
+        store.replan_experiment(experiment_id, spec.model_dump(mode="json"), plan)
+        added = len(plan) - len(existing.runs)
+        console.print(f"experiment {experiment_id} grows by {added} runs")
+        return
+    raise ConfigError(
+        f"name: {out} already holds an experiment {experiment_id!r} with other runs; "
+        "give another --name or --out to start a new one",
+        [{"loc": ["name"], "msg": "an experiment of this name with other runs exists"}],
+    )
 
 
 def _run_one(

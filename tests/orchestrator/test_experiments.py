@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 from scipy import stats as scipy_stats
 
 from llmrl.cli import main
@@ -257,6 +258,24 @@ def test_a_bad_recipe_or_a_different_sweep_of_the_same_name_is_refused(tmp_path:
     other = spec_from_arguments("evaluate", [f"planner={PLANNER}", "episodes=2"], name="same")
     with pytest.raises(ConfigError, match="another --name or --out"):
         run_sweep(other, tmp_path, progress=False)
+
+
+def test_a_named_sweep_grows_by_seeds_and_runs_only_the_new_ones(tmp_path: Path):
+    first = spec_from_arguments("evaluate", [f"planner={PLANNER}", "episodes=1"], name="grows")
+    run_sweep(first, tmp_path, progress=False)
+    CountingOracle.episodes_started, CountingOracle.stop_at = 0, None
+    console = Console(record=True, width=200)
+    more = spec_from_arguments(
+        "evaluate", [f"planner={PLANNER}", "episodes=1", "seeds=[0,1]"], name="grows"
+    )
+    report = run_sweep(more, tmp_path, console=console, progress=False)
+    printed = console.export_text()
+    assert "grows by 1 runs" in printed and "completed earlier, skipped" in printed
+    assert CountingOracle.episodes_started == 1  # seed 1's episode only
+    assert sorted(run["seed"] for run in report["runs"]) == [0, 1]
+    store = RunStore(tmp_path / "run.sqlite")
+    assert [run["seed"] for run in store.get_experiment("grows").runs] == [0, 1]
+    store.close()
 
 
 def test_rows_are_matched_across_seeds_by_their_text_columns(tmp_path: Path):

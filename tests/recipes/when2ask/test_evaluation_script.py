@@ -86,7 +86,7 @@ def test_the_summary_over_seeds_takes_the_gain_seed_by_seed():
     assert ": NOT met" in script.seeds_verdict(script.summarise_seeds(short))
 
 
-def test_a_sweep_over_seeds_reuses_finished_runs(tmp_path, monkeypatch, capsys):
+def test_a_sweep_over_seeds_reads_finished_runs_and_grows_by_seeds(tmp_path, monkeypatch, capsys):
     script = _script()
     argv = [
         "when2ask.py", "--noise", "0.5", "--seeds", "0", "1", "--envs", "SimpleDoorKey",
@@ -103,5 +103,16 @@ def test_a_sweep_over_seeds_reuses_finished_runs(tmp_path, monkeypatch, capsys):
         assert (tmp_path / f"seed{seed}" / "noise_sweep.md").exists()
     capsys.readouterr()
     assert script.main() == 0  # the same settings again: every run is read, none rerun
+    assert capsys.readouterr().out.count("completed earlier, skipped") == 2
+    # One seed more: the experiment grows, the two finished runs are read, one runs.
+    monkeypatch.setattr(sys, "argv", [*argv[:6], "2", *argv[6:]])
+    assert script.main() == 0
     printed = capsys.readouterr().out
-    assert printed.count("finished with these settings") == 2
+    assert printed.count("completed earlier, skipped") == 2 and "grows by 1 runs" in printed
+    summary = json.loads((tmp_path / "noise_sweep_seeds.json").read_text())
+    assert summary[0]["seeds"] == [0, 1, 2] and summary[0]["gain"]["n"] == 3
+    # A single-seed sweep in the same dir reads its run and writes its table into --out.
+    monkeypatch.setattr(sys, "argv", [a for a in argv if a not in ("--seeds", "0", "1")])
+    assert script.main() == 0
+    assert "completed earlier, skipped" in capsys.readouterr().out
+    assert "seed 0, fresh errors" in (tmp_path / "noise_sweep.md").read_text()
