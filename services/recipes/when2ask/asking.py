@@ -11,6 +11,11 @@
 * `random`: asks with probability p at each step (p = the learned policy's ask rate, so the
   comparison is at equal cost).
 * `learned`: a PPO policy over the mediator's observation.
+* `until-confirmed` (a reference, not one of the paper's baselines nor a default method): asks
+  at every step until an asked-for query returns the plan in hand (the observation's "plan
+  confirmed" flag), then follows it until a query is forced. With a planner whose errors are
+  drawn afresh per query, a plan given twice in a row is rarely wrong, so this is the obvious
+  rule on the mediator's own observation: what a learned policy should at least match.
 
 The rules read the mediator's own observation (`MediatorCore.features`), as the learned
 policy does, so every method decides from the same information.
@@ -22,11 +27,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from llmrl.recipes.when2ask.mediator import KNOWLEDGE_CHANGED, STATUS_START
+from llmrl.recipes.when2ask.mediator import KNOWLEDGE_CHANGED, PLAN_CONFIRMED, STATUS_START
 from llmrl.simulator.envs.base import SkillStatus
 
 FORCED_ONLY, NEWS_OR_SKILL_END = "forced-only", "news-or-skill-end"
+UNTIL_CONFIRMED = "until-confirmed"
 METHODS = ("always", FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
+REFERENCE_RULES = (UNTIL_CONFIRMED,)  # evaluated only when asked for (`methods`)
 ALIASES = {"hard-coded": FORCED_ONLY}  # the name forced-only had before
 
 
@@ -51,6 +58,13 @@ class NewsOrSkillEnd:
         knowledge_changed = features[KNOWLEDGE_CHANGED] > 0.5
         skill_ended = features[STATUS_START + SkillStatus.DONE] > 0.5
         return bool(knowledge_changed or skill_ended)
+
+
+class UntilConfirmed:
+    """Ask until an asked-for query returned the plan in hand; then follow it."""
+
+    def ask(self, features: np.ndarray) -> bool:
+        return not features[PLAN_CONFIRMED] > 0.5
 
 
 class RandomAsk:
@@ -87,10 +101,13 @@ def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
         return ForcedOnly()
     if method == NEWS_OR_SKILL_END:
         return NewsOrSkillEnd()
+    if method == UNTIL_CONFIRMED:
+        return UntilConfirmed()
     if method == "random":
         return RandomAsk(float(spec.get("p", 0.5)), seed=seed)
     if method == "learned":
         from llmrl.learner.algorithms import load_cached
 
         return LearnedAsk(load_cached("ppo", spec["model"]))  # one load per process
-    raise ValueError(f"unknown asking method {spec.get('method')!r}; methods: {', '.join(METHODS)}")
+    known = ", ".join((*METHODS, *REFERENCE_RULES))
+    raise ValueError(f"unknown asking method {spec.get('method')!r}; methods: {known}")

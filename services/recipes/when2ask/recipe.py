@@ -31,6 +31,8 @@ from llmrl.recipes.when2ask.asking import (
     FORCED_ONLY,
     METHODS,
     NEWS_OR_SKILL_END,
+    REFERENCE_RULES,
+    UNTIL_CONFIRMED,
     canonical_method,
 )
 from llmrl.recipes.when2ask.training import NEVER_ASK_KEYS, PolicyTrainingJob, train_policy
@@ -107,7 +109,10 @@ class When2AskConfig(RecipeConfig):
     n_envs: int = Field(8, ge=1, le=256, description="Mediator envs trained in parallel.")
     eval_episodes: int = Field(50, ge=1, description="Evaluation episodes per method and task.")
     methods: list[str] = Field(
-        [*METHODS, NEVER_ASK], min_length=1, description="Methods to evaluate."
+        [*METHODS, NEVER_ASK],
+        min_length=1,
+        description="Methods to evaluate; also the reference rule until-confirmed (ask until "
+        "a query returns the plan in hand), not a default.",
     )
     max_steps: int = Field(
         200,
@@ -148,7 +153,7 @@ class When2AskConfig(RecipeConfig):
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, value: list[str]) -> list[str]:
-        allowed = (*METHODS, NEVER_ASK)
+        allowed = (*METHODS, *REFERENCE_RULES, NEVER_ASK)
         value = [canonical_method(m) for m in value]
         unknown = [m for m in value if m not in allowed]
         if unknown:
@@ -169,7 +174,15 @@ class When2Ask(Recipe):
         chosen = set(self.config.methods)
         if self.config.never_ask_steps == 0:
             chosen.discard(NEVER_ASK)
-        order = ("learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random", NEVER_ASK)
+        order = (
+            "learned",
+            "always",
+            FORCED_ONLY,
+            NEWS_OR_SKILL_END,
+            *REFERENCE_RULES,
+            "random",
+            NEVER_ASK,
+        )
         return [m for m in order if m in chosen]
 
     def phases(self) -> list[Phase]:
@@ -496,6 +509,7 @@ def plot_queries_vs_success(rows: list[dict[str, Any]], path: Path) -> None:
         "always": "tab:red",
         FORCED_ONLY: "tab:blue",
         NEWS_OR_SKILL_END: "tab:purple",
+        UNTIL_CONFIRMED: "tab:brown",
         "random": "tab:orange",
         NEVER_ASK: "tab:grey",
     }

@@ -76,6 +76,28 @@ def test_forced_only_never_asks_and_is_queried_once():
     assert run_episode("hard-coded") == (asked, queried)  # the old name, same rule
 
 
+class Scripted(Planner):
+    """Plans A, B, B, then B for good: a planner that contradicted itself once."""
+
+    def __init__(self) -> None:
+        self.answers = [["explore"] * 50, ["go to the red key"] * 50]
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        return Plan(skills=self.answers[min(t, 1)])
+
+
+def test_until_confirmed_asks_until_a_query_returns_the_plan_in_hand():
+    rule = make_ask_policy({"method": "until-confirmed"})
+    driver = MediatorDriver(MediatorCore(Scripted()), rule)
+    driver.reset()
+    asked = []
+    for t in range(6):
+        decision = driver.act(observation(NOTHING, RUN if t else NONE, t), t)
+        asked.append(bool(decision.info["asked"]))
+    # t=0: no plan yet; t=1: B disagrees with A; t=2: B again, confirmed; then it follows B
+    assert asked == [True, True, True, False, False, False]
+
+
 def test_unknown_method_is_named():
     with pytest.raises(ValueError, match="unknown asking method 'sometimes'"):
         make_ask_policy({"method": "sometimes"})
