@@ -32,10 +32,10 @@ from typing import Any
 from llmrl.common.stats import estimate
 from llmrl.common.store import RunStore
 from llmrl.llm_gateway.settings import use_patient_config
-from llmrl.orchestrator.experiments import ExperimentSpec
+from llmrl.orchestrator.experiments import parse_spec
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
-from llmrl.recipes.base import Results
+from llmrl.recipes.base import ConfigError, Results
 from llmrl.recipes.glam.config import METHODS
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
@@ -204,8 +204,13 @@ def main() -> int:
     )
 
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
-    spec = ExperimentSpec(name=args.name, recipe="glam", config=config, seeds=args.seeds)
-    run_sweep(spec, args.out, progress=True)
+    try:  # a bad --name or --seeds, or a recipe setting, named by its key
+        spec = parse_spec(
+            {"name": args.name, "recipe": "glam", "config": config, "seeds": args.seeds}
+        )
+        run_sweep(spec, args.out, progress=True)
+    except ConfigError as exc:
+        raise SystemExit(f"invalid GLAM sweep: {exc}") from None
     found = merged_results(
         [seed_results(args.out, args.name)] + [seed_results(d, n) for d, n in args.merge]
     )

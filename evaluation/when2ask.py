@@ -48,10 +48,10 @@ from typing import Any
 from llmrl.common import stats
 from llmrl.common.store import RunStore
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.orchestrator.experiments import ExperimentSpec, digest
+from llmrl.orchestrator.experiments import digest, parse_spec
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
-from llmrl.recipes.base import read_results
+from llmrl.recipes.base import ConfigError, read_results
 from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
 
 SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
@@ -307,14 +307,17 @@ def run_noise_sweep(
     # the same experiment (never shrink it), and only the new (p, seed) runs run.
     name = args.name or f"when2ask-noise-{digest(base)[:8]}"
     all_noise, all_seeds = planned_axes(out, name)
-    spec = ExperimentSpec(
-        name=name,
-        recipe="when2ask",
-        config=base,
-        grid={"planner_noise": sorted({*all_noise, *noise})},
-        seeds=sorted({*all_seeds, *seeds}),
-    )
-    run_sweep(spec, out, progress=True)
+    spec = {
+        "name": name,
+        "recipe": "when2ask",
+        "config": base,
+        "grid": {"planner_noise": sorted({*all_noise, *noise})},
+        "seeds": sorted({*all_seeds, *seeds}),
+    }
+    try:  # a bad --name, a recipe setting, or --name taken by other settings, named
+        run_sweep(parse_spec(spec), out, progress=True)
+    except ConfigError as exc:
+        raise SystemExit(f"invalid noise sweep: {exc}") from None
     store = RunStore(out / STORE_FILE)
     try:
         runs = [

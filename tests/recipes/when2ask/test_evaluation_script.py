@@ -20,6 +20,8 @@ SCRIPT = Path(__file__).resolve().parents[3] / "evaluation" / "when2ask.py"
         (["--noise-mode", "sometimes"], "argument --noise-mode: invalid choice"),
         (["--noise", "0.1,2"], "--noise: expected comma-separated numbers in [0, 1]"),
         (["--seeds", "0", "-1"], "argument --seeds: expected an integer >= 0, got '-1'"),
+        (["--noise", "0.1", "--name", "a b"], "invalid experiment: name: String should match"),
+        (["--noise", "0.1", "--envs", "Maze"], "unknown task(s) ['Maze']"),
     ],
 )
 def test_bad_options_are_refused_by_name(args, message):
