@@ -148,7 +148,16 @@ def main() -> int:
         help="samples per forward/backward of the PPO update, gradients accumulated (default: "
         "GLAM the whole minibatch, NPAE 8, which its full fine-tuning needs to fit in memory)",
     )
-    parser.add_argument("--learning-rate", type=float, default=1e-4, help="LoRA learning rate")
+    parser.add_argument(
+        "--learning-rate", type=float, default=1e-4, help="GLAM's learning rate (LoRA or full)"
+    )
+    parser.add_argument(
+        "--finetune",
+        choices=["lora", "full"],
+        default="lora",
+        help="GLAM trains a LoRA (served through the gateway) or every weight (full; "
+        "microbatch 8 unless set, played from its checkpoint like NPAE)",
+    )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
     parser.add_argument(
         "--drrn-learning-rate", type=float, default=1e-4, help="DRRN's Adam learning rate"

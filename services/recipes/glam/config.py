@@ -11,6 +11,7 @@ METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
 # methods that train on the env's reward (a learning curve each) and the ones that learn at all
 RL_METHODS = ("glam", "npae", "symbolic-ppo", "drrn")
 TRAINED_METHODS = (*RL_METHODS, "bc")
+FINETUNES = ("lora", "full")  # what GLAM's PPO trains
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
 
 
@@ -33,9 +34,18 @@ class GlamConfig(RecipeConfig):
         "tens of GB for a 64-sample minibatch of SmolLM2-135M).",
     )
     update_epochs: int = Field(4, ge=1, description="PPO epochs over each rollout.")
-    learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate of the LoRA.")
+    learning_rate: float = Field(
+        1e-4, gt=0, description="Adam learning rate of GLAM (its LoRA, or every weight)."
+    )
+    finetune: str = Field(
+        "lora",
+        description="What GLAM trains: lora (a LoRA, served through the gateway as a versioned "
+        "adapter) or full (every weight of the pretrained model, as the paper does for its "
+        f"smaller models; microbatch_size {NPAE_MICROBATCH} unless set, evaluated from its "
+        "checkpoint in-process like NPAE).",
+    )
     lora_layers: int | None = Field(
-        None, ge=1, description="Adapt only the top N decoder layers (None: all)."
+        None, ge=1, description="Adapt only the top N decoder layers (None: all; LoRA only)."
     )
     eval_every: int = Field(
         2,
@@ -93,6 +103,13 @@ class GlamConfig(RecipeConfig):
     def _reduction_is_known(cls, value: str) -> str:
         if value not in ("sum", "mean"):
             raise ValueError(f"expected sum or mean, got {value!r}")
+        return value
+
+    @field_validator("finetune")
+    @classmethod
+    def _finetune_is_known(cls, value: str) -> str:
+        if value not in FINETUNES:
+            raise ValueError(f"expected one of {', '.join(FINETUNES)}, got {value!r}")
         return value
 
     @field_validator("variants")

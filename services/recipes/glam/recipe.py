@@ -5,7 +5,8 @@ on the same held-out seeds:
 * `zero-shot`: the base LLM through the gateway, untrained;
 * `glam`: LLM-PPO with a LoRA (in-process; in service mode the learner's policy job "glam"
   over the simulator service; resumable: llm-ppo continues its adapter line), evaluated as
-  `<model>:<adapter>@<version>` through the gateway;
+  `<model>:<adapter>@<version>` through the gateway; with `finetune=full` every pretrained
+  weight is trained instead and played from its checkpoints in-process, like NPAE;
 * `npae`: the same architecture with random weights, every weight trained by the same PPO,
   evaluated from its checkpoints in-process (`glam-checkpoint`);
 * `symbolic-ppo`: Stable-Baselines3 PPO on BabyAI's grid view and mission word ids;
@@ -106,6 +107,11 @@ class Glam(Recipe):
         base = ctx.run_id if ctx.run_id.startswith(ADAPTER) else f"{ADAPTER}-{ctx.run_id}"
         return base if method == "glam" else f"{base}-{method}"
 
+    def full_finetune(self, method: str) -> bool:
+        """Whether `method` trains every weight (NPAE always; GLAM with finetune=full), so
+        is played from its checkpoint in-process rather than served as an adapter."""
+        return method == "npae" or (method == "glam" and self.config.finetune == "full")
+
     def train_tb(self, ctx: RunContext, method: str = "glam") -> Path:
         return ctx.out_dir / "tb" / train_phase(method)
 
@@ -114,6 +120,7 @@ class Glam(Recipe):
         the job to the learner service as a "glam" policy job and waits for it."""
         cfg = self.config
         npae = method == "npae"
+        full = npae or self.full_finetune(method)
         job = GlamTrainingJob(
             env=cfg.env,
             model=cfg.model,
@@ -122,12 +129,12 @@ class Glam(Recipe):
             num_envs=cfg.num_envs,
             rollout_steps=cfg.rollout_steps,
             minibatch_size=cfg.minibatch_size,
-            microbatch_size=cfg.microbatch_size or (NPAE_MICROBATCH if npae else None),
+            microbatch_size=cfg.microbatch_size or (NPAE_MICROBATCH if full else None),
             update_epochs=cfg.update_epochs,
             learning_rate=cfg.npae_learning_rate if npae else cfg.learning_rate,
-            lora_layers=None if npae else cfg.lora_layers,
+            lora_layers=None if full else cfg.lora_layers,
             reduction=cfg.reduction,
-            lora=not npae,
+            lora=not full,
             init="random" if npae else "pretrained",
             checkpoint_every=cfg.eval_every,
             seed=cfg.seed,
@@ -226,7 +233,7 @@ class Glam(Recipe):
         if method == "drrn":
             return {"kind": driver.DRRN, "model": point["model"], "greedy": cfg.greedy}
         scoring = {"reduction": cfg.reduction, "greedy": cfg.greedy}
-        if method == "npae":
+        if self.full_finetune(method):
             return {"kind": driver.CHECKPOINT, "checkpoint": point["checkpoint"], **scoring}
         if method == "zero-shot":
             return {"kind": driver.GLAM, "model": cfg.model, **scoring}

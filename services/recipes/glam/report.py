@@ -61,9 +61,12 @@ def glam_results(
                 f"({out['update']} updates of {cfg.num_envs} x {cfg.rollout_steps})"
             )
         else:
-            name = out["served_model"] if method == "glam" else out["checkpoint"]
+            served = method == "glam" and cfg.finetune == "lora"
+            name = out["served_model"] if served else out["checkpoint"]
+            trains = "LoRA" if served else "every weight"
             notes.append(
-                f"{method}: {name} after {out['global_step']} env steps ({out['update']} updates)"
+                f"{method}: {name} after {out['global_step']} env steps ({out['update']} "
+                f"updates, {trains} trained)"
             )
     notes += list(PAPER_NOTES)
     return Results(title=f"glam on {cfg.env}", rows=rows, notes=notes, plots=plots or [])

@@ -112,6 +112,48 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
     assert all("-bc@" in c["model"] for c in calls)
 
 
+def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Path):
+    config = {
+        "env": ENV,
+        "model": TINY_MODEL,
+        "methods": ["glam"],
+        "finetune": "full",
+        "train_steps": 16,  # 1 update of 4 envs x 4 steps
+        "num_envs": 4,
+        "rollout_steps": 4,
+        "minibatch_size": 8,
+        "microbatch_size": 4,
+        "update_epochs": 1,
+        "learning_rate": 1e-4,
+        "eval_every": 1,
+        "eval_episodes": 2,
+        "max_steps": 5,
+    }
+    out = tmp_path / "run"
+    run_embedded("glam", config, out_dir=out, progress=False)
+    results = json.loads((out / "results.json").read_text())
+    assert [row["method"] for row in results["rows"]] == ["glam"]
+
+    # played from its checkpoint in-process, as NPAE, not through the gateway as an adapter
+    played = episodes(out, "evaluate/glam")
+    assert {e["policy"] for e in played} == {"glam-checkpoint"}
+    checkpoint = Checkpoint.read(
+        next(n for n in results["notes"] if n.startswith("glam:")).split()[1]
+    )
+    assert checkpoint.config["init"] == "pretrained" and checkpoint.config["lora"] is False
+    assert checkpoint.config["microbatch_size"] == 4
+    trained = CheckpointGlamDriver(str(checkpoint.path), "sum", True, 0, "r").policy
+    assert not trained.lora
+
+    # every weight moved a little from the pretrained ones (Adam: about lr per step), none
+    # was re-drawn as NPAE's are
+    pretrained = dict(LlmPolicyModel.load(str(tiny_gateway), lora=False).model.named_parameters())
+    for name, weight in trained.model.named_parameters():
+        start = pretrained[name]
+        assert not torch.equal(weight, start), name
+        assert torch.allclose(weight, start, atol=5e-4), name
+
+
 def test_npae_has_the_architecture_but_not_the_weights(flat_model_dir: Path):
     pretrained = LlmPolicyModel.load(str(flat_model_dir), lora=False)
     torch.manual_seed(1)

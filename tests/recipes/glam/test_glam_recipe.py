@@ -80,6 +80,7 @@ def test_phase_plan_follows_methods_and_variants():
         ({"drrn_learning_rate": 0}, "drrn_learning_rate"),
         ({"bc_steps": 0}, "bc_steps"),
         ({"npae_learning_rate": 0}, "npae_learning_rate"),
+        ({"finetune": "qlora"}, "finetune"),
     ],
 )
 def test_bad_config_names_the_key(config, key):
