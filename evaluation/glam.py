@@ -27,7 +27,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from llmrl.common.stats import estimate
 from llmrl.common.store import RunStore
@@ -36,7 +36,7 @@ from llmrl.orchestrator.experiments import parse_spec
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
 from llmrl.recipes.base import ConfigError, Results
-from llmrl.recipes.glam.config import METHODS
+from llmrl.recipes.glam.config import METHODS, NPAE_MICROBATCH, GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
 
@@ -146,17 +146,18 @@ def main() -> int:
         type=int,
         default=None,
         help="samples per forward/backward of the PPO update, gradients accumulated (default: "
-        "GLAM the whole minibatch, NPAE 8, which its full fine-tuning needs to fit in memory)",
+        f"GLAM the whole minibatch, NPAE {NPAE_MICROBATCH}, which its full fine-tuning needs "
+        "to fit in memory)",
     )
     parser.add_argument(
         "--learning-rate", type=float, default=1e-4, help="GLAM's learning rate (LoRA or full)"
     )
     parser.add_argument(
         "--finetune",
-        choices=["lora", "full"],
+        choices=get_args(GlamConfig.model_fields["finetune"].annotation),
         default="lora",
         help="GLAM trains a LoRA (served through the gateway) or every weight (full; "
-        "microbatch 8 unless set, played from its checkpoint like NPAE)",
+        f"microbatch {NPAE_MICROBATCH} unless set, played from its checkpoint like NPAE)",
     )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
     parser.add_argument(

@@ -86,6 +86,11 @@ class GlamConfig(RecipeConfig):
     max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
     seed: int = Field(0, ge=0, description="Seed of the training and of the evaluations.")
 
+    def full_finetune(self, method: str) -> bool:
+        """Whether `method` trains every weight (NPAE always; GLAM with finetune=full), so is
+        played from its checkpoint in-process rather than served as an adapter."""
+        return method == "npae" or (method == "glam" and self.finetune == "full")
+
     @field_validator("env")
     @classmethod
     def _env_is_registered(cls, value: str) -> str:

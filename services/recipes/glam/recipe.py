@@ -107,11 +107,6 @@ class Glam(Recipe):
         base = ctx.run_id if ctx.run_id.startswith(ADAPTER) else f"{ADAPTER}-{ctx.run_id}"
         return base if method == "glam" else f"{base}-{method}"
 
-    def full_finetune(self, method: str) -> bool:
-        """Whether `method` trains every weight (NPAE always; GLAM with finetune=full), so
-        is played from its checkpoint in-process rather than served as an adapter."""
-        return method == "npae" or (method == "glam" and self.config.finetune == "full")
-
     def train_tb(self, ctx: RunContext, method: str = "glam") -> Path:
         return ctx.out_dir / "tb" / train_phase(method)
 
@@ -120,7 +115,7 @@ class Glam(Recipe):
         the job to the learner service as a "glam" policy job and waits for it."""
         cfg = self.config
         npae = method == "npae"
-        full = npae or self.full_finetune(method)
+        full = cfg.full_finetune(method)
         job = GlamTrainingJob(
             env=cfg.env,
             model=cfg.model,
@@ -233,7 +228,7 @@ class Glam(Recipe):
         if method == "drrn":
             return {"kind": driver.DRRN, "model": point["model"], "greedy": cfg.greedy}
         scoring = {"reduction": cfg.reduction, "greedy": cfg.greedy}
-        if self.full_finetune(method):
+        if cfg.full_finetune(method):
             return {"kind": driver.CHECKPOINT, "checkpoint": point["checkpoint"], **scoring}
         if method == "zero-shot":
             return {"kind": driver.GLAM, "model": cfg.model, **scoring}

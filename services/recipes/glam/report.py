@@ -61,9 +61,9 @@ def glam_results(
                 f"({out['update']} updates of {cfg.num_envs} x {cfg.rollout_steps})"
             )
         else:
-            served = method == "glam" and cfg.finetune == "lora"
-            name = out["served_model"] if served else out["checkpoint"]
-            trains = "LoRA" if served else "every weight"
+            full = cfg.full_finetune(method)
+            name = out["checkpoint"] if full else out["served_model"]
+            trains = "every weight" if full else "LoRA"
             notes.append(
                 f"{method}: {name} after {out['global_step']} env steps ({out['update']} "
                 f"updates, {trains} trained)"

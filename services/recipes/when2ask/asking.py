@@ -64,7 +64,7 @@ class UntilConfirmed:
     """Ask until an asked-for query returned the plan in hand; then follow it."""
 
     def ask(self, features: np.ndarray) -> bool:
-        return not features[PLAN_CONFIRMED] > 0.5
+        return bool(features[PLAN_CONFIRMED] <= 0.5)
 
 
 class RandomAsk:
