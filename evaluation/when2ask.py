@@ -22,7 +22,9 @@ fail when the first one does not).
 200, above the tasks' own 100 steps): with a cap near the oracle's 16-20 steps, a wrong plan
 followed too long, or a dithering agent, fails the episode instead of only lengthening it.
 `--noise-mode persistent` makes the noisy planner answer the same knowledge with the same
-plan within an episode (a greedy LLM) instead of drawing every query afresh.
+plan within an episode (a greedy LLM) instead of drawing every query afresh; `--noise-mode
+distractors` draws afresh at a rate that grows with what the agent has seen (min(1, p × the
+seen objects other than the one the plan acts on)), so errors depend on the situation.
 `--lam`, `--same-plan-penalty` and `--new-plan-bonus` set the mediator's query costs; the
 original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then free).
 A sweep runs as an experiment of `llmrl sweep` (`run_sweep`: a grid over `planner_noise` ×
@@ -34,7 +36,8 @@ episodes both differ), writes each seed's table to `<out>/seed<s>/`, and writes
 with its 95% bootstrap interval, the learned mediator's gain over the best fixed rule per seed
 and its mean, and the target checked on the means.
 `--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
-learn which plans do not fit the situation.
+learn which plans do not fit the situation; `--counts-objects`, how many objects the agent
+knows (what the distractors mode's error rate grows with).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from llmrl.common import stats
 from llmrl.common.store import RunStore
@@ -53,6 +56,7 @@ from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
 from llmrl.recipes.base import ConfigError, read_results
 from llmrl.recipes.when2ask.asking import FORCED_ONLY, NEWS_OR_SKILL_END
+from llmrl.recipes.when2ask.recipe import When2AskConfig
 
 SWEEP_METHODS = ["learned", "always", FORCED_ONLY, NEWS_OR_SKILL_END, "random"]
 SWEEP_COLUMNS = ("p", "task", "method", "success_%", "queries/ep", "steps/ep", "return_penalised")
@@ -178,10 +182,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--noise-mode",
-        choices=["fresh", "persistent"],
+        choices=get_args(When2AskConfig.model_fields["planner_noise_mode"].annotation),
         default="fresh",
-        help="noisy planner: fresh (an independent error draw per query) or persistent (the "
-        "same knowledge gets the same plan within an episode)",
+        help="noisy planner: fresh (an independent error draw per query), persistent (the "
+        "same knowledge gets the same plan within an episode) or distractors (fresh draws at "
+        "rate min(1, p x the seen objects other than the plan's))",
     )
     parser.add_argument(
         "--max-steps",
@@ -235,6 +240,12 @@ def main() -> int:
         "only the observation and its plan bookkeeping",
     )
     parser.add_argument(
+        "--counts-objects",
+        action="store_true",
+        help="the mediator also observes how many objects the agent knows (the distractors "
+        "mode's error rate grows with it)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -270,6 +281,8 @@ def main() -> int:
     config.update({k: getattr(args, k) for k in QUERY_COSTS if getattr(args, k) is not None})
     if args.sees_plan:
         config["mediator_sees_plan"] = True
+    if args.counts_objects:
+        config["mediator_counts_objects"] = True
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
@@ -497,6 +510,7 @@ def write_sweep(
         [f"step cap {args.max_steps or 200}"]
         + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]
         + (["the mediator sees the skill in hand"] if args.sees_plan else [])
+        + (["the mediator counts the objects it knows"] if args.counts_objects else [])
     )
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "

@@ -31,12 +31,18 @@ When errors are drawn (`mode`):
   that input has changed (a new object seen, the agent moved next to something); until then a
   wrong plan stays wrong however often the agent asks. The error rate over distinct inputs
   is still p.
+* `distractors`: fresh draws, but the error rate depends on the situation: a query errs with
+  probability min(1, p × d), where d counts the objects the agent has seen other than the one
+  the right plan's first skill acts on (for `explore`, every object seen). An LLM confuses
+  objects more the more of them its prompt names (Hu et al.'s Vicuna mixes up key colours
+  when several keys are known); with nothing else seen it does not err. A mediator that
+  counts the objects it knows (`MediatorCore(counts_objects=True)`) can learn when a plan is
+  worth confirming; neither fixed rule looks.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,35 +51,16 @@ from minigrid.core.constants import COLOR_NAMES
 from llmrl.common.registry import registry
 from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.planners.oracle import OraclePlanner
-from llmrl.simulator.envs.when2ask.knowledge import (
-    GOAL,
-    KEY,
-    Identity,
-    color_index,
-    identity_of,
-    object_name,
-)
-from llmrl.simulator.envs.when2ask.skills import PICKABLE, TOGGLEABLE, TYPE_NAMES, parse_skill
-
-# Objects named in the knowledge text: "a locked red door", "an open blue box", "the goal".
-_OBJECT_RE = re.compile(
-    r"\b(?:a|an) (?:(?:open|closed|locked) )?(" + "|".join(COLOR_NAMES) + r") "
-    r"(" + "|".join(TYPE_NAMES) + r")\b"
+from llmrl.simulator.envs.when2ask.knowledge import GOAL, KEY, Identity, color_index, object_name
+from llmrl.simulator.envs.when2ask.skills import (
+    PICKABLE,
+    TOGGLEABLE,
+    parse_skill,
+    seen_objects,
 )
 
 MUTATIONS = ("another object", "wrong-colour key", "wrong kind")
-NOISE_MODES = ("fresh", "persistent")
-
-
-def seen_objects(text: str) -> list[Identity]:
-    """The objects the agent's knowledge text names, in order (the goal last if seen)."""
-    found = [
-        identity_of(TYPE_NAMES[kind], color_index(colour))
-        for colour, kind in _OBJECT_RE.findall(text)
-    ]
-    if "the goal" in text:
-        found.append(identity_of(GOAL, 0))
-    return list(dict.fromkeys(found))
+NOISE_MODES = ("fresh", "persistent", "distractors")
 
 
 def _verbs_for(identity: Identity) -> list[str]:
@@ -112,6 +99,13 @@ def wrong_skills(skill: str, seen: list[Identity]) -> dict[str, list[str]]:
     else:
         options["wrong kind"] = [_skill(v, target) for v in _verbs_for(target) if v != verb]
     return {kind: choices for kind, choices in options.items() if choices}
+
+
+def distractors(right_skill: str | None, seen: list[Identity]) -> list[Identity]:
+    """The seen objects a planner could take for the one `right_skill` acts on (every seen
+    object when it acts on none, as `explore` does)."""
+    target = parse_skill(right_skill).target if right_skill else None
+    return [identity for identity in seen if identity != target]
 
 
 def carry_through(plan: list[str], replacement: str) -> list[str]:
@@ -165,12 +159,18 @@ class NoisyOraclePlanner(Planner):
         self.episode += 1
 
     def _generator(self, text: str, feasible: list[str]) -> np.random.Generator:
-        """fresh: the planner's own stream; persistent: one seeded by the input (see the
-        module docstring), so the same input gives the same draws."""
-        if self.mode == "fresh":
+        """fresh and distractors: the planner's own stream; persistent: one seeded by the
+        input (see the module docstring), so the same input gives the same draws."""
+        if self.mode != "persistent":
             return self.rng
         digest = hashlib.blake2b("\n".join([text, *feasible]).encode(), digest_size=8).digest()
         return np.random.default_rng([self.seed, self.episode, int.from_bytes(digest, "little")])
+
+    def error_rate(self, right_skill: str | None, seen: list[Identity]) -> float:
+        """The chance that a query whose right first skill is `right_skill` errs (see `mode`)."""
+        if self.mode != "distractors":
+            return self.p
+        return min(1.0, self.p * len(distractors(right_skill, seen)))
 
     def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
         right = self.oracle.plan(observation, t)
@@ -181,12 +181,14 @@ class NoisyOraclePlanner(Planner):
             s for s in observation_text(observation.get("feasible_skills", "")).split("\n") if s
         ]
         rng = self._generator(text, feasible)
-        # One draw per query whatever the plan, so the error rate is p per query exactly.
-        wrong = bool(rng.random() < self.p)
+        seen = seen_objects(text)
+        rate = self.error_rate(right.skills[0] if right.skills else None, seen)
+        # One draw per query whatever the plan, so the error rate is exactly `rate` per query.
+        wrong = bool(rng.random() < rate)
         if not wrong or not right.skills:
             return right
         first = right.skills[0]
-        options = wrong_skills(first, seen_objects(text))
+        options = wrong_skills(first, seen)
         if feasible:
             options = {k: [c for c in v if c in feasible] for k, v in options.items()}
             options = {k: v for k, v in options.items() if v}

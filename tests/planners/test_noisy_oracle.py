@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from llmrl.planners.base import make_planner, reseeded
-from llmrl.planners.noisy_oracle import carry_through, seen_objects, wrong_skills
+from llmrl.planners.noisy_oracle import carry_through, distractors, seen_objects, wrong_skills
 from llmrl.simulator.envs.when2ask.skills import parse_skill
 from llmrl.simulator.world import World
 
@@ -152,3 +152,34 @@ def test_persistent_error_rate_matches_p_over_distinct_inputs(p):
     assert planner.errors == wrong
     sigma = (p * (1 - p) / n) ** 0.5
     assert abs(wrong / n - p) < 4 * sigma
+
+
+def test_distractors_mode_errs_more_the_more_objects_are_known():
+    """Each query errs at min(1, p x the seen objects other than the plan's); with nothing
+    else seen the planner never errs."""
+    p = 0.15
+    planner = make_planner("noisy-oracle", p=p, seed=5, mode="distractors")
+    obs = distinct_inputs("ColoredDoorKey", range(40)) + distinct_inputs("SimpleDoorKey", range(40))
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for o in obs:
+        count = len(distractors(oracle_skills(o)[0], seen_objects(str(o["text"]))))
+        by_count.setdefault(count, []).append(o)
+    assert len(by_count) >= 2 and max(by_count) >= 2  # situations that differ
+    for count, group in by_count.items():
+        rate = min(1.0, p * count)
+        first = group[0]
+        assert planner.error_rate(oracle_skills(first)[0], seen_objects(str(first["text"]))) == rate
+        n = 1500
+        wrong = sum(
+            planner.plan(group[i % len(group)]).skills != oracle_skills(group[i % len(group)])
+            for i in range(n)
+        )
+        sigma = max(rate * (1 - rate) / n, 1e-12) ** 0.5
+        assert abs(wrong / n - rate) < 4 * sigma + 1e-9, (count, wrong / n, rate)
+
+
+def test_distractors_are_the_seen_objects_but_the_plans_own():
+    seen = seen_objects("You have seen a red key, a blue key, a locked red door, the goal.")
+    assert distractors("pick up the red key", seen) == [seen[1], seen[2], seen[3]]
+    assert distractors("explore", seen) == seen  # exploring acts on nothing seen
+    assert distractors("explore", []) == []

@@ -2,8 +2,9 @@
 
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
-"new_plan_bonus": ..., "sees_plan": ...}`. Each step's `info` records `queried`, `asked` and
-`penalty`, from which the recipe computes queries per episode and the penalised return.
+"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ...}`. Each step's `info` records
+`queried`, `asked` and `penalty`, from which the recipe computes queries per episode and the
+penalised return.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def _mediator_driver(
         same_plan_penalty=float(policy.get("same_plan_penalty", 0.01)),
         new_plan_bonus=float(policy.get("new_plan_bonus", 0.0)),
         sees_plan=bool(policy.get("sees_plan", False)),
+        counts_objects=bool(policy.get("counts_objects", False)),
     )
     return MediatorDriver(core, make_ask_policy(policy["ask"], seed=job.seed))
 

@@ -32,6 +32,10 @@ plus what the mediator knows about its own plan), all in [0, 1]:
     ball, goal; none for explore). An agent follows its plan, so it can read it; with the view
     (whose agent cell shows what it carries) a learned mediator can judge whether the plan fits
     the situation (going to the door empty-handed, say), which no fixed rule does.
+  - with `counts_objects` (config `mediator_counts_objects`), how many objects the agent's
+    knowledge names (scaled by 1/6, clipped): the more a planner must tell apart, the more
+    it errs (see the noisy planner's `distractors` mode), so a plan made with much in view
+    is worth confirming.
 
 `MediatorCore` holds this logic once; `MediatorEnv` (training, a gymnasium env over a world
 of one env) and the rollout driver (evaluation by rollout workers) both use it.
@@ -51,7 +55,7 @@ from llmrl.common.episodes import LlmCall
 from llmrl.planners.base import Planner, observation_text
 from llmrl.simulator.envs.base import SkillStatus
 from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY
-from llmrl.simulator.envs.when2ask.skills import VERBS, parse_skill
+from llmrl.simulator.envs.when2ask.skills import VERBS, parse_skill, seen_objects
 
 CARRY_ON, ASK = 0, 1
 FALLBACK_SKILL = "explore"  # what the agent does when the planner gave no usable plan
@@ -59,6 +63,7 @@ VIEW_CELLS = 3 * 3 * 3
 OBS_SIZE = 2 * VIEW_CELLS + 3 + len(SkillStatus) + 2
 PLAN_TARGET_TYPES = (KEY, DOOR, BOX, BALL, GOAL)
 PLAN_FEATURES = len(VERBS) + len(PLAN_TARGET_TYPES)  # appended with sees_plan
+OBJECTS_KNOWN_SCALE = 6  # objects named in the knowledge, scaled by 1/6 (counts_objects)
 # Feature indices (see `features`); the hand-written rules read some of them.
 KNOWLEDGE_CHANGED = 2 * VIEW_CELLS
 PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
@@ -101,6 +106,7 @@ class MediatorCore:
         same_plan_penalty: float = 0.01,
         new_plan_bonus: float = 0.0,
         sees_plan: bool = False,
+        counts_objects: bool = False,
     ):
         if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
             raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
@@ -109,7 +115,8 @@ class MediatorCore:
         self.same_plan_penalty = float(same_plan_penalty)
         self.new_plan_bonus = float(new_plan_bonus)
         self.sees_plan = bool(sees_plan)
-        self.observation_space = observation_space(self.sees_plan)
+        self.counts_objects = bool(counts_objects)
+        self.observation_space = observation_space(self.sees_plan, self.counts_objects)
         self.observations = tuple(sorted({"text", "image", "skill_status", *planner.observations}))
         self.reset()
 
@@ -174,7 +181,8 @@ class MediatorCore:
         prev = view if self._prev_view is None else self._prev_view
         changed = (view != prev).astype(np.float32)
         self._prev_view = view
-        knowledge_changed = float(observation_text(obs.get("text", "")) != self._text_at_query)
+        text = observation_text(obs.get("text", ""))
+        knowledge_changed = float(text != self._text_at_query)
         status = int(obs.get("skill_status", SkillStatus.NONE))
         status_onehot = np.eye(len(SkillStatus), dtype=np.float32)[status]
         progress = np.array(
@@ -184,6 +192,8 @@ class MediatorCore:
         parts = [view, changed, [knowledge_changed, *plan_flags], status_onehot, progress]
         if self.sees_plan:
             parts.append(skill_features(self.plan[0] if self.plan else None))
+        if self.counts_objects:
+            parts.append([len(seen_objects(text)) / OBJECTS_KNOWN_SCALE])
         return np.clip(np.concatenate(parts), 0.0, 1.0).astype(np.float32)
 
 
@@ -202,8 +212,8 @@ def skill_features(skill: str | None) -> np.ndarray:
     return features
 
 
-def observation_space(sees_plan: bool = False) -> spaces.Box:
-    size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0)
+def observation_space(sees_plan: bool = False, counts_objects: bool = False) -> spaces.Box:
+    size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0) + int(counts_objects)
     return spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
 
 
@@ -225,11 +235,14 @@ class MediatorEnv(gym.Env):
         max_steps: int = 200,
         new_plan_bonus: float = 0.0,
         sees_plan: bool = False,
+        counts_objects: bool = False,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
             raise ValueError(f"a mediator needs a world of 1 env, got {self.world.num_envs}")
-        self.core = MediatorCore(planner, lam, same_plan_penalty, new_plan_bonus, sees_plan)
+        self.core = MediatorCore(
+            planner, lam, same_plan_penalty, new_plan_bonus, sees_plan, counts_objects
+        )
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
         self.observation_space = self.core.observation_space

@@ -66,12 +66,14 @@ class When2AskConfig(RecipeConfig):
     planner_noise: float = Field(
         0.2, ge=0, le=1, description="planner=noisy: probability that a query's plan is wrong."
     )
-    planner_noise_mode: Literal["fresh", "persistent"] = Field(
+    planner_noise_mode: Literal["fresh", "persistent", "distractors"] = Field(
         "fresh",
         description="planner=noisy: fresh: an independent error draw per query (asking again "
         "may repair or break the plan, as a sampling LLM); persistent: the same knowledge and "
         "feasible skills get the same answer within an episode (as a greedy LLM), so asking "
-        "again helps only once that input has changed.",
+        "again helps only once that input has changed; distractors: fresh draws at rate "
+        "min(1, planner_noise x the seen objects other than the plan's), as an LLM confuses "
+        "objects more the more it knows of.",
     )
     planner_temperature: float = Field(
         0.0,
@@ -101,6 +103,11 @@ class When2AskConfig(RecipeConfig):
         description="The mediator also observes the skill in hand (its verb and object type), "
         "so it can learn which plans do not fit the situation (the paper's sees only the "
         "observation).",
+    )
+    mediator_counts_objects: bool = Field(
+        False,
+        description="The mediator also observes how many objects the agent's knowledge names "
+        "(a planner errs more with more to tell apart: planner_noise_mode=distractors).",
     )
     train_steps: int = Field(20_000, ge=0, description="PPO timesteps for the asking policy.")
     never_ask_steps: int = Field(
@@ -230,6 +237,7 @@ class When2Ask(Recipe):
             same_plan_penalty=cfg.same_plan_penalty,
             new_plan_bonus=cfg.new_plan_bonus,
             sees_plan=cfg.mediator_sees_plan,
+            counts_objects=cfg.mediator_counts_objects,
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -285,6 +293,7 @@ class When2Ask(Recipe):
             "same_plan_penalty": cfg.same_plan_penalty,
             "new_plan_bonus": cfg.new_plan_bonus,
             "sees_plan": cfg.mediator_sees_plan,
+            "counts_objects": cfg.mediator_counts_objects,
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
@@ -358,6 +367,8 @@ class When2Ask(Recipe):
             f"λ={cfg.lam}, same-plan penalty={cfg.same_plan_penalty}, new-plan bonus="
             f"{cfg.new_plan_bonus}; the mediator "
             f"{'sees' if cfg.mediator_sees_plan else 'does not see'} the skill in hand; "
+            f"{'counts' if cfg.mediator_counts_objects else 'does not count'} the objects it "
+            "knows; "
             f"{cfg.eval_episodes} "
             f"evaluation episodes per method; PPO {cfg.train_steps} steps "
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",

@@ -40,6 +40,9 @@ class PolicyTrainingJob(BaseModel):
     same_plan_penalty: float = Field(0.01, ge=0)
     new_plan_bonus: float = Field(0.0, ge=0)
     sees_plan: bool = Field(False, description="the mediator observes the skill in hand")
+    counts_objects: bool = Field(
+        False, description="the mediator observes how many objects the agent knows"
+    )
     max_steps: int = Field(200, ge=1)
     steps: int = Field(..., ge=1, description="PPO timesteps")
     n_envs: int = Field(8, ge=1, le=256)
@@ -89,6 +92,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
                 max_steps=job.max_steps,
                 new_plan_bonus=job.new_plan_bonus,
                 sees_plan=job.sees_plan,
+                counts_objects=job.counts_objects,
             )
 
         return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"

@@ -11,6 +11,7 @@ from llmrl.planners.base import Plan, Planner
 from llmrl.recipes.when2ask.mediator import (
     ASK,
     CARRY_ON,
+    OBJECTS_KNOWN_SCALE,
     OBS_SIZE,
     PLAN_CONFIRMED,
     PLAN_DISAGREED,
@@ -20,7 +21,7 @@ from llmrl.recipes.when2ask.mediator import (
     skill_features,
 )
 from llmrl.simulator.envs.when2ask.knowledge import GOAL, KEY
-from llmrl.simulator.envs.when2ask.skills import VERBS
+from llmrl.simulator.envs.when2ask.skills import VERBS, seen_objects
 from llmrl.simulator.world import World
 
 LAM, SAME = 0.05, 0.02
@@ -207,3 +208,20 @@ def test_skill_features_name_the_verb_and_the_object_type():
     assert not np.array_equal(
         skill_features("toggle the blue door"), skill_features("toggle the blue box")
     )
+
+
+def test_a_mediator_that_counts_objects_observes_how_many_the_agent_knows():
+    """counts_objects appends the number of objects the knowledge text names, scaled."""
+    planner = ScriptedPlanner([["explore"]])
+    env = MediatorEnv(lambda: World("ColoredDoorKey", 1, seed=0), planner, counts_objects=True)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (OBS_SIZE + 1,) and env.observation_space.contains(obs)
+    counts = set()
+    for _ in range(40):
+        known = len(seen_objects(str(env._obs["text"])))
+        assert obs[-1] == np.float32(known / OBJECTS_KNOWN_SCALE)
+        counts.add(known)
+        obs, _, terminated, truncated, _ = env.step(CARRY_ON)
+        if terminated or truncated:
+            break
+    assert len(counts) >= 2  # exploring finds objects, and the feature follows

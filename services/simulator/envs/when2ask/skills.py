@@ -37,6 +37,7 @@ from .knowledge import (
     AgentKnowledge,
     Identity,
     color_index,
+    identity_of,
     object_name,
 )
 from .navigation import LEFT, RIGHT, FrontierTest, Pose, PoseSearch
@@ -102,6 +103,25 @@ def parse_skill(text: str) -> Skill:
     if verb == "toggle" and obj_type not in TOGGLEABLE:
         raise InvalidSkillError(f"only doors and boxes can be toggled, got {text!r}")
     return Skill(verb, (obj_type, color_index(parts[0])))
+
+
+# Objects the knowledge text names: "a locked red door", "an open blue box", "the goal".
+_OBJECT_RE = re.compile(
+    r"\b(?:a|an) (?:(?:open|closed|locked) )?(" + "|".join(COLOR_NAMES) + r") "
+    r"(" + "|".join(TYPE_NAMES) + r")\b"
+)
+
+
+def seen_objects(text: str) -> list[Identity]:
+    """The objects a knowledge text (the env's `text` entry) names, in order, the goal last if
+    seen: what a planner prompted with that text knows of."""
+    found = [
+        identity_of(TYPE_NAMES[kind], color_index(colour))
+        for colour, kind in _OBJECT_RE.findall(text)
+    ]
+    if "the goal" in text:
+        found.append(identity_of(GOAL, 0))
+    return list(dict.fromkeys(found))
 
 
 def all_skill_phrases() -> list[str]:
