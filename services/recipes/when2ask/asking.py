@@ -16,6 +16,10 @@
   confirmed" flag), then follows it until a query is forced. With a planner whose errors are
   drawn afresh per query, a plan given twice in a row is rarely wrong, so this is the obvious
   rule on the mediator's own observation: what a learned policy should at least match.
+* `news-until-confirmed` (a reference too): the two combined, asks when the agent's knowledge
+  changed since the last query and then until the answer is confirmed, so a plan is made
+  with what the agent knows and checked once; it reads the same two flags a learned policy
+  could combine.
 
 The rules read the mediator's own observation (`MediatorCore.features`), as the learned
 policy does, so every method decides from the same information.
@@ -31,9 +35,9 @@ from llmrl.recipes.when2ask.mediator import KNOWLEDGE_CHANGED, PLAN_CONFIRMED, S
 from llmrl.simulator.envs.base import SkillStatus
 
 FORCED_ONLY, NEWS_OR_SKILL_END = "forced-only", "news-or-skill-end"
-UNTIL_CONFIRMED = "until-confirmed"
+UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED = "until-confirmed", "news-until-confirmed"
 METHODS = ("always", FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
-REFERENCE_RULES = (UNTIL_CONFIRMED,)  # evaluated only when asked for (`methods`)
+REFERENCE_RULES = (UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED)  # evaluated only when asked for
 ALIASES = {"hard-coded": FORCED_ONLY}  # the name forced-only had before
 
 
@@ -65,6 +69,14 @@ class UntilConfirmed:
 
     def ask(self, features: np.ndarray) -> bool:
         return bool(features[PLAN_CONFIRMED] <= 0.5)
+
+
+class NewsUntilConfirmed:
+    """Ask when the knowledge changed since the last query, then until a query confirms."""
+
+    def ask(self, features: np.ndarray) -> bool:
+        knowledge_changed = features[KNOWLEDGE_CHANGED] > 0.5
+        return bool(knowledge_changed or features[PLAN_CONFIRMED] <= 0.5)
 
 
 class RandomAsk:
@@ -103,6 +115,8 @@ def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
         return NewsOrSkillEnd()
     if method == UNTIL_CONFIRMED:
         return UntilConfirmed()
+    if method == NEWS_UNTIL_CONFIRMED:
+        return NewsUntilConfirmed()
     if method == "random":
         return RandomAsk(float(spec.get("p", 0.5)), seed=seed)
     if method == "learned":

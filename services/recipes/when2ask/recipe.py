@@ -31,6 +31,7 @@ from llmrl.recipes.when2ask.asking import (
     FORCED_ONLY,
     METHODS,
     NEWS_OR_SKILL_END,
+    NEWS_UNTIL_CONFIRMED,
     REFERENCE_RULES,
     UNTIL_CONFIRMED,
     canonical_method,
@@ -118,8 +119,9 @@ class When2AskConfig(RecipeConfig):
     methods: list[str] = Field(
         [*METHODS, NEVER_ASK],
         min_length=1,
-        description="Methods to evaluate; also the reference rule until-confirmed (ask until "
-        "a query returns the plan in hand), not a default.",
+        description="Methods to evaluate; also the reference rules until-confirmed (ask until "
+        "a query returns the plan in hand) and news-until-confirmed (ask when the knowledge "
+        "changed, then until confirmed), not defaults.",
     )
     max_steps: int = Field(
         200,
@@ -521,6 +523,7 @@ def plot_queries_vs_success(rows: list[dict[str, Any]], path: Path) -> None:
         FORCED_ONLY: "tab:blue",
         NEWS_OR_SKILL_END: "tab:purple",
         UNTIL_CONFIRMED: "tab:brown",
+        NEWS_UNTIL_CONFIRMED: "tab:pink",
         "random": "tab:orange",
         NEVER_ASK: "tab:grey",
     }

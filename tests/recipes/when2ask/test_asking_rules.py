@@ -122,3 +122,26 @@ def test_driver_reseeds_a_noisy_planner_per_episode():
 
     assert draws(1) != draws(2)
     assert draws(1) == draws(1)
+
+
+class Confirming(Planner):
+    """Answers A then B until the knowledge changes at t=4; from then on C twice, then D."""
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        answers = {0: ["explore"], 1: ["go to the red key"], 2: ["go to the red key"]}
+        if t < 4:
+            return Plan(skills=answers.get(t, ["go to the red key"]))
+        return Plan(skills=["pick up the red key"] if t < 6 else ["go to the red door"])
+
+
+def test_news_until_confirmed_asks_on_news_and_then_until_confirmed():
+    rule = make_ask_policy({"method": "news-until-confirmed"})
+    driver = MediatorDriver(MediatorCore(Confirming()), rule)
+    driver.reset()
+    asked = []
+    for t, text in enumerate([NOTHING] * 4 + [KEY] * 4):
+        decision = driver.act(observation(text, RUN if t else NONE, t), t)
+        asked.append(bool(decision.info["asked"]))
+    # t=0-2: A, then B disagrees, then B confirmed; t=3 follows B; t=4: a key seen, so it asks
+    # (C disagrees), t=5: C again, confirmed; then it follows C though D would come back.
+    assert asked == [True, True, True, False, True, True, False, False]
