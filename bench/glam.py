@@ -178,7 +178,7 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
                 optimizer.zero_grad(set_to_none=True)
                 for j, index in enumerate(mb.tolist()):  # one sample at a time
                     scores, value = naive_scores(policy, prompts[index], candidates)
-                    loss, _ = ppo_loss(
+                    loss, *_ = ppo_loss(
                         (scores.unsqueeze(0), value.unsqueeze(0)),
                         b_actions[index : index + 1],
                         b_logprobs[index : index + 1],

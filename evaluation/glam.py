@@ -161,6 +161,12 @@ def main() -> int:
     )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
     parser.add_argument(
+        "--grad-diagnostics",
+        action="store_true",
+        help="GLAM's and NPAE's PPO also log the policy and value losses' gradient norms on "
+        "the shared weights (TensorBoard losses/policy_grad_norm, losses/value_grad_norm)",
+    )
+    parser.add_argument(
         "--drrn-learning-rate", type=float, default=1e-4, help="DRRN's Adam learning rate"
     )
     parser.add_argument(

@@ -8,6 +8,7 @@ near-uniform LM prefers the shortest phrase by orders of magnitude.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
@@ -95,9 +96,11 @@ def test_one_update_lowers_the_loss_and_favours_the_advantaged_action(
     assert action_probabilities(policy)[PHRASES.index(CORRECT)] > before
 
 
-def test_microbatches_take_the_same_step_as_the_whole_minibatch(flat_model_dir: Path) -> None:
-    """Gradients accumulated over chunks of 2 equal the 6-sample minibatch's (advantages
-    normalised over the whole minibatch), so the weights after one step agree."""
+def one_ppo_step(
+    model_dir: Path, microbatch_size: int | None, **settings: Any
+) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """The weights after one SGD step of PPO on 6 fixed samples, and the step's statistics;
+    the same LoRA and value head initialisation every call."""
     history = PromptHistory(PHRASES)
     prompts = []
     for mission in ("go to the goal", "go to the red ball", "pick up the key"):
@@ -106,40 +109,57 @@ def test_microbatches_take_the_same_step_as_the_whole_minibatch(flat_model_dir: 
     actions = torch.tensor([0, 1, 2, 3, 4, 5])
     advantages = torch.tensor([1.0, -0.5, 0.3, 0.0, -1.0, 0.7])
     returns, old_values = advantages + 0.5, torch.zeros(6)
+    torch.manual_seed(0)
+    policy = LlmPolicyModel.load(str(model_dir), lora=True, value_hidden=16, bf16=False)
+    candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
+    samples = [policy.encode(prompt) for prompt in prompts]
 
-    def one_step(microbatch_size: int | None) -> tuple[list[torch.Tensor], dict[str, float]]:
-        torch.manual_seed(0)  # the same LoRA and value head initialisation for both
-        policy = LlmPolicyModel.load(str(flat_model_dir), lora=True, value_hidden=16, bf16=False)
-        candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
-        samples = [policy.encode(prompt) for prompt in prompts]
+    def score(chunk: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        scored = score_candidates(policy, chunk, candidates, "mean")
+        return scored.scores, policy.heads["value"](scored.hidden).squeeze(-1)
 
-        def score(chunk: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-            scored = score_candidates(policy, chunk, candidates, "mean")
-            return scored.scores, policy.heads["value"](scored.hidden).squeeze(-1)
+    with torch.no_grad():
+        old_logprobs = torch.log_softmax(score(samples)[0], -1)[torch.arange(6), actions]
+    config = LlmPpoConfig(
+        base_model=str(model_dir), microbatch_size=microbatch_size, max_grad_norm=1e9, **settings
+    )
+    params = policy.parameters()
+    before = [p.detach().clone() for p in params]
+    # plain SGD, no clipping: the step is the gradient itself (Adam's first step is not)
+    optimizer = torch.optim.SGD(params, lr=1e-2)
+    stats = ppo_minibatch_step(
+        score, samples, actions, old_logprobs, advantages, returns, old_values, config,
+        optimizer, params,
+    )  # fmt: skip
+    after = [p.detach().clone() for p in params]
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    return after, stats
 
-        with torch.no_grad():
-            old_logprobs = torch.log_softmax(score(samples)[0], -1)[torch.arange(6), actions]
-        config = LlmPpoConfig(
-            base_model=str(flat_model_dir), microbatch_size=microbatch_size, max_grad_norm=1e9
-        )
-        params = policy.parameters()
-        before = [p.detach().clone() for p in params]
-        # plain SGD, no clipping: the step is the gradient itself (Adam's first step is not)
-        optimizer = torch.optim.SGD(params, lr=1e-2)
-        stats = ppo_minibatch_step(
-            score, samples, actions, old_logprobs, advantages, returns, old_values, config,
-            optimizer, params,
-        )  # fmt: skip
-        after = [p.detach().clone() for p in params]
-        assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
-        return after, stats
 
-    whole, whole_stats = one_step(None)
-    chunked, chunked_stats = one_step(2)
+def test_microbatches_take_the_same_step_as_the_whole_minibatch(flat_model_dir: Path) -> None:
+    """Gradients accumulated over chunks of 2 equal the 6-sample minibatch's (advantages
+    normalised over the whole minibatch), so the weights after one step agree."""
+    whole, whole_stats = one_ppo_step(flat_model_dir, None)
+    chunked, chunked_stats = one_ppo_step(flat_model_dir, 2)
     for a, b in zip(whole, chunked, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-    for name in ("loss", "policy_loss", "value_loss", "entropy"):
+    for name in ("loss", "policy_loss", "value_loss", "entropy", "grad_norm"):
         assert chunked_stats[name] == pytest.approx(whole_stats[name], rel=1e-4, abs=1e-6)
+
+
+def test_gradient_diagnostics_split_the_same_step_by_loss_term(flat_model_dir: Path) -> None:
+    """With grad_diagnostics the step is unchanged, and the policy and value terms' gradient
+    norms on the shared weights are reported: the value term's is 0 when it weighs nothing."""
+    plain, plain_stats = one_ppo_step(flat_model_dir, None)
+    split, split_stats = one_ppo_step(flat_model_dir, 2, grad_diagnostics=True)
+    for a, b in zip(plain, split, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert split_stats["grad_norm"] == pytest.approx(plain_stats["grad_norm"], rel=1e-4)
+    assert split_stats["policy_grad_norm"] > 0 and split_stats["value_grad_norm"] > 0
+    assert "policy_grad_norm" not in plain_stats
+    _, policy_only = one_ppo_step(flat_model_dir, None, grad_diagnostics=True, vf_coef=0.0)
+    assert policy_only["value_grad_norm"] == 0.0
+    assert policy_only["policy_grad_norm"] == pytest.approx(policy_only["grad_norm"], rel=1e-5)
 
 
 def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Path) -> None:
@@ -176,6 +196,7 @@ def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Pat
         "losses/entropy",
         "losses/approx_kl",
         "losses/clipfrac",
+        "losses/grad_norm",
     ):
         assert tag in tags
 

@@ -55,6 +55,7 @@ log = logging.getLogger("llmrl.learner.llm_ppo")
 LLM_PPO = "llm-ppo"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"
+GRAD_NORMS = ("grad_norm", "policy_grad_norm", "value_grad_norm")  # logged per update
 INITS = ("pretrained", "random")
 
 
@@ -91,6 +92,12 @@ class LlmPpoConfig:
     vf_coef: float = setting(0.5, "value loss coefficient")
     max_grad_norm: float = setting(0.5, "gradient norm clip")
     target_kl: float | None = setting(None, "stop the update's epochs past this approx KL")
+    grad_diagnostics: bool = setting(
+        False,
+        "also log the gradient norms of the policy and the value losses on the shared "
+        "weights (LoRA or LLM) separately (losses/policy_grad_norm, losses/value_grad_norm): "
+        "one more backward per microbatch",
+    )
     reward_scale: float = setting(20.0, "reward multiplier (the paper: 20 x BabyAI's)")
     action_set: str = setting("babyai", "the action phrases (llmrl.learner.llm.glam_prompt)")
     reduction: str = setting("sum", "candidate score: sum or mean of its token log-probs")
@@ -307,6 +314,7 @@ def train_llm_ppo(
             b_values = values.reshape(-1)
             order = np.random.default_rng(config.seed + update).permutation
             clipfracs: list[float] = []
+            grad_norms: dict[str, list[float]] = {}  # per minibatch, before clipping
             stats: dict[str, float] = {}
             for _epoch in range(config.update_epochs):
                 indices = order(config.batch_size)
@@ -325,6 +333,9 @@ def train_llm_ppo(
                         params,
                     )
                     clipfracs.append(stats["clipfrac"])
+                    for name in GRAD_NORMS:
+                        if name in stats:
+                            grad_norms.setdefault(name, []).append(stats[name])
                 if config.target_kl is not None and stats["approx_kl"] > config.target_kl:
                     break
 
@@ -341,6 +352,8 @@ def train_llm_ppo(
                 for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl"):
                     writer.add_scalar(f"losses/{name}", stats[name], global_step)
                 writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
+                for name, norms in grad_norms.items():  # the update's mean over minibatches
+                    writer.add_scalar(f"losses/{name}", float(np.mean(norms)), global_step)
                 writer.add_scalar("charts/SPS", sps, global_step)
                 writer.add_scalar("charts/rollout_seconds", rollout_seconds, global_step)
                 writer.add_scalar("charts/update_seconds", update_seconds, global_step)
@@ -421,9 +434,11 @@ def ppo_minibatch_step(
     optimizer: Any,
     params: list[Any],
 ) -> dict[str, float]:
-    """One gradient step of PPO's clipped objective on a minibatch; its statistics.
-    `score(samples)` gives the samples' (scores, values) with gradients; it runs on chunks of
-    `config.microbatch_size` samples whose gradients add up to the minibatch's."""
+    """One gradient step of PPO's clipped objective on a minibatch; its statistics (with the
+    gradient's norm before clipping, and with `config.grad_diagnostics` the policy and value
+    terms' norms on the weights both reach). `score(samples)` gives the samples' (scores,
+    values) with gradients; it runs on chunks of `config.microbatch_size` samples whose
+    gradients add up to the minibatch's."""
     import torch
 
     if config.norm_adv and len(advantages) > 1:  # over the whole minibatch, as unchunked
@@ -432,9 +447,11 @@ def ppo_minibatch_step(
     chunk = config.microbatch_size or size
     optimizer.zero_grad(set_to_none=True)
     stats: dict[str, float] = {}
+    # with diagnostics: each term's gradient summed over the chunks, per parameter
+    term_grads: dict[str, list[Any]] = {}
     for start in range(0, size, chunk):
         part = slice(start, start + chunk)
-        loss, part_stats = ppo_loss(
+        loss, part_stats, terms = ppo_loss(
             score(samples[part]),
             actions[part],
             old_logprobs[part],
@@ -444,12 +461,42 @@ def ppo_minibatch_step(
             config,
         )
         weight = len(samples[part]) / size  # every statistic is a mean over samples
-        (loss * weight).backward()
+        if config.grad_diagnostics:
+            for i, (name, term) in enumerate(terms.items()):
+                grads = torch.autograd.grad(
+                    term * weight, params, retain_graph=i < len(terms) - 1, allow_unused=True
+                )
+                summed = term_grads.setdefault(name, [None] * len(params))
+                for j, grad in enumerate(grads):
+                    if grad is not None:
+                        summed[j] = grad if summed[j] is None else summed[j] + grad
+        else:
+            (loss * weight).backward()
         for name, value in part_stats.items():
             stats[name] = stats.get(name, 0.0) + value * weight
-    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    if term_grads:
+        stats.update(_term_grad_norms(params, term_grads))
+    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     optimizer.step()
     return stats
+
+
+def _term_grad_norms(params: list[Any], term_grads: dict[str, list[Any]]) -> dict[str, float]:
+    """Sets each parameter's gradient to the terms' sum; returns each term's gradient norm on
+    the weights the policy term reaches (the LLM or its LoRA, not the value head)."""
+    import torch
+
+    policy, value = term_grads["policy"], term_grads["value"]
+    for param, *grads in zip(params, policy, value, strict=True):
+        present = [g for g in grads if g is not None]
+        param.grad = sum(present[1:], present[0]) if present else None
+    shared = [j for j, grad in enumerate(policy) if grad is not None]
+
+    def norm(grads: list[Any]) -> float:
+        found = [grads[j].norm() for j in shared if grads[j] is not None]
+        return float(torch.stack(found).norm()) if found else 0.0
+
+    return {"policy_grad_norm": norm(policy), "value_grad_norm": norm(value)}
 
 
 def ppo_loss(
@@ -460,8 +507,9 @@ def ppo_loss(
     returns: Any,
     old_values: Any,
     config: LlmPpoConfig,
-) -> tuple[Any, dict[str, float]]:
-    """PPO's loss on samples (advantages already normalised) and its statistics."""
+) -> tuple[Any, dict[str, float], dict[str, Any]]:
+    """PPO's loss on samples (advantages already normalised), its statistics, and its two
+    terms: policy (clipped objective and entropy bonus) and value (weighted)."""
     import torch
 
     scores, new_values = scored
@@ -489,8 +537,9 @@ def ppo_loss(
     else:
         v_loss = 0.5 * ((new_values - returns) ** 2).mean()
     entropy_loss = entropy.mean()
-    loss = pg_loss - config.ent_coef * entropy_loss + v_loss * config.vf_coef
-    return loss, {
+    terms = {"policy": pg_loss - config.ent_coef * entropy_loss, "value": v_loss * config.vf_coef}
+    loss = terms["policy"] + terms["value"]
+    stats = {
         "loss": float(loss.detach()),
         "policy_loss": float(pg_loss.detach()),
         "value_loss": float(v_loss.detach()),
@@ -499,6 +548,7 @@ def ppo_loss(
         "approx_kl": float(approx_kl),
         "clipfrac": float(clipfrac),
     }
+    return loss, stats, terms
 
 
 def _save(

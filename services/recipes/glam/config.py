@@ -48,6 +48,12 @@ class GlamConfig(RecipeConfig):
     lora_layers: int | None = Field(
         None, ge=1, description="Adapt only the top N decoder layers (None: all; LoRA only)."
     )
+    grad_diagnostics: bool = Field(
+        False,
+        description="GLAM's and NPAE's PPO also log the policy and value losses' gradient norms "
+        "on the shared weights (TensorBoard losses/policy_grad_norm, losses/value_grad_norm; "
+        "one more backward per microbatch).",
+    )
     eval_every: int = Field(
         2,
         ge=1,

@@ -132,6 +132,7 @@ class Glam(Recipe):
             lora=not full,
             init="random" if npae else "pretrained",
             checkpoint_every=cfg.eval_every,
+            grad_diagnostics=cfg.grad_diagnostics,
             seed=cfg.seed,
             tensorboard_dir=str(self.train_tb(ctx, method)),
             simulator=ctx.simulator,

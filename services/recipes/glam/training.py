@@ -55,6 +55,9 @@ class GlamTrainingJob(BaseModel):
         "pretrained", description="the LLM's weights: pretrained, or random (NPAE)"
     )
     checkpoint_every: int = Field(1, ge=1, description="a version every this many updates")
+    grad_diagnostics: bool = Field(
+        False, description="log the policy and value losses' gradient norms separately"
+    )
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
     simulator: str | None = Field(None, description="simulator address; None: in-process")
@@ -87,6 +90,7 @@ def train_glam(
         lora=job.lora,
         init=job.init,
         checkpoint_every=job.checkpoint_every,
+        grad_diagnostics=job.grad_diagnostics,
         seed=job.seed,
         address=job.simulator,
         tensorboard_dir=job.tensorboard_dir,

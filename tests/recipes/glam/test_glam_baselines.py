@@ -118,6 +118,7 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
         "model": TINY_MODEL,
         "methods": ["glam"],
         "finetune": "full",
+        "grad_diagnostics": True,
         "train_steps": 16,  # 1 update of 4 envs x 4 steps
         "num_envs": 4,
         "rollout_steps": 4,
@@ -141,7 +142,11 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
         next(n for n in results["notes"] if n.startswith("glam:")).split()[1]
     )
     assert checkpoint.config["init"] == "pretrained" and checkpoint.config["lora"] is False
-    assert checkpoint.config["microbatch_size"] == 4
+    assert checkpoint.config["microbatch_size"] == 4 and checkpoint.config["grad_diagnostics"]
+    # the policy and value losses' gradient norms, logged apart
+    trained_tb = EventAccumulator(str(out / "tb" / "train" / "glam")).Reload()
+    norms = {tag: trained_tb.Scalars(tag)[0].value for tag in trained_tb.Tags()["scalars"]}
+    assert norms["losses/policy_grad_norm"] > 0 and norms["losses/value_grad_norm"] > 0
     trained = CheckpointGlamDriver(str(checkpoint.path), "sum", True, 0, "r").policy
     assert not trained.lora
 
