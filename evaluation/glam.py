@@ -39,6 +39,7 @@ from llmrl.recipes.base import ConfigError, Results
 from llmrl.recipes.glam.config import METHODS, NPAE_MICROBATCH, GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
+from llmrl.recipes.glam.training import PpoCoefficients
 
 TARGET_POINTS = 0.20  # GLAM's success above the zero-shot model's, on held-out seeds
 # not part of the recipe's config
@@ -160,6 +161,13 @@ def main() -> int:
         f"microbatch {NPAE_MICROBATCH} unless set, played from its checkpoint like NPAE)",
     )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
+    for name, field in PpoCoefficients.model_fields.items():  # GLAM's and NPAE's PPO
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=float,
+            default=field.default,
+            help=f"{field.description} Default: {field.default}.",
+        )
     parser.add_argument(
         "--grad-diagnostics",
         action="store_true",

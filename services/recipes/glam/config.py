@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from llmrl.recipes.base import RecipeConfig, registered_env
+from llmrl.recipes.glam.training import PpoCoefficients
 
 NPAE_MICROBATCH = 8  # NPAE's default microbatch_size: fits a few GB of activations
 METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
@@ -16,7 +17,7 @@ TRAINED_METHODS = (*RL_METHODS, "bc")
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
 
 
-class GlamConfig(RecipeConfig):
+class GlamConfig(RecipeConfig, PpoCoefficients):
     env: str = Field("BabyAIText-GoToLocalS5N2", description="Registered text env to train on.")
     model: str = Field("smollm2", description="Gateway model name of the base LLM.")
     methods: list[str] = Field(

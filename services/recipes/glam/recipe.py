@@ -133,6 +133,7 @@ class Glam(Recipe):
             init="random" if npae else "pretrained",
             checkpoint_every=cfg.eval_every,
             grad_diagnostics=cfg.grad_diagnostics,
+            **cfg.ppo_coefficients(),
             seed=cfg.seed,
             tensorboard_dir=str(self.train_tb(ctx, method)),
             simulator=ctx.simulator,

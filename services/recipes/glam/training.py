@@ -20,6 +20,7 @@ The baselines train where the recipe runs (their envs in-process, or at the simu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +29,33 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmrl.common.registry import registry
+from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, setting_help
+
+_PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LlmPpoConfig)}
 
 
-class GlamTrainingJob(BaseModel):
+def _ppo_setting(name: str, **bounds: float) -> Any:
+    """A pydantic field with llm-ppo's default and help for setting `name`."""
+    return Field(_PPO_DEFAULTS[name], description=f"LLM-PPO: {setting_help()[name]}.", **bounds)
+
+
+class PpoCoefficients(BaseModel):
+    """LLM-PPO's return and loss settings, which GLAM's config and its training job both carry
+    (defaults and help: `LlmPpoConfig`'s, GLAM's code's values)."""
+
+    gamma: float = _ppo_setting("gamma", gt=0, le=1)
+    gae_lambda: float = _ppo_setting("gae_lambda", ge=0, le=1)
+    clip_coef: float = _ppo_setting("clip_coef", gt=0)
+    ent_coef: float = _ppo_setting("ent_coef", ge=0)
+    vf_coef: float = _ppo_setting("vf_coef", ge=0)
+    max_grad_norm: float = _ppo_setting("max_grad_norm", gt=0)
+    reward_scale: float = _ppo_setting("reward_scale", gt=0)
+
+    def ppo_coefficients(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in PpoCoefficients.model_fields}
+
+
+class GlamTrainingJob(PpoCoefficients):
     """Everything needed to train one GLAM adapter anywhere; unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
@@ -91,6 +116,7 @@ def train_glam(
         init=job.init,
         checkpoint_every=job.checkpoint_every,
         grad_diagnostics=job.grad_diagnostics,
+        **job.ppo_coefficients(),
         seed=job.seed,
         address=job.simulator,
         tensorboard_dir=job.tensorboard_dir,

@@ -119,6 +119,7 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
         "methods": ["glam"],
         "finetune": "full",
         "grad_diagnostics": True,
+        "vf_coef": 0.25,  # reaches the learner's PPO
         "train_steps": 16,  # 1 update of 4 envs x 4 steps
         "num_envs": 4,
         "rollout_steps": 4,
@@ -143,6 +144,7 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
     )
     assert checkpoint.config["init"] == "pretrained" and checkpoint.config["lora"] is False
     assert checkpoint.config["microbatch_size"] == 4 and checkpoint.config["grad_diagnostics"]
+    assert checkpoint.config["vf_coef"] == 0.25
     # the policy and value losses' gradient norms, logged apart
     trained_tb = EventAccumulator(str(out / "tb" / "train" / "glam")).Reload()
     norms = {tag: trained_tb.Scalars(tag)[0].value for tag in trained_tb.Tags()["scalars"]}

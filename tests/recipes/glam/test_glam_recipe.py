@@ -81,6 +81,8 @@ def test_phase_plan_follows_methods_and_variants():
         ({"bc_steps": 0}, "bc_steps"),
         ({"npae_learning_rate": 0}, "npae_learning_rate"),
         ({"finetune": "qlora"}, "finetune"),
+        ({"vf_coef": -1}, "vf_coef"),
+        ({"gamma": 1.5}, "gamma"),
     ],
 )
 def test_bad_config_names_the_key(config, key):
