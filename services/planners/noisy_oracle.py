@@ -37,7 +37,7 @@ When errors are drawn (`mode`):
   objects more the more of them its prompt names (Hu et al.'s Vicuna mixes up key colours
   when several keys are known); with nothing else seen it does not err. A mediator that
   counts the objects it knows (`MediatorCore(counts_objects=True)`) can learn when a plan is
-  worth confirming; neither fixed rule looks.
+  worth confirming; no fixed rule looks.
 """
 
 from __future__ import annotations
