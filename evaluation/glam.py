@@ -39,7 +39,7 @@ from llmrl.recipes.base import ConfigError, Results
 from llmrl.recipes.glam.config import METHODS, NPAE_MICROBATCH, GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
-from llmrl.recipes.glam.training import PpoCoefficients
+from llmrl.recipes.glam.training import PpoSettings
 
 TARGET_POINTS = 0.20  # GLAM's success above the zero-shot model's, on held-out seeds
 # not part of the recipe's config
@@ -161,19 +161,13 @@ def main() -> int:
         f"microbatch {NPAE_MICROBATCH} unless set, played from its checkpoint like NPAE)",
     )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
-    for name, field in PpoCoefficients.model_fields.items():  # GLAM's and NPAE's PPO
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            type=float,
-            default=field.default,
-            help=f"{field.description} Default: {field.default}.",
-        )
-    parser.add_argument(
-        "--grad-diagnostics",
-        action="store_true",
-        help="GLAM's and NPAE's PPO also log the policy and value losses' gradient norms on "
-        "the shared weights (TensorBoard losses/policy_grad_norm, losses/value_grad_norm)",
-    )
+    for name, field in PpoSettings.model_fields.items():  # GLAM's and NPAE's PPO
+        option = f"--{name.replace('_', '-')}"
+        if field.annotation is bool:
+            parser.add_argument(option, action="store_true", help=field.description)
+        else:
+            help_text = f"{field.description} Default: {field.default}."
+            parser.add_argument(option, type=float, default=field.default, help=help_text)
     parser.add_argument(
         "--drrn-learning-rate", type=float, default=1e-4, help="DRRN's Adam learning rate"
     )

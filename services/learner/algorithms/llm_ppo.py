@@ -475,15 +475,16 @@ def ppo_minibatch_step(
         for name, value in part_stats.items():
             stats[name] = stats.get(name, 0.0) + value * weight
     if term_grads:
-        stats.update(_term_grad_norms(params, term_grads))
+        stats.update(_apply_term_grads(params, term_grads))
     stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     optimizer.step()
     return stats
 
 
-def _term_grad_norms(params: list[Any], term_grads: dict[str, list[Any]]) -> dict[str, float]:
-    """Sets each parameter's gradient to the terms' sum; returns each term's gradient norm on
-    the weights the policy term reaches (the LLM or its LoRA, not the value head)."""
+def _apply_term_grads(params: list[Any], term_grads: dict[str, list[Any]]) -> dict[str, float]:
+    """Sets each parameter's gradient to the sum of the terms' (what one backward of the whole
+    loss would leave), and returns each term's gradient norm on the weights the policy term
+    reaches (the LLM or its LoRA, not the value head)."""
     import torch
 
     policy, value = term_grads["policy"], term_grads["value"]

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from llmrl.recipes.base import RecipeConfig, registered_env
-from llmrl.recipes.glam.training import PpoCoefficients
+from llmrl.recipes.glam.training import PpoSettings
 
 NPAE_MICROBATCH = 8  # NPAE's default microbatch_size: fits a few GB of activations
 METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
@@ -17,7 +17,7 @@ TRAINED_METHODS = (*RL_METHODS, "bc")
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
 
 
-class GlamConfig(RecipeConfig, PpoCoefficients):
+class GlamConfig(RecipeConfig, PpoSettings):
     env: str = Field("BabyAIText-GoToLocalS5N2", description="Registered text env to train on.")
     model: str = Field("smollm2", description="Gateway model name of the base LLM.")
     methods: list[str] = Field(
@@ -48,12 +48,6 @@ class GlamConfig(RecipeConfig, PpoCoefficients):
     )
     lora_layers: int | None = Field(
         None, ge=1, description="Adapt only the top N decoder layers (None: all; LoRA only)."
-    )
-    grad_diagnostics: bool = Field(
-        False,
-        description="GLAM's and NPAE's PPO also log the policy and value losses' gradient norms "
-        "on the shared weights (TensorBoard losses/policy_grad_norm, losses/value_grad_norm; "
-        "one more backward per microbatch).",
     )
     eval_every: int = Field(
         2,

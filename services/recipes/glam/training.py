@@ -39,9 +39,10 @@ def _ppo_setting(name: str, **bounds: float) -> Any:
     return Field(_PPO_DEFAULTS[name], description=f"LLM-PPO: {setting_help()[name]}.", **bounds)
 
 
-class PpoCoefficients(BaseModel):
-    """LLM-PPO's return and loss settings, which GLAM's config and its training job both carry
-    (defaults and help: `LlmPpoConfig`'s, GLAM's code's values)."""
+class PpoSettings(BaseModel):
+    """LLM-PPO's return, loss and logging settings that GLAM's config, its training job and
+    `evaluation/glam.py` all carry unchanged (defaults and help: `LlmPpoConfig`'s, GLAM's
+    code's values)."""
 
     gamma: float = _ppo_setting("gamma", gt=0, le=1)
     gae_lambda: float = _ppo_setting("gae_lambda", ge=0, le=1)
@@ -50,12 +51,14 @@ class PpoCoefficients(BaseModel):
     vf_coef: float = _ppo_setting("vf_coef", ge=0)
     max_grad_norm: float = _ppo_setting("max_grad_norm", gt=0)
     reward_scale: float = _ppo_setting("reward_scale", gt=0)
+    grad_diagnostics: bool = _ppo_setting("grad_diagnostics")
 
-    def ppo_coefficients(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in PpoCoefficients.model_fields}
+    def ppo_settings(self) -> dict[str, Any]:
+        """These settings as llm-ppo's keyword arguments."""
+        return {name: getattr(self, name) for name in PpoSettings.model_fields}
 
 
-class GlamTrainingJob(PpoCoefficients):
+class GlamTrainingJob(PpoSettings):
     """Everything needed to train one GLAM adapter anywhere; unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
@@ -80,9 +83,6 @@ class GlamTrainingJob(PpoCoefficients):
         "pretrained", description="the LLM's weights: pretrained, or random (NPAE)"
     )
     checkpoint_every: int = Field(1, ge=1, description="a version every this many updates")
-    grad_diagnostics: bool = Field(
-        False, description="log the policy and value losses' gradient norms separately"
-    )
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
     simulator: str | None = Field(None, description="simulator address; None: in-process")
@@ -115,8 +115,7 @@ def train_glam(
         lora=job.lora,
         init=job.init,
         checkpoint_every=job.checkpoint_every,
-        grad_diagnostics=job.grad_diagnostics,
-        **job.ppo_coefficients(),
+        **job.ppo_settings(),
         seed=job.seed,
         address=job.simulator,
         tensorboard_dir=job.tensorboard_dir,
