@@ -32,7 +32,7 @@ from typing import Any, get_args
 from llmrl.common.stats import estimate
 from llmrl.common.store import RunStore
 from llmrl.llm_gateway.settings import use_patient_config
-from llmrl.orchestrator.experiments import parse_spec
+from llmrl.orchestrator.experiments import parse_spec, plan_experiment
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.orchestrator.sweep import run_sweep
 from llmrl.recipes.base import ConfigError, Results
@@ -212,19 +212,19 @@ def main() -> int:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    # fp32: the learner's copy of the model is fp32 too, so both score alike
-    use_patient_config(
-        args.out,
-        args.model,
-        args.gateway_timeout_s,
-        dtype="float32",
-        torch_threads=args.torch_threads or None,
-    )
-
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
-    try:  # a bad --name or --seeds, or a recipe setting, named by its key
+    try:  # a bad --name or --seeds, or a recipe setting, named by its key, before any file
         spec = parse_spec(
             {"name": args.name, "recipe": "glam", "config": config, "seeds": args.seeds}
+        )
+        plan_experiment(spec, args.name)  # every run's recipe config checked
+        # fp32: the learner's copy of the model is fp32 too, so both score alike
+        use_patient_config(
+            args.out,
+            args.model,
+            args.gateway_timeout_s,
+            dtype="float32",
+            torch_threads=args.torch_threads or None,
         )
         run_sweep(spec, args.out, progress=True)
     except ConfigError as exc:

@@ -27,4 +27,4 @@ def test_bad_settings_are_refused_by_key(args, message, tmp_path):
     )
     assert done.returncode != 0
     assert "invalid GLAM sweep: " in done.stderr and message in done.stderr
-    assert not (tmp_path / "run.sqlite").exists()  # nothing planned, nothing run
+    assert list(tmp_path.iterdir()) == []  # nothing planned, run or written (gateway.yaml)
