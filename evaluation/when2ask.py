@@ -246,6 +246,12 @@ def main() -> int:
         "mode's error rate grows with it)",
     )
     parser.add_argument(
+        "--sees-confidence",
+        action="store_true",
+        help="the mediator also observes the probability the planner gave the plan in hand "
+        "(--planner local: the softmax of its skill scores; other planners count as sure)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -283,6 +289,8 @@ def main() -> int:
         config["mediator_sees_plan"] = True
     if args.counts_objects:
         config["mediator_counts_objects"] = True
+    if args.sees_confidence:
+        config["mediator_sees_confidence"] = True
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
@@ -511,6 +519,7 @@ def write_sweep(
         + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]
         + (["the mediator sees the skill in hand"] if args.sees_plan else [])
         + (["the mediator counts the objects it knows"] if args.counts_objects else [])
+        + (["the mediator sees the planner's confidence"] if args.sees_confidence else [])
     )
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "

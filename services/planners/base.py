@@ -24,6 +24,11 @@ class Plan:
     skills: list[str]  # skill phrases in order, e.g. ["go to the red key", "pick up the red key"]
     llm_calls: list[LlmCall] = field(default_factory=list)  # the queries it took (re-asks too)
     done: bool = False  # the planner declares the task complete ("mission complete")
+    # The probability the planner gave the plan it returned, when it can say (a scoring LLM:
+    # its softmax probability of the chosen skill); None when it cannot (scripted planners,
+    # generated text). A sampling LLM's errors are mostly its unlikely draws, so a caller can
+    # tell a doubtful plan from a sure one without knowing which is right.
+    confidence: float | None = None
 
 
 class Planner(ABC):

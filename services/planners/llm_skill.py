@@ -123,7 +123,7 @@ class LlmSkillPlanner(Planner):
         if not candidates:
             return Plan(skills=[])
         if len(candidates) == 1:  # nothing to choose: no need to pay for a query
-            return Plan(skills=candidates)
+            return Plan(skills=candidates, confidence=1.0)
         result = self.llm.score(
             messages, candidates, model=self.model, run_id=self.run_id, tag=self.tag
         )
@@ -131,17 +131,21 @@ class LlmSkillPlanner(Planner):
         if self.score_norm == "mean":
             lengths = [max(len(tokens), 1) for tokens in result.token_logprobs]
             scores = [s / n for s, n in zip(scores, lengths, strict=True)]
-        best = self._choose(scores)
+        best, confidence = self._choose(scores)
         call = LlmCall.from_result(t, messages, candidates[best], [candidates[best]], result)
         call.info["candidates"] = dict(zip(candidates, scores, strict=True))
-        return Plan(skills=[candidates[best]], llm_calls=[call])
+        call.info["confidence"] = confidence
+        return Plan(skills=[candidates[best]], llm_calls=[call], confidence=confidence)
 
-    def _choose(self, scores: list[float]) -> int:
-        """The best-scored candidate, or at temperature > 0 one drawn from softmax(s / T)."""
-        if self.temperature <= 0:
-            return max(range(len(scores)), key=scores.__getitem__)
-        logits = np.asarray(scores, dtype=np.float64) / self.temperature
+    def _choose(self, scores: list[float]) -> tuple[int, float | None]:
+        """The best-scored candidate, or at temperature > 0 one drawn from softmax(s / T);
+        with the probability the softmax gives the chosen one (at T = 1 when greedy)."""
+        temperature = self.temperature if self.temperature > 0 else 1.0
+        logits = np.asarray(scores, dtype=np.float64) / temperature
+        greedy = max(range(len(scores)), key=scores.__getitem__)
         if not np.isfinite(logits).any():  # every candidate impossible: no distribution
-            return max(range(len(scores)), key=scores.__getitem__)
+            return greedy, None
         probs = np.exp(logits - logits[np.isfinite(logits)].max())
-        return int(self.rng.choice(len(scores), p=probs / probs.sum()))
+        probs /= probs.sum()
+        chosen = greedy if self.temperature <= 0 else int(self.rng.choice(len(scores), p=probs))
+        return chosen, float(probs[chosen])

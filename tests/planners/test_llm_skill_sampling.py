@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
@@ -61,5 +62,43 @@ def test_sampling_when_every_candidate_is_impossible_still_chooses():
     """Log-probabilities of -inf for all candidates give no distribution: the planner falls
     back to the first best instead of failing the episode on NaN probabilities."""
     planner = make_planner("when2ask-llm", llm=None, temperature=1.0)
-    assert planner._choose([float("-inf")] * 3) == 0
-    assert planner._choose([float("-inf"), -2.0, float("-inf")]) == 1
+    assert planner._choose([float("-inf")] * 3) == (0, None)  # no distribution: no confidence
+    assert planner._choose([float("-inf"), -2.0, float("-inf")]) == (1, 1.0)
+
+
+def softmax(scores: list[float], temperature: float) -> np.ndarray:
+    logits = np.asarray(scores) / temperature
+    probs = np.exp(logits - logits.max())
+    return probs / probs.sum()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.5, 1.0])
+def test_each_plan_carries_the_probability_the_planner_gave_it(temperature):
+    """A plan's confidence is the softmax probability of the skill drawn (at T = 1 when
+    greedy), so unlikely draws, where a sampling planner's errors are, read as doubtful."""
+    planner = make_planner("when2ask-llm", llm=None, temperature=temperature, seed=3)
+    scores = [-1.0, -1.5, -4.0]
+    probs = softmax(scores, temperature or 1.0)
+    draws = [planner._choose(scores) for _ in range(300)]
+    for chosen, confidence in draws:
+        assert confidence == pytest.approx(probs[chosen])
+    if temperature == 0:
+        assert {chosen for chosen, _ in draws} == {0}
+    else:
+        assert {chosen for chosen, _ in draws} == {0, 1, 2}  # every candidate gets drawn
+
+
+def test_a_scored_plan_reports_its_confidence(tiny_model_dir, observation):
+    client = connect(**tiny_gateway_settings(tiny_model_dir, cache="none"))
+    try:
+        planner = make_planner(
+            "when2ask-llm", llm=client, model=TINY_MODEL, mode="score", temperature=2.0, seed=0
+        )
+        plan = planner.plan(observation)
+        candidates = plan.llm_calls[0].info["candidates"]
+        probs = softmax(list(candidates.values()), 2.0)
+        chosen = list(candidates).index(plan.skills[0])
+        assert plan.confidence == pytest.approx(probs[chosen])
+        assert plan.llm_calls[0].info["confidence"] == plan.confidence
+    finally:
+        client.close()

@@ -20,6 +20,10 @@
   changed since the last query and then until the answer is confirmed, so a plan is made
   with what the agent knows and checked once; it reads the same two flags a learned policy
   could combine.
+* `until-confident` (a reference too, for planners that report a confidence): asks until the
+  planner gave the plan in hand at least probability `threshold` (the mediator's confidence
+  feature, `MediatorCore(sees_confidence=True)`, its last entry): the obvious rule on that
+  feature, for a sampling LLM re-draws a doubtful plan when asked again.
 
 The rules read the mediator's own observation (`MediatorCore.features`), as the learned
 policy does, so every method decides from the same information.
@@ -36,8 +40,10 @@ from llmrl.simulator.envs.base import SkillStatus
 
 FORCED_ONLY, NEWS_OR_SKILL_END = "forced-only", "news-or-skill-end"
 UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED = "until-confirmed", "news-until-confirmed"
+UNTIL_CONFIDENT = "until-confident"
 METHODS = ("always", FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
-REFERENCE_RULES = (UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED)  # evaluated only when asked for
+# evaluated only when asked for
+REFERENCE_RULES = (UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED, UNTIL_CONFIDENT)
 ALIASES = {"hard-coded": FORCED_ONLY}  # the name forced-only had before
 
 
@@ -79,6 +85,18 @@ class NewsUntilConfirmed:
         return bool(knowledge_changed or features[PLAN_CONFIRMED] <= 0.5)
 
 
+class UntilConfident:
+    """Ask until the planner gave the plan in hand at least probability `threshold`."""
+
+    def __init__(self, threshold: float) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"until-confident threshold must be in (0, 1], got {threshold}")
+        self.threshold = threshold
+
+    def ask(self, features: np.ndarray) -> bool:
+        return bool(features[-1] < self.threshold)  # the confidence feature comes last
+
+
 class RandomAsk:
     def __init__(self, p: float, seed: int = 0) -> None:
         if not 0.0 <= p <= 1.0:
@@ -117,6 +135,8 @@ def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
         return UntilConfirmed()
     if method == NEWS_UNTIL_CONFIRMED:
         return NewsUntilConfirmed()
+    if method == UNTIL_CONFIDENT:
+        return UntilConfident(float(spec.get("threshold", 0.5)))
     if method == "random":
         return RandomAsk(float(spec.get("p", 0.5)), seed=seed)
     if method == "learned":

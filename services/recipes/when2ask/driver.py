@@ -2,7 +2,7 @@
 
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
-"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ...}`. Each step's `info` records
+"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...}`. Each step's `info` records
 `queried`, `asked` and `penalty`, from which the recipe computes queries per episode and the
 penalised return.
 """
@@ -57,6 +57,7 @@ def _mediator_driver(
         new_plan_bonus=float(policy.get("new_plan_bonus", 0.0)),
         sees_plan=bool(policy.get("sees_plan", False)),
         counts_objects=bool(policy.get("counts_objects", False)),
+        sees_confidence=bool(policy.get("sees_confidence", False)),
     )
     return MediatorDriver(core, make_ask_policy(policy["ask"], seed=job.seed))
 

@@ -36,6 +36,11 @@ plus what the mediator knows about its own plan), all in [0, 1]:
     knowledge names (scaled by 1/6, clipped): the more a planner must tell apart, the more
     it errs (see the noisy planner's `distractors` mode), so a plan made with much in view
     is worth confirming.
+  - with `sees_confidence` (config `mediator_sees_confidence`), the probability the planner
+    gave the plan in hand when it was last asked (`Plan.confidence`: a scoring LLM's softmax
+    probability of the skill it chose; 1 for a planner that cannot say, 0 with no plan). A
+    sampling LLM's wrong plans are mostly its unlikely draws, so a doubtful plan is worth
+    asking about again, which no fixed rule reads.
 
 `MediatorCore` holds this logic once; `MediatorEnv` (training, a gymnasium env over a world
 of one env) and the rollout driver (evaluation by rollout workers) both use it.
@@ -64,6 +69,7 @@ OBS_SIZE = 2 * VIEW_CELLS + 3 + len(SkillStatus) + 2
 PLAN_TARGET_TYPES = (KEY, DOOR, BOX, BALL, GOAL)
 PLAN_FEATURES = len(VERBS) + len(PLAN_TARGET_TYPES)  # appended with sees_plan
 OBJECTS_KNOWN_SCALE = 6  # objects named in the knowledge, scaled by 1/6 (counts_objects)
+UNKNOWN_CONFIDENCE = 1.0  # a planner that cannot say how sure it is counts as sure
 # Feature indices (see `features`); the hand-written rules read some of them.
 KNOWLEDGE_CHANGED = 2 * VIEW_CELLS
 PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
@@ -107,6 +113,7 @@ class MediatorCore:
         new_plan_bonus: float = 0.0,
         sees_plan: bool = False,
         counts_objects: bool = False,
+        sees_confidence: bool = False,
     ):
         if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
             raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
@@ -116,7 +123,10 @@ class MediatorCore:
         self.new_plan_bonus = float(new_plan_bonus)
         self.sees_plan = bool(sees_plan)
         self.counts_objects = bool(counts_objects)
-        self.observation_space = observation_space(self.sees_plan, self.counts_objects)
+        self.sees_confidence = bool(sees_confidence)
+        self.observation_space = observation_space(
+            self.sees_plan, self.counts_objects, self.sees_confidence
+        )
         self.observations = tuple(sorted({"text", "image", "skill_status", *planner.observations}))
         self.reset()
 
@@ -129,6 +139,7 @@ class MediatorCore:
         self._since_query = 0
         self._plan_disagreed = False
         self._plan_confirmed = False
+        self._plan_confidence = 0.0  # no plan yet
         self._prev_view: np.ndarray | None = None
 
     def after_step(self, obs: dict[str, Any]) -> None:
@@ -167,6 +178,11 @@ class MediatorCore:
             self._plan_disagreed = bool(self.plan) and plan.skills != self.plan
             self._plan_confirmed = ask and same
             self.plan = list(plan.skills)
+            self._plan_confidence = (
+                (UNKNOWN_CONFIDENCE if plan.confidence is None else float(plan.confidence))
+                if plan.skills
+                else 0.0
+            )
             self.needs_plan = False
             self._text_at_query = observation_text(obs.get("text", ""))
             self._since_query = 0
@@ -194,6 +210,8 @@ class MediatorCore:
             parts.append(skill_features(self.plan[0] if self.plan else None))
         if self.counts_objects:
             parts.append([len(seen_objects(text)) / OBJECTS_KNOWN_SCALE])
+        if self.sees_confidence:
+            parts.append([self._plan_confidence])
         return np.clip(np.concatenate(parts), 0.0, 1.0).astype(np.float32)
 
 
@@ -212,9 +230,11 @@ def skill_features(skill: str | None) -> np.ndarray:
     return features
 
 
-def observation_space(sees_plan: bool = False, counts_objects: bool = False) -> spaces.Box:
+def observation_space(
+    sees_plan: bool = False, counts_objects: bool = False, sees_confidence: bool = False
+) -> spaces.Box:
     size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0) + int(counts_objects)
-    return spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
+    return spaces.Box(0.0, 1.0, shape=(size + int(sees_confidence),), dtype=np.float32)
 
 
 class MediatorEnv(gym.Env):
@@ -236,12 +256,19 @@ class MediatorEnv(gym.Env):
         new_plan_bonus: float = 0.0,
         sees_plan: bool = False,
         counts_objects: bool = False,
+        sees_confidence: bool = False,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
             raise ValueError(f"a mediator needs a world of 1 env, got {self.world.num_envs}")
         self.core = MediatorCore(
-            planner, lam, same_plan_penalty, new_plan_bonus, sees_plan, counts_objects
+            planner,
+            lam,
+            same_plan_penalty,
+            new_plan_bonus,
+            sees_plan,
+            counts_objects,
+            sees_confidence,
         )
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))

@@ -33,6 +33,7 @@ from llmrl.recipes.when2ask.asking import (
     NEWS_OR_SKILL_END,
     NEWS_UNTIL_CONFIRMED,
     REFERENCE_RULES,
+    UNTIL_CONFIDENT,
     UNTIL_CONFIRMED,
     canonical_method,
 )
@@ -110,6 +111,19 @@ class When2AskConfig(RecipeConfig):
         description="The mediator also observes how many objects the agent's knowledge names "
         "(a planner errs more with more to tell apart: planner_noise_mode=distractors).",
     )
+    mediator_sees_confidence: bool = Field(
+        False,
+        description="The mediator also observes the probability the planner gave the plan in "
+        "hand (a scoring LLM's softmax probability of its chosen skill; 1 for planners that "
+        "cannot say): a sampling LLM's wrong plans are mostly its unlikely draws.",
+    )
+    confident_at: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="until-confident (a reference rule): asks until the plan in hand has at "
+        "least this probability from the planner.",
+    )
     train_steps: int = Field(20_000, ge=0, description="PPO timesteps for the asking policy.")
     never_ask_steps: int = Field(
         20_000, ge=0, description="PPO timesteps for the never-ask baseline (0: skip it)."
@@ -120,8 +134,9 @@ class When2AskConfig(RecipeConfig):
         [*METHODS, NEVER_ASK],
         min_length=1,
         description="Methods to evaluate; also the reference rules until-confirmed (ask until "
-        "a query returns the plan in hand) and news-until-confirmed (ask when the knowledge "
-        "changed, then until confirmed), not defaults.",
+        "a query returns the plan in hand), news-until-confirmed (ask when the knowledge "
+        "changed, then until confirmed) and until-confident (ask until the planner gave the "
+        "plan in hand at least confident_at; needs mediator_sees_confidence), not defaults.",
     )
     max_steps: int = Field(
         200,
@@ -148,6 +163,11 @@ class When2AskConfig(RecipeConfig):
             raise ValueError(
                 "random_ask_p: random-ask without 'learned' needs its ask probability "
                 "(e.g. random_ask_p=0.1), or add 'learned' to methods to use its rate"
+            )
+        if UNTIL_CONFIDENT in self.methods and not self.mediator_sees_confidence:
+            raise ValueError(
+                f"methods: {UNTIL_CONFIDENT} reads the planner's confidence; set "
+                "mediator_sees_confidence=true (with planner=local, whose scores give it)"
             )
         return self
 
@@ -240,6 +260,7 @@ class When2Ask(Recipe):
             new_plan_bonus=cfg.new_plan_bonus,
             sees_plan=cfg.mediator_sees_plan,
             counts_objects=cfg.mediator_counts_objects,
+            sees_confidence=cfg.mediator_sees_confidence,
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -286,6 +307,8 @@ class When2Ask(Recipe):
             ask["model"] = ctx.phase_outputs(f"train/{env}")["model"]
         if method == "random":
             ask["p"] = self._random_ask_rate(ctx, env)
+        if method == UNTIL_CONFIDENT:
+            ask["threshold"] = cfg.confident_at
         return {
             "kind": "when2ask",
             "name": method,
@@ -296,6 +319,7 @@ class When2Ask(Recipe):
             "new_plan_bonus": cfg.new_plan_bonus,
             "sees_plan": cfg.mediator_sees_plan,
             "counts_objects": cfg.mediator_counts_objects,
+            "sees_confidence": cfg.mediator_sees_confidence,
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
@@ -370,7 +394,8 @@ class When2Ask(Recipe):
             f"{cfg.new_plan_bonus}; the mediator "
             f"{'sees' if cfg.mediator_sees_plan else 'does not see'} the skill in hand; "
             f"{'counts' if cfg.mediator_counts_objects else 'does not count'} the objects it "
-            "knows; "
+            f"knows; {'sees' if cfg.mediator_sees_confidence else 'does not see'} the "
+            "planner's confidence; "
             f"{cfg.eval_episodes} "
             f"evaluation episodes per method; PPO {cfg.train_steps} steps "
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",
@@ -524,6 +549,7 @@ def plot_queries_vs_success(rows: list[dict[str, Any]], path: Path) -> None:
         NEWS_OR_SKILL_END: "tab:purple",
         UNTIL_CONFIRMED: "tab:brown",
         NEWS_UNTIL_CONFIRMED: "tab:pink",
+        UNTIL_CONFIDENT: "tab:olive",
         "random": "tab:orange",
         NEVER_ASK: "tab:grey",
     }

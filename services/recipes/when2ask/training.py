@@ -43,6 +43,9 @@ class PolicyTrainingJob(BaseModel):
     counts_objects: bool = Field(
         False, description="the mediator observes how many objects the agent knows"
     )
+    sees_confidence: bool = Field(
+        False, description="the mediator observes how sure the planner was of the plan in hand"
+    )
     max_steps: int = Field(200, ge=1)
     steps: int = Field(..., ge=1, description="PPO timesteps")
     n_envs: int = Field(8, ge=1, le=256)
@@ -93,6 +96,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
                 new_plan_bonus=job.new_plan_bonus,
                 sees_plan=job.sees_plan,
                 counts_objects=job.counts_objects,
+                sees_confidence=job.sees_confidence,
             )
 
         return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"

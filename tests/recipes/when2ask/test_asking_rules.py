@@ -145,3 +145,29 @@ def test_news_until_confirmed_asks_on_news_and_then_until_confirmed():
     # t=0-2: A, then B disagrees, then B confirmed; t=3 follows B; t=4: a key seen, so it asks
     # (C disagrees), t=5: C again, confirmed; then it follows C though D would come back.
     assert asked == [True, True, True, False, True, True, False, False]
+
+
+class Doubtful(Planner):
+    """Answers with confidence 0.2, 0.4, then 0.8 for good: sure only at the third query."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        confidence = (0.2, 0.4, 0.8)[min(self.calls, 2)]
+        self.calls += 1
+        return Plan(skills=["explore"] * 50, confidence=confidence)
+
+
+def test_until_confident_asks_until_the_planner_is_sure_enough():
+    rule = make_ask_policy({"method": "until-confident", "threshold": 0.5})
+    driver = MediatorDriver(MediatorCore(Doubtful(), sees_confidence=True), rule)
+    driver.reset()
+    asked = []
+    for t in range(6):
+        decision = driver.act(observation(NOTHING, RUN if t else NONE, t), t)
+        asked.append(bool(decision.info["asked"]))
+    # t=0: no plan (confidence 0); t=1: 0.2; t=2: 0.4; t=3 on: 0.8, so it follows the plan
+    assert asked == [True, True, True, False, False, False]
+    with pytest.raises(ValueError, match="threshold must be in"):
+        make_ask_policy({"method": "until-confident", "threshold": 0})

@@ -225,3 +225,36 @@ def test_a_mediator_that_counts_objects_observes_how_many_the_agent_knows():
         if terminated or truncated:
             break
     assert len(counts) >= 2  # exploring finds objects, and the feature follows
+
+
+class SureOrNot(Planner):
+    """Plans with the confidences it is given, in order (None: a planner that cannot say)."""
+
+    observations = ("text",)
+
+    def __init__(self, answers: list[tuple[list[str], float | None]]) -> None:
+        self.answers = answers
+        self.calls = 0
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        skills, confidence = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        return Plan(skills=list(skills), confidence=confidence)
+
+
+def test_a_mediator_that_sees_confidence_observes_how_sure_the_planner_was():
+    """sees_confidence appends the probability the last query gave the plan in hand: 0 with
+    no plan, 1 for a planner that cannot say, and the planner's own figure otherwise."""
+    planner = SureOrNot([(["explore"], 0.3), (["explore"], 0.9), (["explore"], None)])
+    env = MediatorEnv(lambda: World("SimpleDoorKey", 1, seed=0), planner, sees_confidence=True)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (OBS_SIZE + 1,) and env.observation_space.contains(obs)
+    assert obs[-1] == 0  # no plan yet
+    obs, *_ = env.step(CARRY_ON)  # the forced first query: a doubtful plan
+    assert obs[-1] == np.float32(0.3)
+    obs, *_ = env.step(ASK)  # asked again: the same plan, now given with 0.9
+    assert obs[-1] == np.float32(0.9)
+    obs, *_ = env.step(ASK)  # a planner that cannot say counts as sure
+    assert obs[-1] == 1.0 and planner.calls == 3
+    env.core.plan = []  # the plan finished: the feature stays what the last query said
+    assert env.core.features(env._obs)[-1] == 1.0

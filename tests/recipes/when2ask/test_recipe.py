@@ -86,6 +86,15 @@ def test_random_ask_without_learned_needs_its_rate():
     assert validate_config("when2ask", {"methods": ["random"], "random_ask_p": 0.2})
 
 
+def test_until_confident_needs_the_confidence_feature():
+    with pytest.raises(ConfigError, match="mediator_sees_confidence"):
+        validate_config("when2ask", {"methods": ["until-confident"]})
+    with pytest.raises(ConfigError, match="confident_at"):
+        validate_config("when2ask", {"confident_at": 1.5})
+    config = {"methods": ["until-confident"], "mediator_sees_confidence": True}
+    assert validate_config("when2ask", config)
+
+
 def test_tiny_run_writes_table_plots_and_models(tmp_path):
     config = {
         "envs": ["SimpleDoorKey"],
