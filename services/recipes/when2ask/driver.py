@@ -2,9 +2,9 @@
 
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
-"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...}`. Each step's `info` records
-`queried`, `asked` and `penalty`, from which the recipe computes queries per episode and the
-penalised return.
+"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...}`.
+Each step's `info` records `queried`, `asked` and `penalty`, from which the recipe computes
+queries per episode and the penalised return.
 """
 
 from __future__ import annotations
