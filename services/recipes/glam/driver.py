@@ -128,7 +128,11 @@ class GlamDriver(EpisodeDriver):
             prompt_tokens=result.prompt_tokens,
             cost_usd=result.cost_usd,
             cached=result.cached,
-            info={"logprobs": list(result.logprobs), "probabilities": probabilities.tolist()},
+            info={
+                "logprobs": list(result.logprobs),
+                "probabilities": probabilities.tolist(),
+                "phrases": list(phrases),
+            },
         )
         return probabilities, call
 
@@ -170,7 +174,7 @@ class CheckpointGlamDriver(GlamDriver):
             response="",
             model=self.model,
             prompt_tokens=len(prompt_ids),
-            info={"probabilities": probabilities.tolist()},
+            info={"probabilities": probabilities.tolist(), "phrases": list(phrases)},
         )
         return probabilities, call
 

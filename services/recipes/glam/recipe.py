@@ -41,7 +41,12 @@ from llmrl.recipes.glam.config import (
     TRAINED_METHODS,
     GlamConfig,
 )
-from llmrl.recipes.glam.report import glam_results, plot_eval_curves, plot_learning_curve
+from llmrl.recipes.glam.report import (
+    action_distribution,
+    glam_results,
+    plot_eval_curves,
+    plot_learning_curve,
+)
 from llmrl.recipes.glam.training import (
     GlamTrainingJob,
     collect_demonstrations,
@@ -272,7 +277,9 @@ class Glam(Recipe):
             for i in range(cfg.eval_episodes)
         ]
         records = ctx.run_episodes(phase, jobs)
-        return {"method": method, "test": test, **summarize(records)}
+        summary = {"method": method, "test": test, **summarize(records)}
+        distribution = action_distribution(records)
+        return {**summary, "action_probabilities": distribution} if distribution else summary
 
     def evaluate_curve(self, ctx: RunContext, method: str) -> dict[str, Any]:
         """Every saved version of an RL method's training on the held-out seeds (each

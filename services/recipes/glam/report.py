@@ -6,10 +6,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.episodes import EpisodeRecord
+from llmrl.learner.llm.glam_prompt import action_phrases
 from llmrl.recipes.base import Results
 from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import paper_success
+
+
+def action_distribution(records: list[EpisodeRecord]) -> dict[str, float]:
+    """The policy's mean probability of each action phrase over every step it scored (the
+    `probabilities` its LLM calls record); empty for policies that record none. What a
+    success rate hides: a policy that seldom says "go forward" seldom reaches anything."""
+    totals: dict[str, float] = {}
+    steps = 0
+    for record in records:
+        for call in record.llm_calls:
+            probabilities = call.info.get("probabilities")
+            if not probabilities:
+                continue
+            # records written before calls named their phrases scored BabyAI-Text's six
+            phrases = call.info.get("phrases") or action_phrases("babyai")
+            if len(phrases) != len(probabilities):
+                continue
+            for phrase, p in zip(phrases, probabilities, strict=True):
+                totals[phrase] = totals.get(phrase, 0.0) + float(p)
+            steps += 1
+    return {phrase: total / steps for phrase, total in totals.items()} if steps else {}
 
 
 def glam_results(
@@ -68,6 +91,11 @@ def glam_results(
                 f"{method}: {name} after {out['global_step']} env steps ({out['update']} "
                 f"updates, {trains} trained)"
             )
+    for e in evaluations:
+        distribution = e.get("action_probabilities")
+        if e["test"] == "train" and distribution:
+            shares = ", ".join(f"{phrase} {p:.2f}" for phrase, p in distribution.items())
+            notes.append(f"{e['method']}: mean policy over its held-out steps: {shares}")
     notes += list(PAPER_NOTES)
     return Results(title=f"glam on {cfg.env}", rows=rows, notes=notes, plots=plots or [])
 

@@ -14,12 +14,14 @@ from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.agents import EpisodeJob, RolloutResources
+from llmrl.common.episodes import EpisodeRecord, LlmCall
 from llmrl.common.registry import registry
-from llmrl.learner.llm.glam_prompt import PromptHistory
+from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.glam.recipe import Glam
+from llmrl.recipes.glam.report import action_distribution
 
 
 def eval_scalars(out: Path, tag: str) -> list[tuple[int, float]]:
@@ -140,6 +142,18 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
     assert CORRECT in PHRASES
     assert results["plots"] == ["eval_curve.png", "learning_curve.png"]
     assert (out / "learning_curve.png").stat().st_size > 0
+    # the report says how each LLM policy spread its probability over the phrases
+    shares = {
+        note.split(":")[0]: dict(
+            (part.rsplit(" ", 1)[0], float(part.rsplit(" ", 1)[1]))
+            for part in note.split(": ", 2)[2].split(", ")
+        )
+        for note in results["notes"]
+        if "mean policy over its held-out steps" in note
+    }
+    assert sorted(shares) == ["glam", "zero-shot"]  # random scores nothing
+    assert max(shares["glam"], key=shares["glam"].get) == CORRECT
+    assert sum(shares["glam"].values()) == pytest.approx(1.0, abs=0.02)
     # held-out evaluations every 5 updates of 16 steps: after 80 and 160 env steps
     assert eval_scalars(out, "eval/glam/success_rate") == [
         (80, pytest.approx(stored_success(out / "episodes" / "curve-glam-5.jsonl"))),
@@ -181,3 +195,20 @@ def test_learning_curve_of_a_training_that_wrote_no_events_is_no_plot(tmp_path):
     path = tmp_path / "learning_curve.png"
     assert plot_learning_curve(tmp_path / "tb" / "train" / "glam", path, "t") is False
     assert not path.exists()
+
+
+def test_action_distribution_averages_what_each_step_scored():
+    def call(probabilities, phrases=None):
+        info = {"probabilities": probabilities}
+        if phrases:
+            info["phrases"] = phrases
+        return LlmCall(t=0, messages=[], response="", info=info)
+
+    record = EpisodeRecord(run_id="r", episode_id="e/0", env=ENV_ID, seed=0, policy="glam")
+    record.llm_calls = [call([0.5, 0.5], ["a", "b"]), call([1.0, 0.0], ["a", "b"])]
+    assert action_distribution([record]) == {"a": 0.75, "b": 0.25}
+    older = EpisodeRecord(run_id="r", episode_id="e/1", env=ENV_ID, seed=1, policy="glam")
+    older.llm_calls = [call([1 / 6] * 6)]  # written before calls named their phrases
+    assert list(action_distribution([older])) == list(action_phrases("babyai"))
+    silent = EpisodeRecord(run_id="r", episode_id="e/2", env=ENV_ID, seed=2, policy="random")
+    assert action_distribution([silent]) == {}
