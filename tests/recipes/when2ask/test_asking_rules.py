@@ -86,14 +86,19 @@ class Scripted(Planner):
         return Plan(skills=self.answers[min(t, 1)])
 
 
-def test_until_confirmed_asks_until_a_query_returns_the_plan_in_hand():
-    rule = make_ask_policy({"method": "until-confirmed"})
-    driver = MediatorDriver(MediatorCore(Scripted()), rule)
+def asks_over_six_steps(driver: MediatorDriver) -> list[bool]:
+    """Whether the driver's rule asked at each of six steps with nothing new to see."""
     driver.reset()
     asked = []
     for t in range(6):
         decision = driver.act(observation(NOTHING, RUN if t else NONE, t), t)
         asked.append(bool(decision.info["asked"]))
+    return asked
+
+
+def test_until_confirmed_asks_until_a_query_returns_the_plan_in_hand():
+    rule = make_ask_policy({"method": "until-confirmed"})
+    asked = asks_over_six_steps(MediatorDriver(MediatorCore(Scripted()), rule))
     # t=0: no plan yet; t=1: B disagrees with A; t=2: B again, confirmed; then it follows B
     assert asked == [True, True, True, False, False, False]
 
@@ -161,12 +166,9 @@ class Doubtful(Planner):
 
 def test_until_confident_asks_until_the_planner_is_sure_enough():
     rule = make_ask_policy({"method": "until-confident", "threshold": 0.5})
-    driver = MediatorDriver(MediatorCore(Doubtful(), sees_confidence=True), rule)
-    driver.reset()
-    asked = []
-    for t in range(6):
-        decision = driver.act(observation(NOTHING, RUN if t else NONE, t), t)
-        asked.append(bool(decision.info["asked"]))
+    asked = asks_over_six_steps(
+        MediatorDriver(MediatorCore(Doubtful(), sees_confidence=True), rule)
+    )
     # t=0: no plan (confidence 0); t=1: 0.2; t=2: 0.4; t=3 on: 0.8, so it follows the plan
     assert asked == [True, True, True, False, False, False]
     with pytest.raises(ValueError, match="threshold must be in"):
