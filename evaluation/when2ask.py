@@ -37,7 +37,8 @@ with its 95% bootstrap interval, the learned mediator's gain over the best fixed
 and its mean, and the target checked on the means.
 `--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
 learn which plans do not fit the situation; `--counts-objects`, how many objects the agent
-knows (what the distractors mode's error rate grows with).
+knows (what the distractors mode's error rate grows with); `--sees-confidence`, the probability
+the planner gave the plan in hand (`--planner local`: the softmax of its skill scores).
 """
 
 from __future__ import annotations
