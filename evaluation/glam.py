@@ -18,7 +18,9 @@ printed too): per method x test the mean success with its 95% bootstrap interval
 mean return and length, the env steps each method learned from, and the paper's figure
 (`llmrl.recipes.glam.paper`, second-hand). The issue's target is checked and printed as
 measured: GLAM's held-out success at least 20 points above the zero-shot model's. The exit
-status is 0 whether or not it holds (--strict: 1 when it does not).
+status is 0 whether or not it holds (--strict: 1 when it does not). Seeds trained by separate
+processes (one `--out` each) are reported as one table with `--report-only --seeds ... --merge
+DIR:EXPERIMENT`, which reads the stored runs and trains nothing.
 """
 
 from __future__ import annotations
@@ -43,7 +45,16 @@ from llmrl.recipes.glam.training import PpoSettings
 
 TARGET_POINTS = 0.20  # GLAM's success above the zero-shot model's, on held-out seeds
 # not part of the recipe's config
-RUNNER_OPTIONS = ("seeds", "out", "strict", "name", "torch_threads", "gateway_timeout_s", "merge")
+RUNNER_OPTIONS = (
+    "seeds",
+    "out",
+    "strict",
+    "name",
+    "torch_threads",
+    "gateway_timeout_s",
+    "merge",
+    "report_only",
+)
 
 
 def seed_results(out: Path, experiment: str) -> dict[int, Any]:
@@ -206,6 +217,12 @@ def main() -> int:
         help="also report another sweep's runs (e.g. baselines run by a second process), "
         "seed by seed; repeatable",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: report the --seeds runs already stored in --out and the --merge "
+        "sweeps (seeds trained by separate processes, one table over them)",
+    )
     args = parser.parse_args()
 
     if args.torch_threads:  # on a busy shared CPU, one thread is much faster (FACTS.md)
@@ -218,6 +235,8 @@ def main() -> int:
             {"name": args.name, "recipe": "glam", "config": config, "seeds": args.seeds}
         )
         plan_experiment(spec, args.name)  # every run's recipe config checked
+        if args.report_only:
+            return report(args)
         # fp32: the learner's copy of the model is fp32 too, so both score alike
         use_patient_config(
             args.out,
@@ -229,12 +248,21 @@ def main() -> int:
         run_sweep(spec, args.out, progress=True)
     except ConfigError as exc:
         raise SystemExit(f"invalid GLAM sweep: {exc}") from None
+    return report(args)
+
+
+def report(args: argparse.Namespace) -> int:
+    """The table over the --seeds runs stored in --out and the --merge sweeps."""
     found = merged_results(
         [seed_results(args.out, args.name)] + [seed_results(d, n) for d, n in args.merge]
     )
     tables = [found[s] for s in args.seeds if s in found]
     if not tables:
-        print(f"no results in {args.out}", file=sys.stderr)
+        print(
+            f"no results for seeds {args.seeds} in {args.out} (experiment {args.name}) or the "
+            "--merge sweeps: run them first (without --report-only)",
+            file=sys.stderr,
+        )
         return 1
     rows = table_over_seeds(tables)
     met, verdict = target_check(rows)
