@@ -58,7 +58,10 @@ RUNNER_OPTIONS = (
 
 
 def seed_results(out: Path, experiment: str) -> dict[int, Any]:
-    """Each completed run's results table, by its seed."""
+    """Each completed run's results table, by its seed (none where `out` holds no store: a
+    mistyped --out or --merge directory is reported empty, not created)."""
+    if not (out / STORE_FILE).is_file():
+        return {}
     store = RunStore(out / STORE_FILE)
     try:
         runs = experiment_runs(store, experiment)

@@ -35,7 +35,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from llmrl.recipes.when2ask.mediator import KNOWLEDGE_CHANGED, PLAN_CONFIRMED, STATUS_START
+from llmrl.recipes.when2ask.mediator import (
+    CONFIDENCE,
+    KNOWLEDGE_CHANGED,
+    PLAN_CONFIRMED,
+    STATUS_START,
+)
 from llmrl.simulator.envs.base import SkillStatus
 
 FORCED_ONLY, NEWS_OR_SKILL_END = "forced-only", "news-or-skill-end"
@@ -94,7 +99,7 @@ class UntilConfident:
         self.threshold = threshold
 
     def ask(self, features: np.ndarray) -> bool:
-        return bool(features[-1] < self.threshold)  # the confidence feature comes last
+        return bool(features[CONFIDENCE] < self.threshold)
 
 
 class RandomAsk:

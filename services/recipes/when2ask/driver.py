@@ -14,7 +14,12 @@ from typing import Any
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
 from llmrl.common.registry import registry
 from llmrl.planners.base import make_planner, reseeded
-from llmrl.recipes.when2ask.asking import AskPolicy, make_ask_policy
+from llmrl.recipes.when2ask.asking import (
+    UNTIL_CONFIDENT,
+    AskPolicy,
+    canonical_method,
+    make_ask_policy,
+)
 from llmrl.recipes.when2ask.mediator import MediatorCore
 
 
@@ -59,6 +64,10 @@ def _mediator_driver(
         counts_objects=bool(policy.get("counts_objects", False)),
         sees_confidence=bool(policy.get("sees_confidence", False)),
     )
+    method = canonical_method(str(policy["ask"].get("method")))
+    if method == UNTIL_CONFIDENT and not core.sees_confidence:
+        # without the feature the rule would read whatever feature comes last
+        raise ValueError(f'policy.sees_confidence: {UNTIL_CONFIDENT} needs "sees_confidence": true')
     return MediatorDriver(core, make_ask_policy(policy["ask"], seed=job.seed))
 
 

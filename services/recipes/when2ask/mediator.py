@@ -57,7 +57,7 @@ import numpy as np
 from gymnasium import spaces
 
 from llmrl.common.episodes import LlmCall
-from llmrl.planners.base import Planner, observation_text
+from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.simulator.envs.base import SkillStatus
 from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY
 from llmrl.simulator.envs.when2ask.skills import VERBS, parse_skill, seen_objects
@@ -70,6 +70,7 @@ PLAN_TARGET_TYPES = (KEY, DOOR, BOX, BALL, GOAL)
 PLAN_FEATURES = len(VERBS) + len(PLAN_TARGET_TYPES)  # appended with sees_plan
 OBJECTS_KNOWN_SCALE = 6  # objects named in the knowledge, scaled by 1/6 (counts_objects)
 UNKNOWN_CONFIDENCE = 1.0  # a planner that cannot say how sure it is counts as sure
+CONFIDENCE = -1  # with sees_confidence, the planner's confidence is the last feature
 # Feature indices (see `features`); the hand-written rules read some of them.
 KNOWLEDGE_CHANGED = 2 * VIEW_CELLS
 PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
@@ -178,11 +179,7 @@ class MediatorCore:
             self._plan_disagreed = bool(self.plan) and plan.skills != self.plan
             self._plan_confirmed = ask and same
             self.plan = list(plan.skills)
-            self._plan_confidence = (
-                (UNKNOWN_CONFIDENCE if plan.confidence is None else float(plan.confidence))
-                if plan.skills
-                else 0.0
-            )
+            self._plan_confidence = plan_confidence(plan)
             self.needs_plan = False
             self._text_at_query = observation_text(obs.get("text", ""))
             self._since_query = 0
@@ -213,6 +210,14 @@ class MediatorCore:
         if self.sees_confidence:
             parts.append([self._plan_confidence])
         return np.clip(np.concatenate(parts), 0.0, 1.0).astype(np.float32)
+
+
+def plan_confidence(plan: Plan) -> float:
+    """The confidence feature of a plan just received: 0 for no plan, else the planner's
+    figure (UNKNOWN_CONFIDENCE when it cannot say)."""
+    if not plan.skills:
+        return 0.0
+    return UNKNOWN_CONFIDENCE if plan.confidence is None else float(plan.confidence)
 
 
 def skill_features(skill: str | None) -> np.ndarray:

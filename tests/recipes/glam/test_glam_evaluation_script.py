@@ -56,3 +56,10 @@ def test_seeds_run_apart_are_reported_as_one_table(tmp_path):
     assert sorted(p.name for p in (tmp_path / "1").iterdir()) == before
     missing = run_script(*common, "--seeds", "3", *out)
     assert missing.returncode == 1 and "run them first" in missing.stderr
+
+
+def test_a_report_on_a_directory_without_runs_creates_nothing(tmp_path):
+    typo = tmp_path / "no-such-sweep"
+    done = run_script("--methods", "random", "--out", str(typo), "--report-only")
+    assert done.returncode == 1 and "run them first" in done.stderr
+    assert not typo.exists()

@@ -173,3 +173,14 @@ def test_until_confident_asks_until_the_planner_is_sure_enough():
     assert asked == [True, True, True, False, False, False]
     with pytest.raises(ValueError, match="threshold must be in"):
         make_ask_policy({"method": "until-confident", "threshold": 0})
+
+
+def test_a_driver_refuses_until_confident_without_the_confidence_feature():
+    """Without the feature the rule would read another one; the spec is refused by its key."""
+    build = registry.get_driver("when2ask")
+    policy = {"kind": "when2ask", "ask": {"method": "until-confident"}, "planner": "oracle"}
+    job = EpisodeJob(run_id="r", episode_id="p/0", env="SimpleDoorKey", seed=0, policy=policy)
+    with pytest.raises(ValueError, match=r"policy\.sees_confidence"):
+        build(policy, RolloutResources(), job)
+    sure = {**policy, "sees_confidence": True}
+    assert build(sure, RolloutResources(), job).core.sees_confidence
