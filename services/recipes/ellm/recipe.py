@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
+from llmrl.common.threads import torch_threads
 from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.report import ellm_results
@@ -141,14 +142,8 @@ class Ellm(Recipe):
         phase = f"{stage}/{method}"
         with tracked(ctx.progress, phase, frames, unit="frames"):
             if ctx.simulator is None:
-                import torch
-
-                threads = torch.get_num_threads()
-                torch.set_num_threads(1)  # this process's own: a small MLP, more threads contend
-                try:
+                with torch_threads(1):  # a small MLP (see torch_threads)
                     result = train_ellm(job, on_progress=ctx.progress.advance)
-                finally:  # later phases and recipes in this process keep their threads
-                    torch.set_num_threads(threads)
             else:
                 from llmrl.learner.policy_jobs import run_on_learner
 

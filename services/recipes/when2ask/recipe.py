@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
+from llmrl.common.threads import torch_threads
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext, tracked
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
 from llmrl.recipes.when2ask.asking import (
@@ -286,7 +287,8 @@ class When2Ask(Recipe):
             job = self._training_job(ctx, env, policy)
             with tracked(ctx.progress, f"train {env} ({policy})", job.steps, unit="steps"):
                 if ctx.simulator is None:
-                    result = train_policy(job, on_progress=ctx.progress.advance)
+                    with torch_threads(1):  # a small MLP; same figures on any core count
+                        result = train_policy(job, on_progress=ctx.progress.advance)
                 else:
                     from llmrl.learner.policy_jobs import run_on_learner
 
