@@ -26,7 +26,19 @@ from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.grpc_server import start_grpc_server
 from llmrl.llm_gateway.rest import create_app
 
-GRACE_S = 10.0
+GRACE_S = 10.0  # seconds requests in flight get at shutdown, unless GRACE_ENV says otherwise
+GRACE_ENV = "LLMRL_GATEWAY_GRACE_S"
+
+
+def grace_period_s() -> int:
+    """The shutdown grace period in whole seconds: $LLMRL_GATEWAY_GRACE_S, else GRACE_S (set
+    it to match an orchestrator's kill timeout, e.g. Kubernetes' terminationGracePeriodSeconds)."""
+    raw = os.environ.get(GRACE_ENV, "").strip()
+    if not raw:
+        return int(GRACE_S)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{GRACE_ENV}: a whole number of seconds, at least 1 (got {raw!r})")
+    return int(raw)
 
 
 class RestServer:
@@ -65,6 +77,7 @@ class RestServer:
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     """Run the gateway (REST on `port`, gRPC on `grpc_port`) until SIGTERM or Ctrl-C."""
     log = configure_logging("llm_gateway")
+    grace = grace_period_s()  # a bad value stops here, before any model loads
     gateway = Gateway(settings, mode="service")
     token = configured_token()
     grpc_server = start_grpc_server(gateway, host, grpc_port, token=token) if grpc_port else None
@@ -75,7 +88,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
     )  # fmt: skip
     config = uvicorn.Config(
         create_app(gateway, token), host=host, port=port, log_level="warning", access_log=False,
-        timeout_graceful_shutdown=int(GRACE_S), **uvicorn_options(),
+        timeout_graceful_shutdown=grace, **uvicorn_options(),
     )  # fmt: skip
     # uvicorn catches SIGTERM/SIGINT, shuts down gracefully, then re-raises the signal to the
     # handler that was installed before it: make that one a no-op so we can clean up and exit 0.
@@ -88,7 +101,7 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         uvicorn.Server(config).run()
     finally:
         if grpc_server is not None:
-            grpc_server.stop(GRACE_S).wait()
+            grpc_server.stop(grace).wait()
         gateway.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -195,13 +195,14 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
     import yaml
     from support.net import free_port
 
-    from llmrl.llm_gateway.service import GRACE_S
+    from llmrl.llm_gateway.service import GRACE_ENV
 
+    grace_s = 1  # far shorter than the generation below takes on any CPU (8000 tokens)
     config = tmp_path / "gateway.yaml"
     model = {"backend": "hf", "path": str(tiny_model_dir), "max_context_tokens": 8192}
     config.write_text(yaml.safe_dump({"default_model": "tiny", "models": {"tiny": model}}))
     port = free_port()
-    env = {**os.environ, "LLMRL_HOME": str(tmp_path)}
+    env = {**os.environ, "LLMRL_HOME": str(tmp_path), GRACE_ENV: str(grace_s)}
     process = subprocess.Popen(
         [sys.executable, "-m", "llmrl.cli", "serve", "llm_gateway", "--port", str(port),
          "--config", str(config)],
@@ -233,7 +234,7 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
         threading.Event().wait(1.0)  # the generation is under way
         process.send_signal(signal.SIGTERM)
         # the grace period, then closing and exit; the margin is for a loaded CI machine
-        output, _ = process.communicate(timeout=GRACE_S + 30)
+        output, _ = process.communicate(timeout=grace_s + 30)
         long.join(timeout=30)
     finally:
         if process.poll() is None:
@@ -244,3 +245,21 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
     assert len(answers) == 1
     assert not isinstance(answers[0], httpx.Response) or answers[0].status_code != 200
     assert "llm gateway stopped" in output
+
+
+@pytest.mark.parametrize("raw", ["0", "-3", "ten", "1.5"])
+def test_a_bad_grace_period_is_refused_by_its_variable(raw, monkeypatch):
+    from llmrl.llm_gateway.service import GRACE_ENV, grace_period_s
+
+    monkeypatch.setenv(GRACE_ENV, raw)
+    with pytest.raises(ValueError, match=GRACE_ENV):
+        grace_period_s()
+
+
+def test_the_grace_period_defaults_to_ten_seconds_and_follows_its_variable(monkeypatch):
+    from llmrl.llm_gateway.service import GRACE_ENV, grace_period_s
+
+    monkeypatch.delenv(GRACE_ENV, raising=False)
+    assert grace_period_s() == 10
+    monkeypatch.setenv(GRACE_ENV, "3")
+    assert grace_period_s() == 3
