@@ -37,6 +37,7 @@ DEFAULT_PORTS: dict[str, ServicePorts] = {
 }
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+_PORT = "an integer port"
 
 
 def _env(name: str) -> str | None:
@@ -44,16 +45,19 @@ def _env(name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
-def _env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, minimum: int | None = None, what: str = "an integer") -> int:
+    """The integer in environment variable `name` (`default` when unset or empty). Anything
+    else, or a value below `minimum`, is a ValueError naming the variable and what it takes."""
     value = _env(name)
     if value is None:
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        raise ValueError(
-            f"environment variable {name} must be an integer port, got {value!r}"
-        ) from None
+        number = None
+    if number is None or (minimum is not None and number < minimum):
+        raise ValueError(f"environment variable {name} must be {what}, got {value!r}")
+    return number
 
 
 def _check_service(service: str) -> None:
@@ -69,7 +73,7 @@ def service_host(service: str) -> str:
 def service_port(service: str) -> int:
     """The service's HTTP port (REST API, /health, /metrics)."""
     _check_service(service)
-    return _env_int(f"LLMRL_{service.upper()}_PORT", DEFAULT_PORTS[service].http)
+    return env_int(f"LLMRL_{service.upper()}_PORT", DEFAULT_PORTS[service].http, what=_PORT)
 
 
 def service_grpc_port(service: str) -> int:
@@ -77,7 +81,7 @@ def service_grpc_port(service: str) -> int:
     default = DEFAULT_PORTS[service].grpc
     if default is None:
         raise ValueError(f"service {service!r} has no gRPC port")
-    return _env_int(f"LLMRL_{service.upper()}_GRPC_PORT", default)
+    return env_int(f"LLMRL_{service.upper()}_GRPC_PORT", default, what=_PORT)
 
 
 def grpc_address(service: str) -> str:

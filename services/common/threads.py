@@ -13,7 +13,8 @@ def torch_threads(threads: int) -> Iterator[None]:
     A small MLP policy trains fastest on one thread (more contend for its tiny matrices), and
     a fixed count keeps a seeded run's figures the same on machines with other core counts:
     torch splits reductions by thread, so the rounding, and with it PPO's trajectory, differs.
-    Process-wide, so only embedded runs use it; a learner job never sets threads.
+    The count is process-wide: recipes use this around their own embedded training only, and
+    jobs on the learner service keep the learner's setting (their `torch_threads`, if any).
     """
     import torch
 

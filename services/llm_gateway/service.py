@@ -20,25 +20,21 @@ from typing import Any
 import uvicorn
 
 from llmrl.common.auth import configured_token
+from llmrl.common.config import env_int
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.tls import server_tls, uvicorn_options
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.grpc_server import start_grpc_server
 from llmrl.llm_gateway.rest import create_app
 
-GRACE_S = 10.0  # seconds requests in flight get at shutdown, unless GRACE_ENV says otherwise
+GRACE_S = 10  # seconds requests in flight get at shutdown, unless GRACE_ENV says otherwise
 GRACE_ENV = "LLMRL_GATEWAY_GRACE_S"
 
 
 def grace_period_s() -> int:
     """The shutdown grace period in whole seconds: $LLMRL_GATEWAY_GRACE_S, else GRACE_S (set
     it to match an orchestrator's kill timeout, e.g. Kubernetes' terminationGracePeriodSeconds)."""
-    raw = os.environ.get(GRACE_ENV, "").strip()
-    if not raw:
-        return int(GRACE_S)
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{GRACE_ENV}: a whole number of seconds, at least 1 (got {raw!r})")
-    return int(raw)
+    return env_int(GRACE_ENV, GRACE_S, minimum=1, what="a whole number of seconds, at least 1")
 
 
 class RestServer:

@@ -23,7 +23,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import re
 import time
 import uuid
@@ -33,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from llmrl.common.config import env_int
 from llmrl.recipes.base import ConfigError, recipe_class, validate_config
 
 MAX_RUNS_VAR = "LLMRL_MAX_EXPERIMENT_RUNS"
@@ -175,11 +175,7 @@ def digest(data: Any) -> str:
 
 
 def max_runs() -> int:
-    raw = os.environ.get(MAX_RUNS_VAR) or str(DEFAULT_MAX_RUNS)
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{MAX_RUNS_VAR} must be an integer, got {raw!r}") from None
+    return env_int(MAX_RUNS_VAR, DEFAULT_MAX_RUNS)
 
 
 def new_experiment_id(spec: ExperimentSpec) -> str:

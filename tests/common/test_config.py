@@ -38,6 +38,22 @@ def test_ports_have_defaults_and_env_overrides(monkeypatch):
         config.service_port("nope")
 
 
+@pytest.mark.parametrize("raw", ["abc", "2.5", "0", "-1"])
+def test_an_integer_variable_below_its_minimum_or_not_an_integer_is_named(monkeypatch, raw):
+    monkeypatch.setenv("LLMRL_TEST_COUNT", raw)
+    with pytest.raises(ValueError, match="LLMRL_TEST_COUNT must be a count of at least 1"):
+        config.env_int("LLMRL_TEST_COUNT", 4, minimum=1, what="a count of at least 1")
+
+
+def test_an_integer_variable_unset_or_empty_gives_its_default(monkeypatch):
+    monkeypatch.delenv("LLMRL_TEST_COUNT", raising=False)
+    assert config.env_int("LLMRL_TEST_COUNT", 4, minimum=1) == 4
+    monkeypatch.setenv("LLMRL_TEST_COUNT", "")
+    assert config.env_int("LLMRL_TEST_COUNT", 4, minimum=1) == 4
+    monkeypatch.setenv("LLMRL_TEST_COUNT", "7")
+    assert config.env_int("LLMRL_TEST_COUNT", 4, minimum=1) == 7
+
+
 def test_unknown_service_settings_are_named_with_the_allowed_ones():
     import pytest
 
