@@ -30,7 +30,8 @@ original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then f
 A sweep runs as an experiment of `llmrl sweep` (`run_sweep`: a grid over `planner_noise` ×
 seeds, its store `<out>/run.sqlite`, its report `<out>/results.md`): the same settings into the
 same `--out` skip the completed runs and resume an interrupted one, so adding seeds or p values
-costs only the new runs. `--seeds s1 s2 ...` sweeps every seed (training and evaluation
+costs only the new runs; `--jobs N` runs N of them at once, each in its own process.
+`--seeds s1 s2 ...` sweeps every seed (training and evaluation
 episodes both differ), writes each seed's table to `<out>/seed<s>/`, and writes
 `noise_sweep_seeds.md`, `.json` and `.png`: per p, task and method the mean success over seeds
 with its 95% bootstrap interval, the learned mediator's gain over the best fixed rule per seed
@@ -266,6 +267,13 @@ def main() -> int:
         "its settings but p and seeds, so the same settings with more p values or seeds run "
         "only the new runs)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        help="noise sweep: runs (one p and seed each) at once, each in its own process; about "
+        "one per CPU core (default 1; the figures are the same either way)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
 
@@ -337,7 +345,7 @@ def run_noise_sweep(
         "seeds": sorted({*all_seeds, *seeds}),
     }
     try:  # a bad --name, a recipe setting, or --name taken by other settings, named
-        run_sweep(parse_spec(spec), out, progress=True)
+        run_sweep(parse_spec(spec), out, progress=True, jobs=args.jobs)
     except ConfigError as exc:
         raise SystemExit(f"invalid noise sweep: {exc}") from None
     store = RunStore(out / STORE_FILE)

@@ -255,10 +255,19 @@ def cancel(run_id: str, url: str | None) -> None:
     "--max-parallel",
     type=click.IntRange(1, 256),
     default=None,
-    help="Service mode: runs at once (default 2); embedded runs go one after another.",
+    help="Service mode: runs at once (default 2); embedded runs go one after another "
+    "unless --jobs says otherwise.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Embedded: runs at once, each in a process of its own (about one per CPU core); "
+    "1 runs them one after another in this process. Results are the same either way.",
 )
 @click.option("--wait", is_flag=True, help="With --url: follow the experiment until it ends.")
-@click.option("--quiet", is_flag=True, help="Embedded: no progress bars.")
+@click.option("--quiet", is_flag=True, help="Embedded: no progress bars (with --jobs: no lines).")
 def sweep(
     recipe: str,
     arguments: tuple[str, ...],
@@ -266,6 +275,7 @@ def sweep(
     out: Path | None,
     url: str | None,
     max_parallel: int | None,
+    jobs: int,
     wait: bool,
     quiet: bool,
 ) -> None:
@@ -287,7 +297,7 @@ def sweep(
             submit(spec.model_dump(mode="json", exclude_none=True), url=url, wait=wait)
             return
         run_sweep = _load("llmrl.orchestrator.sweep", "run_sweep")
-        run_sweep(spec, out_dir=out, progress=not quiet)
+        run_sweep(spec, out_dir=out, progress=not quiet, jobs=jobs)
     except config_error as exc:  # the field and why; nothing was started
         raise click.UsageError(str(exc)) from exc
     except KeyboardInterrupt:

@@ -19,9 +19,12 @@ from rich.console import Console
 UNBOUNDED_WIDTH = 100_000
 
 
-def output_console(stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """A rich console for stdout (or stderr, or `file`) that never squeezes tables off a tty."""
-    console = Console(stderr=stderr, file=file)
+def output_console(
+    stderr: bool = False, file: IO[str] | None = None, terminal: bool | None = None
+) -> Console:
+    """A rich console for stdout (or stderr, or `file`) that never squeezes tables off a tty;
+    `terminal=False` treats a terminal as a log (lines, no live bars)."""
+    console = Console(stderr=stderr, file=file, force_terminal=terminal)
     if not console.is_terminal:
         console.width = UNBOUNDED_WIDTH
     return console

@@ -8,10 +8,17 @@ derive from it, so the same sweep into the same out dir again skips the complete
 resumes an interrupted one where it stopped, and retries failed or cancelled ones. Under the
 same `--name`, a sweep with more seeds or grid values (the rest unchanged) grows the
 experiment: its completed runs are kept and only the new ones run.
+
+`jobs` > 1 runs that many runs at once, each in a process of its own (spawned: a run's torch
+and simulator state never cross), all writing to the one run store (SQLite in WAL mode takes
+writers from several processes). A run's results do not depend on what runs beside it; on a
+machine with N cores, N jobs finish a sweep of N-run batches about N times sooner.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +44,15 @@ def run_sweep(
     out_dir: str | Path | None = None,
     console: Console | None = None,
     progress: bool = True,
+    jobs: int = 1,
 ) -> dict[str, Any]:
-    """Run (or resume) the experiment; returns its report. ConfigError for a bad spec."""
+    """Run (or resume) the experiment, `jobs` runs at once; returns its report. ConfigError
+    for a bad spec."""
+    if jobs < 1:
+        raise ConfigError(
+            f"jobs: runs at once must be at least 1, got {jobs}",
+            [{"loc": ["jobs"], "msg": "must be at least 1"}],
+        )
     console = console or output_console()
     load_plugins()
     experiment_id = spec.name or spec.default_name()
@@ -52,8 +66,11 @@ def run_sweep(
         catalog.record(experiment_id, catalog.EXPERIMENT, "+".join(spec.recipes()), store.path, out)
         store.update_experiment(experiment_id, status=states.RUNNING)
         console.print(f"experiment {experiment_id}: {len(planned)} runs, files in {out}")
-        for index, run in enumerate(planned, 1):
-            _run_one(store, resources, run, out, console, f"[{index}/{len(planned)}]", progress)
+        if jobs == 1:
+            for index, run in enumerate(planned, 1):
+                _run_one(store, resources, run, out, console, f"[{index}/{len(planned)}]", progress)
+        else:
+            _run_in_processes(store, planned, out, console, jobs, progress)
         rows = [store.get_run(run.run_id, with_phases=False) for run in planned]
         failed = [row.run_id for row in rows if row is None or row.status != states.COMPLETED]
         store.update_experiment(experiment_id, status=states.FAILED if failed else states.COMPLETED)
@@ -99,6 +116,62 @@ def _create_or_check(
         "give another --name or --out to start a new one",
         [{"loc": ["name"], "msg": "an experiment of this name with other runs exists"}],
     )
+
+
+def _run_in_processes(
+    store: RunStore,
+    planned: list[PlannedRun],
+    out: Path,
+    console: Console,
+    jobs: int,
+    progress: bool,
+) -> None:
+    """The runs not yet completed, `jobs` at a time, each in a spawned process."""
+    todo = []
+    for index, run in enumerate(planned, 1):
+        counter = f"[{index}/{len(planned)}]"
+        row = store.get_run(run.run_id, with_phases=False)
+        if row is not None and row.status == states.COMPLETED:
+            label = ", ".join(f"{k}={v}" for k, v in run.point.items()) or run.recipe
+            console.print(f"{counter} {label} seed {run.seed}: completed earlier, skipped")
+        else:
+            todo.append((run, counter))
+    if not todo:
+        return
+    console.print(f"{len(todo)} runs, {min(jobs, len(todo))} at once, each in its own process")
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
+        futures = [
+            pool.submit(_run_in_worker, str(store.path), run.to_dict(), str(out), counter, progress)
+            for run, counter in todo
+        ]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        except KeyboardInterrupt:  # the workers got the Ctrl-C too; their runs resume later
+            for future in futures:
+                future.cancel()
+            raise
+        for future in done:
+            if future.exception() is not None:  # a worker died: the others are let finish
+                for other in futures:
+                    other.cancel()
+                raise future.exception()  # type: ignore[misc]
+
+
+def _run_in_worker(
+    store_path: str, run: dict[str, Any], out: str, counter: str, progress: bool
+) -> None:
+    """One run in a worker process: its own store connection and in-process services; progress
+    as lines (bars from several processes would overwrite each other)."""
+    load_plugins()
+    store = RunStore(Path(store_path))
+    resources = RolloutResources(simulator=None, llm_gateway=None)
+    console = output_console(terminal=False)
+    try:
+        _run_one(store, resources, PlannedRun(**run), Path(out), console, counter, progress)
+    finally:
+        resources.close()
+        store.close()
 
 
 def _run_one(

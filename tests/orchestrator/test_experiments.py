@@ -223,6 +223,44 @@ def test_compare_and_runs_read_the_stored_runs(tmp_path: Path):
     assert "success_rate=1" in listing.output and "no LLM calls" in listing.output
 
 
+def test_a_sweep_with_jobs_runs_in_processes_with_the_results_of_one_at_a_time(tmp_path: Path):
+    """`--jobs 2`: the same runs, completed, with the same per-run results as one after
+    another (spawned workers know only registered plugins: the built-in oracle here)."""
+    arguments = ["env=SimpleDoorKey", "planner=oracle", "episodes=[1,2]", "seeds=0..1"]
+    one_by_one = run_sweep(
+        spec_from_arguments("evaluate", arguments, name="jobs"), tmp_path / "one", progress=False
+    )
+    runner = CliRunner()
+    sweep = ["sweep", "evaluate", *arguments, "--name", "jobs", "--out", str(tmp_path / "two")]
+    parallel = runner.invoke(main, [*sweep, "--jobs", "2"])
+    assert parallel.exit_code == 0, parallel.output
+    assert "4 runs, 2 at once, each in its own process" in parallel.output
+
+    def per_run(out: Path) -> dict[str, dict]:
+        store = RunStore(out / "run.sqlite")
+        rows = {
+            run["run_id"]: store.get_run(run["run_id"]) for run in store.get_experiment("jobs").runs
+        }
+        store.close()
+        assert {row.status for row in rows.values()} == {"completed"}
+        return {
+            run_id: json.loads((out / "runs" / run_id / "results.json").read_text())["rows"]
+            for run_id in rows
+        }
+
+    first, second = per_run(tmp_path / "one"), per_run(tmp_path / "two")
+    assert first == second
+    assert len({json.dumps(rows) for rows in first.values()}) > 1  # the runs differ
+    report = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert report["methods"] == one_by_one["methods"]
+
+    again = runner.invoke(main, [*sweep, "--jobs", "2"])  # resumed: nothing left to run
+    assert again.exit_code == 0, again.output
+    assert again.output.count("completed earlier, skipped") == 4
+    bad = runner.invoke(main, [*sweep, "--jobs", "0"])
+    assert bad.exit_code == 2 and "--jobs" in bad.output
+
+
 # -- bad input -------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("arguments", "field"),

@@ -277,6 +277,11 @@ class MediatorEnv(gym.Env):
         )
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
+        # The planner's privileged entries (the oracle's plan, the feasible skills) cost a
+        # search each; a step asks for them only when the planner will be queried.
+        privileged = set(getattr(self.world, "privileged_observations", ()))
+        self.for_query = [name for name in self.requested if name in privileged]
+        self.every_step = [name for name in self.requested if name not in privileged]
         self.observation_space = self.core.observation_space
         self.action_space = spaces.Discrete(2)
         self._obs: dict[str, Any] = {}
@@ -287,7 +292,7 @@ class MediatorEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        batch = self.world.reset(seed=seed, observations=self.requested)
+        batch = self.world.reset(seed=seed, observations=self.requested)  # all: a query follows
         self._obs = {k: v[0] for k, v in batch.items()}
         self.core.reset()
         self._steps, self._env_return = 0, 0.0
@@ -296,8 +301,13 @@ class MediatorEnv(gym.Env):
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if int(action) not in (CARRY_ON, ASK):
             raise ValueError(f"action must be 0 (carry on) or 1 (ask), got {action!r}")
-        choice = self.core.choose(self._obs, ask=int(action) == ASK, t=self._steps)
-        batch = self.world.step(skill=[choice.skill], observations=self.requested)
+        ask = int(action) == ASK
+        if self.for_query and self._steps > 0 and (ask or self.core.needs_plan):
+            # the env as it stands: an inactive step moves nothing and returns the entries now
+            now = self.world.step(active=[False], observations=self.for_query)
+            self._obs.update({k: v[0] for k, v in now.items()})
+        choice = self.core.choose(self._obs, ask=ask, t=self._steps)
+        batch = self.world.step(skill=[choice.skill], observations=self.every_step)
         self._obs = {k: v[0] for k, v in batch.items()}
         self.core.after_step(self._obs)
         self._steps += 1

@@ -258,3 +258,56 @@ def test_a_mediator_that_sees_confidence_observes_how_sure_the_planner_was():
     assert obs[-1] == 1.0 and planner.calls == 3
     env.core.plan = []  # the plan finished: the feature stays what the last query said
     assert env.core.features(env._obs)[-1] == 1.0
+
+
+class PrivilegedRecorder(Planner):
+    """Follows the oracle's plan; records the privileged entries each query was given."""
+
+    observations = ("text", "oracle_plan", "feasible_skills")
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        seen = (str(observation["oracle_plan"]), str(observation["feasible_skills"]))
+        self.seen.append(seen)
+        return Plan(skills=seen[0].split("\n") if seen[0] else [])
+
+
+def test_the_planners_privileged_entries_are_fetched_only_for_queries_and_are_current():
+    planner = PrivilegedRecorder()
+    env = MediatorEnv(lambda: World("KeyInBox", 1, seed=0), planner, lam=LAM)
+    fetched: list[list[str]] = []
+    step = env.world.step
+
+    def recording_step(*args: Any, observations: Any = None, **kwargs: Any) -> Any:
+        fetched.append(list(observations or []))
+        return step(*args, observations=observations, **kwargs)
+
+    env.world.step = recording_step  # type: ignore[method-assign]
+    env.reset(seed=5)
+    rng = np.random.default_rng(0)
+    actions, skills, queried = [], [], []
+    for _ in range(25):
+        action = int(rng.random() < 0.3)
+        _, _, terminated, truncated, info = env.step(action)
+        actions.append(action)
+        skills.append(info["skill"])
+        queried.append(info["queried"])
+        if terminated or truncated:
+            break
+    with_privileged = [names for names in fetched if "oracle_plan" in names]
+    assert len(with_privileged) == sum(queried) - 1  # the reset brought the first query's
+    assert all("oracle_plan" not in names for names in fetched if "reward" in names)
+
+    # The same skills in a world that sends every entry at every step: each query saw the
+    # entries as they were at its step.
+    eager = World("KeyInBox", 1, seed=0)
+    names = ["oracle_plan", "feasible_skills"]
+    batch = eager.reset(seed=5, observations=names)
+    expected = []
+    for skill, was_queried in zip(skills, queried, strict=True):
+        if was_queried:
+            expected.append((str(batch["oracle_plan"][0]), str(batch["feasible_skills"][0])))
+        batch = eager.step(skill=[skill], observations=names)
+    assert planner.seen == expected and len(expected) >= 3
