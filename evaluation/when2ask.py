@@ -30,7 +30,8 @@ original code's are 0.01, 0.1 and 0.01 (asking for a plan that changes is then f
 A sweep runs as an experiment of `llmrl sweep` (`run_sweep`: a grid over `planner_noise` ×
 seeds, its store `<out>/run.sqlite`, its report `<out>/results.md`): the same settings into the
 same `--out` skip the completed runs and resume an interrupted one, so adding seeds or p values
-costs only the new runs; `--jobs N` runs N of them at once, each in its own process.
+costs only the new runs; `--jobs N` runs N of them at once, each in its own process, and
+`--merge DIR` adds the seeds another process (or machine) ran into DIR with the same settings.
 `--seeds s1 s2 ...` sweeps every seed (training and evaluation
 episodes both differ), writes each seed's table to `<out>/seed<s>/`, and writes
 `noise_sweep_seeds.md`, `.json` and `.png`: per p, task and method the mean success over seeds
@@ -274,8 +275,19 @@ def main() -> int:
         help="noise sweep: runs (one p and seed each) at once, each in its own process; about "
         "one per CPU core (default 1; the figures are the same either way)",
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="noise sweep over --seeds: also summarise the completed runs of the same "
+        "experiment (same settings and --name) in DIR, seeds run by another process; repeatable",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
+    if args.merge and not args.seeds:
+        parser.error("--merge adds seeds to a summary over seeds: give --seeds too")
 
     config: dict[str, Any] = {
         "planner": args.planner,
@@ -348,24 +360,44 @@ def run_noise_sweep(
         run_sweep(parse_spec(spec), out, progress=True, jobs=args.jobs)
     except ConfigError as exc:
         raise SystemExit(f"invalid noise sweep: {exc}") from None
-    store = RunStore(out / STORE_FILE)
-    try:
-        runs = [
-            run
-            for run in experiment_runs(store, name)
-            if run.config["planner_noise"] in noise and run.seed in seeds
-        ]
-    finally:
-        store.close()
+    runs = stored_runs(out, name, noise, seeds)
     missing = [run.run_id for run in runs if run.results is None]
     if missing:
         raise SystemExit(f"runs without results in {out}: {', '.join(missing)}; rerun to resume")
-    by_seed: dict[int, tuple[list[dict[str, Any]], list[Verdict]]] = {s: ([], []) for s in seeds}
+    for other in getattr(args, "merge", []):
+        have = {(run.seed, run.config["planner_noise"]) for run in runs}
+        runs += [
+            run
+            for run in stored_runs(other, name, noise)
+            if run.results is not None and (run.seed, run.config["planner_noise"]) not in have
+        ]
+    by_seed: dict[int, tuple[list[dict[str, Any]], list[Verdict]]] = {
+        int(s): ([], []) for s in sorted({*seeds, *(run.seed for run in runs)})
+    }
     for run in sorted(runs, key=lambda r: (r.seed, r.config["planner_noise"])):
         p, (rows, verdicts) = run.config["planner_noise"], by_seed[int(run.seed)]
         rows += [{"p": p, **row} for row in run.results.rows]
         verdicts += [(p, n) for n in run.results.notes if n.startswith(BEATS)]
     return by_seed
+
+
+def stored_runs(
+    out: Path, name: str, noise: list[float], seeds: list[int] | None = None
+) -> list[Any]:
+    """The runs of experiment `name` in `out` at these p values (and seeds; all if None).
+    A directory without a store (a mistyped --merge) holds none, and is not created."""
+    if not (out / STORE_FILE).is_file():
+        print(f"no run store in {out}: nothing to read there")
+        return []
+    store = RunStore(out / STORE_FILE)
+    try:
+        return [
+            run
+            for run in experiment_runs(store, name)
+            if run.config["planner_noise"] in noise and (seeds is None or run.seed in seeds)
+        ]
+    finally:
+        store.close()
 
 
 def planned_axes(out: Path, name: str) -> tuple[list[float], list[int]]:
@@ -394,12 +426,13 @@ def sweep_seeds(args: argparse.Namespace, config: dict[str, Any], noise: list[fl
     """The sweep at every seed of `--seeds`, each seed's table, then the summary over seeds."""
     out = args.out or SWEEP_OUT
     rows: list[dict[str, Any]] = []
-    for seed, (seed_rows, verdicts) in run_noise_sweep(args, config, noise, args.seeds).items():
+    by_seed = run_noise_sweep(args, config, noise, args.seeds)
+    for seed, (seed_rows, verdicts) in by_seed.items():
         write_sweep(out / f"seed{seed}", args, seed, seed_rows, verdicts)
         rows += [{"seed": seed, **row} for row in seed_rows]
     summary = summarise_seeds(rows)
     text = (
-        f"# When2Ask, noisy planner sweep over seeds {', '.join(map(str, args.seeds))}\n\n"
+        f"# When2Ask, noisy planner sweep over seeds {', '.join(map(str, by_seed))}\n\n"
         f"Per seed: {out}/seed<s>/noise_sweep.md. Success %: mean over seeds [95% bootstrap "
         "interval]; gain: learned minus the best fixed rule (always, forced-only, "
         "news-or-skill-end), per seed, then its mean.\n\n"

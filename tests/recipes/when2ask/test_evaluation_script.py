@@ -118,3 +118,33 @@ def test_a_sweep_over_seeds_reads_finished_runs_and_grows_by_seeds(tmp_path, mon
     assert script.main() == 0
     assert "completed earlier, skipped" in capsys.readouterr().out
     assert "seed 0, fresh errors" in (tmp_path / "noise_sweep.md").read_text()
+
+
+def test_seeds_run_into_another_directory_are_merged_into_the_summary(
+    tmp_path, monkeypatch, capsys
+):
+    script = _script()
+    settings = [
+        "--noise", "0.5", "--envs", "SimpleDoorKey", "--train-steps", "64", "--n-steps", "16",
+        "--episodes", "2", "--max-steps", "8",
+    ]  # fmt: skip
+    first, second = tmp_path / "first", tmp_path / "second"
+    for seed, out in ((0, first), (1, second)):  # as two processes would
+        monkeypatch.setattr(sys, "argv", ["w", *settings, "--seeds", str(seed), "--out", str(out)])
+        assert script.main() == 0
+    alone = json.loads((second / "seed1" / "noise_sweep.json").read_text())
+    capsys.readouterr()
+    merged_argv = [*settings, "--seeds", "0", "--out", str(first), "--merge", str(second)]
+    monkeypatch.setattr(sys, "argv", ["w", *merged_argv, "--merge", str(tmp_path / "none")])
+    assert script.main() == 0
+    printed = capsys.readouterr().out
+    assert "completed earlier, skipped" in printed and "seeds 0, 1" in printed
+    assert f"no run store in {tmp_path / 'none'}" in printed
+    assert not (tmp_path / "none").exists()
+    summary = json.loads((first / "noise_sweep_seeds.json").read_text())
+    assert summary[0]["seeds"] == [0, 1] and summary[0]["gain"]["n"] == 2
+    assert json.loads((first / "seed1" / "noise_sweep.json").read_text()) == alone
+    monkeypatch.setattr(sys, "argv", ["w", *settings, "--merge", str(second)])
+    with pytest.raises(SystemExit):
+        script.main()
+    assert "--merge adds seeds to a summary over seeds" in capsys.readouterr().err
