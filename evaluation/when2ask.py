@@ -458,15 +458,17 @@ def summarise_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     summary = []
     for p, task in keys:
-        entry: dict[str, Any] = {"p": p, "task": task, "seeds": seeds}
+        # the seeds that ran this p (merged sweeps may have run some p values only)
+        here = [s for s in seeds if any((s, p, task, m) in cells for m in methods)]
+        entry: dict[str, Any] = {"p": p, "task": task, "seeds": here}
         for method in methods:
-            found = [cells[(s, p, task, method)] for s in seeds if (s, p, task, method) in cells]
+            found = [cells[(s, p, task, method)] for s in here if (s, p, task, method) in cells]
             entry[method] = {
                 "success_%": stats.estimate(r["success_%"] for r in found).to_dict(),
                 "queries/ep": stats.mean(r["queries/ep"] for r in found),
             }
         gains = []
-        for seed in seeds:
+        for seed in here:
             fixed = [cells.get((seed, p, task, m)) for m in FIXED_RULES]
             learned = cells.get((seed, p, task, "learned"))
             if learned is not None and all(fixed):

@@ -86,6 +86,11 @@ def test_the_summary_over_seeds_takes_the_gain_seed_by_seed():
         for r in rows
     ]  # fmt: skip
     assert ": NOT met" in script.seeds_verdict(script.summarise_seeds(short))
+    # A p that only one seed ran (merged sweeps): summarised over that seed alone.
+    one_seed = [{**r, "p": 0.3} for r in rows if r["seed"] == 1 and r["task"] == "KeyInBox"]
+    uneven = script.summarise_seeds(rows + one_seed)
+    assert [(e["p"], e["seeds"]) for e in uneven] == [(0.2, [0, 1]), (0.2, [0, 1]), (0.3, [1])]
+    assert uneven[2]["gain"]["per_seed"] == [4.0]
 
 
 def test_a_sweep_over_seeds_reads_finished_runs_and_grows_by_seeds(tmp_path, monkeypatch, capsys):
