@@ -288,6 +288,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.merge and not args.seeds:
         parser.error("--merge adds seeds to a summary over seeds: give --seeds too")
+    if args.jobs > 1 and args.noise is None:
+        parser.error("--jobs runs a noise sweep's runs at once: give --noise too")
 
     config: dict[str, Any] = {
         "planner": args.planner,
@@ -364,7 +366,7 @@ def run_noise_sweep(
     missing = [run.run_id for run in runs if run.results is None]
     if missing:
         raise SystemExit(f"runs without results in {out}: {', '.join(missing)}; rerun to resume")
-    for other in getattr(args, "merge", []):
+    for other in args.merge:
         have = {(run.seed, run.config["planner_noise"]) for run in runs}
         runs += [
             run

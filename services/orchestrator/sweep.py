@@ -28,7 +28,7 @@ from llmrl.agents import RolloutResources
 from llmrl.common import store as states
 from llmrl.common.console import output_console
 from llmrl.common.plugins import load_plugins
-from llmrl.common.store import RunStore
+from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
 from llmrl.orchestrator.compare import build_report
 from llmrl.orchestrator.embedded import make_progress
@@ -130,11 +130,9 @@ def _run_in_processes(
     todo = []
     for index, run in enumerate(planned, 1):
         counter = f"[{index}/{len(planned)}]"
-        row = store.get_run(run.run_id, with_phases=False)
-        if row is not None and row.status == states.COMPLETED:
-            label = ", ".join(f"{k}={v}" for k, v in run.point.items()) or run.recipe
-            console.print(f"{counter} {label} seed {run.seed}: completed earlier, skipped")
-        else:
+        if not _completed_earlier(
+            store.get_run(run.run_id, with_phases=False), run, console, counter
+        ):
             todo.append((run, counter))
     if not todo:
         return
@@ -151,11 +149,11 @@ def _run_in_processes(
             for future in futures:
                 future.cancel()
             raise
-        for future in done:
-            if future.exception() is not None:  # a worker died: the others are let finish
-                for other in futures:
-                    other.cancel()
-                raise future.exception()  # type: ignore[misc]
+        error = next((f.exception() for f in done if f.exception() is not None), None)
+        if error is not None:  # a worker died: the queued runs are dropped, the running finish
+            for future in futures:
+                future.cancel()
+            raise error
 
 
 def _run_in_worker(
@@ -183,18 +181,28 @@ def _run_one(
     counter: str,
     progress: bool,
 ) -> None:
-    label = ", ".join(f"{k}={v}" for k, v in run.point.items()) or run.recipe
     row = store.get_run(run.run_id, with_phases=False)
-    if row is not None and row.status == states.COMPLETED:
-        console.print(f"{counter} {label} seed {run.seed}: completed earlier, skipped")
+    if _completed_earlier(row, run, console, counter):
         return
     if row is None:
         store.create_run(run.recipe, run.config, out / "runs" / run.run_id, run_id=run.run_id)
     elif row.status in (states.FAILED, states.CANCELLED):  # retried: its completed phases stay
         store.update_run(run.run_id, status=states.PENDING, error=None, cancel_requested=False)
     catalog.record(run.run_id, catalog.RUN, run.recipe, store.path, out / "runs" / run.run_id)
-    console.print(f"{counter} {label} seed {run.seed}: run {run.run_id}")
+    console.print(f"{counter} {_label(run)} seed {run.seed}: run {run.run_id}")
     reporter = make_progress(console, progress)
     final = execute_run(store, run.run_id, embedded_executor(store, resources), progress=reporter)
     if final.status != states.COMPLETED:
         console.print(f"[red]{counter} run {run.run_id} {final.status}: {final.error or ''}")
+
+
+def _label(run: PlannedRun) -> str:
+    return ", ".join(f"{k}={v}" for k, v in run.point.items()) or run.recipe
+
+
+def _completed_earlier(row: RunRow | None, run: PlannedRun, console: Console, counter: str) -> bool:
+    """Whether the stored `row` of `run` is completed (then said, and the run skipped)."""
+    if row is None or row.status != states.COMPLETED:
+        return False
+    console.print(f"{counter} {_label(run)} seed {run.seed}: completed earlier, skipped")
+    return True

@@ -153,3 +153,7 @@ def test_seeds_run_into_another_directory_are_merged_into_the_summary(
     with pytest.raises(SystemExit):
         script.main()
     assert "--merge adds seeds to a summary over seeds" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", ["w", "--jobs", "2"])
+    with pytest.raises(SystemExit):
+        script.main()
+    assert "--jobs runs a noise sweep's runs at once" in capsys.readouterr().err

@@ -287,11 +287,9 @@ def test_the_planners_privileged_entries_are_fetched_only_for_queries_and_are_cu
     env.world.step = recording_step  # type: ignore[method-assign]
     env.reset(seed=5)
     rng = np.random.default_rng(0)
-    actions, skills, queried = [], [], []
+    skills, queried = [], []
     for _ in range(25):
-        action = int(rng.random() < 0.3)
-        _, _, terminated, truncated, info = env.step(action)
-        actions.append(action)
+        _, _, terminated, truncated, info = env.step(int(rng.random() < 0.3))
         skills.append(info["skill"])
         queried.append(info["queried"])
         if terminated or truncated:
