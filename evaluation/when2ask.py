@@ -207,6 +207,13 @@ def main() -> int:
     parser.add_argument("--learning-rate", type=float, default=None, help="PPO (default 3e-4)")
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument(
+        "--lr-schedule",
+        choices=["constant", "linear"],
+        default=None,
+        help="PPO learning rate over training: constant (default) or linear, annealed to 0 at "
+        "the last step",
+    )
+    parser.add_argument(
         "--seed", type=seed_number, default=0, help="seed of training and evaluation"
     )
     parser.add_argument(
@@ -305,6 +312,8 @@ def main() -> int:
         config["learning_rate"] = args.learning_rate
     if args.n_steps is not None:
         config["n_steps"] = args.n_steps
+    if args.lr_schedule is not None:
+        config["lr_schedule"] = args.lr_schedule
     if args.max_steps is not None:
         config["max_steps"] = args.max_steps
     config.update({k: getattr(args, k) for k in QUERY_COSTS if getattr(args, k) is not None})
@@ -560,6 +569,8 @@ def write_sweep(
     ppo = f"PPO {args.train_steps} steps"
     if args.learning_rate is not None or args.n_steps is not None:
         ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
+    if args.lr_schedule == "linear":
+        ppo += ", learning rate annealed linearly to 0"
     settings = ", ".join(
         [f"step cap {args.max_steps or 200}"]
         + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]

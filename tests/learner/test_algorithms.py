@@ -13,6 +13,7 @@ import pytest
 from llmrl.common.registry import UnknownNameError, registry
 from llmrl.learner.adapters import adapter_versions
 from llmrl.learner.algorithms import Algorithm, Versions, load_cached
+from llmrl.learner.algorithms.sb3 import learning_rate_schedule
 
 EXAMPLE = {
     "messages": [
@@ -101,6 +102,25 @@ def test_a_checkpoint_loads_only_with_its_own_algorithm(tmp_path: Path):
         registry.get_algorithm("a2c").load(checkpoint.path)
     with pytest.raises(FileNotFoundError, match="no SB3 model"):
         ppo.load(tmp_path / "missing.zip")
+
+
+@pytest.mark.parametrize(("schedule", "last_rate"), [("constant", 0.01), ("linear", 0.0)])
+def test_the_learning_rate_schedule_reaches_ppos_optimiser(schedule, last_rate, tmp_path):
+    rate = learning_rate_schedule(0.01, schedule)
+    ppo = registry.get_algorithm("ppo")
+    checkpoint = ppo.train(
+        cartpole(), tmp_path, total_timesteps=64, learning_rate=rate, **SB3_SETTINGS["ppo"]
+    )
+    model = ppo.load(checkpoint)  # the schedule is saved with the model and loads back
+    # the last of the two updates ran at the schedule's end: annealed to 0, or unchanged
+    assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(last_rate)
+    assert model.lr_schedule(1.0) == pytest.approx(0.01)
+    assert model.lr_schedule(0.5) == pytest.approx(0.01 if schedule == "constant" else 0.005)
+
+
+def test_an_unknown_learning_rate_schedule_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match="lr_schedule: expected constant or linear"):
+        learning_rate_schedule(0.01, "cosine")  # type: ignore[arg-type]
 
 
 def test_an_unknown_setting_is_refused_naming_the_allowed_ones(tmp_path: Path):

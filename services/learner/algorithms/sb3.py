@@ -16,7 +16,7 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import Algorithm, Progress
@@ -24,6 +24,7 @@ from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_check
 
 ALGORITHMS = ("ppo", "a2c", "dqn")
 MODEL_FILE = "model.zip"
+LrSchedule = Literal["constant", "linear"]
 # what train_sb3 sets itself: never a hyperparameter
 _FIXED = {"self", "policy", "env", "seed", "device", "verbose", "tensorboard_log"}
 
@@ -41,6 +42,19 @@ def hyperparameter_names(name: str) -> list[str]:
     """The keyword arguments SB3's class for `name` takes (learning_rate, n_steps...)."""
     parameters = inspect.signature(_algorithm_class(name).__init__).parameters
     return [p for p in parameters if p not in _FIXED and not p.startswith("_")]
+
+
+def learning_rate_schedule(rate: float, schedule: LrSchedule = "constant") -> Any:
+    """SB3's `learning_rate` argument: `rate` throughout ("constant"), or annealed linearly
+    from `rate` at the first step to 0 at the last ("linear", CleanRL's `anneal_lr`), which
+    lets PPO's last updates settle the policy instead of moving it as far as the first."""
+    if schedule == "constant":
+        return rate
+    if schedule != "linear":
+        raise ValueError(f"lr_schedule: expected constant or linear, got {schedule!r}")
+    from stable_baselines3.common.utils import LinearSchedule
+
+    return LinearSchedule(rate, 0.0, 1.0)
 
 
 def _cleanrl_callback(

@@ -26,6 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
 from llmrl.common.threads import torch_threads
+from llmrl.learner.algorithms.sb3 import LrSchedule
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext, tracked
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
 from llmrl.recipes.when2ask.asking import (
@@ -147,6 +148,11 @@ class When2AskConfig(RecipeConfig):
         "skills take mediator steps without env steps).",
     )
     learning_rate: float = Field(3e-4, gt=0, description="PPO learning rate.")
+    lr_schedule: LrSchedule = Field(
+        "constant",
+        description="PPO learning rate over training: constant (SB3's default) or linear "
+        "(annealed from learning_rate to 0 at the last step, as CleanRL's ppo.py does).",
+    )
     n_steps: int = Field(128, ge=8, description="PPO rollout length per env.")
     ent_coef: float = Field(0.01, ge=0, description="PPO entropy bonus.")
     random_ask_p: float | None = Field(
@@ -267,6 +273,7 @@ class When2Ask(Recipe):
             n_envs=cfg.n_envs,
             n_steps=cfg.n_steps,
             learning_rate=cfg.learning_rate,
+            lr_schedule=cfg.lr_schedule,
             ent_coef=cfg.ent_coef,
             seed=cfg.seed,
             model_path=str(ctx.out_dir / "models" / f"{name}.zip"),

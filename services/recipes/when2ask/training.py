@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmrl.common.registry import registry
+from llmrl.learner.algorithms.sb3 import LrSchedule, learning_rate_schedule
 
 NEVER_ASK_KEYS = ["image", "direction"]
 ALGORITHM = "ppo"  # a registered learner algorithm (llmrl.learner.algorithms)
@@ -51,6 +52,7 @@ class PolicyTrainingJob(BaseModel):
     n_envs: int = Field(8, ge=1, le=256)
     n_steps: int = Field(128, ge=8)
     learning_rate: float = Field(3e-4, gt=0)
+    lr_schedule: LrSchedule = Field("constant", description="constant, or linear to 0")
     ent_coef: float = Field(0.01, ge=0)
     seed: int = Field(0, ge=0)
     model_path: str = Field(..., description="where the trained model (.zip) is written")
@@ -134,7 +136,7 @@ def train_policy(
             seed=job.seed,
             tensorboard_dir=job.tensorboard_dir,
             policy=policy,
-            learning_rate=job.learning_rate,
+            learning_rate=learning_rate_schedule(job.learning_rate, job.lr_schedule),
             n_steps=job.n_steps,
             batch_size=min(256, job.n_steps * job.n_envs),
             ent_coef=job.ent_coef,

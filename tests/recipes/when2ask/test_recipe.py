@@ -42,6 +42,7 @@ def test_phase_plan_follows_the_methods():
         ({"new_plan_bonus": -0.1}, "new_plan_bonus"),
         ({"max_steps": 0}, "max_steps"),
         ({"planner_noise_mode": "sometimes"}, "planner_noise_mode"),
+        ({"lr_schedule": "cosine"}, "lr_schedule"),
     ],
 )
 def test_bad_config_names_the_field(config, field):
@@ -143,6 +144,19 @@ def test_step_cap_reaches_training(tmp_path):
         store.close()
     assert len(curve) >= 64 // 4  # every training episode ended at the cap
     assert all(point["l"] == 4 and not point["success"] for point in curve)
+
+
+def test_an_annealed_learning_rate_reaches_the_mediators_training(tmp_path):
+    from stable_baselines3 import PPO
+
+    config = {
+        "envs": ["SimpleDoorKey"], "methods": ["learned"], "train_steps": 64, "n_envs": 2,
+        "n_steps": 16, "eval_episodes": 1, "learning_rate": 0.002, "lr_schedule": "linear",
+    }  # fmt: skip
+    run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
+    model = PPO.load(str(tmp_path / "models" / "SimpleDoorKey-asking.zip"), device="cpu")
+    assert model.lr_schedule(1.0) == pytest.approx(0.002)
+    assert model.policy.optimizer.param_groups[0]["lr"] == pytest.approx(0.0)  # the last update
 
 
 def test_a_mediator_that_sees_its_plan_trains_and_plays_on_the_wider_observation(tmp_path):
