@@ -29,6 +29,10 @@ class Plan:
     # generated text). A sampling LLM's errors are mostly its unlikely draws, so a caller can
     # tell a doubtful plan from a sure one without knowing which is right.
     confidence: float | None = None
+    # Whether the plan is a deliberate error, from a simulated planner that knows (the noisy
+    # oracle); None when the planner cannot know (an LLM). A diagnostic for reports only:
+    # callers that decide anything must not read it.
+    erred: bool | None = None
 
 
 class Planner(ABC):

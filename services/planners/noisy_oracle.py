@@ -186,7 +186,7 @@ class NoisyOraclePlanner(Planner):
         # One draw per query whatever the plan, so the error rate is exactly `rate` per query.
         wrong = bool(rng.random() < rate)
         if not wrong or not right.skills:
-            return right
+            return Plan(skills=right.skills, done=right.done, erred=False)
         first = right.skills[0]
         options = wrong_skills(first, seen)
         if feasible:
@@ -202,4 +202,4 @@ class NoisyOraclePlanner(Planner):
         replacement = choices[int(rng.integers(len(choices)))]
         self.errors += 1
         self.last_mutation = kind
-        return Plan(skills=carry_through(right.skills, replacement))
+        return Plan(skills=carry_through(right.skills, replacement), erred=True)

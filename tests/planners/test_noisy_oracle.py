@@ -41,6 +41,7 @@ def test_error_rate_matches_p_over_many_queries(p):
         o = obs[i % len(obs)]
         plan = planner.plan(o)
         wrong += plan.skills != oracle_skills(o)
+        assert plan.erred == (plan.skills != oracle_skills(o))  # it knows its own errors
     assert planner.queries == n and planner.errors == wrong  # every error changes the plan
     sigma = (p * (1 - p) / n) ** 0.5
     assert abs(wrong / n - p) < 4 * sigma

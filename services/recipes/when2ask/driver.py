@@ -4,7 +4,9 @@ Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...}
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
 "new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...}`.
 Each step's `info` records `queried`, `asked` and `penalty`, from which the recipe computes
-queries per episode and the penalised return.
+queries per episode and the penalised return; with a planner that knows its errors (the
+noisy oracle) also `wrong_plan`, whether the step follows a plan that was a deliberate error
+(a diagnostic: how long each method follows a wrong plan before a query replaces it).
 """
 
 from __future__ import annotations
@@ -39,11 +41,10 @@ class MediatorDriver(EpisodeDriver):
             self.core.after_step(observation)
         ask = self.ask_policy.ask(self.core.features(observation))
         choice = self.core.choose(observation, ask=ask, t=t)
-        return Decision(
-            skill=choice.skill,
-            llm_calls=choice.llm_calls,
-            info={"queried": int(choice.queried), "asked": int(ask), "penalty": choice.penalty},
-        )
+        info = {"queried": int(choice.queried), "asked": int(ask), "penalty": choice.penalty}
+        if choice.wrong_plan is not None:
+            info["wrong_plan"] = int(choice.wrong_plan)
+        return Decision(skill=choice.skill, llm_calls=choice.llm_calls, info=info)
 
 
 @registry.register_driver("when2ask", "When2Ask: a mediator decides when to ask the planner")

@@ -88,6 +88,7 @@ class EpisodeStats:
     asked: int = 0  # the mediator's ASK actions
     forced: int = 0  # queries the mediator did not choose (plan finished or infeasible)
     same_plan: int = 0  # asks that returned the plan already being followed
+    wrong_plans: int = 0  # queries whose plan was a deliberate error (see Plan.erred)
     penalty: float = 0.0
     llm_calls: list[LlmCall] = field(default_factory=list)
 
@@ -101,6 +102,8 @@ class StepChoice:
     asked: bool
     penalty: float
     llm_calls: list[LlmCall]
+    # the skill comes from a plan its planner knows to be wrong (None: the planner cannot say)
+    wrong_plan: bool | None = None
 
 
 class MediatorCore:
@@ -141,6 +144,7 @@ class MediatorCore:
         self._plan_disagreed = False
         self._plan_confirmed = False
         self._plan_confidence = 0.0  # no plan yet
+        self._plan_erred: bool | None = None  # diagnostic only: never a feature
         self._prev_view: np.ndarray | None = None
 
     def after_step(self, obs: dict[str, Any]) -> None:
@@ -180,12 +184,14 @@ class MediatorCore:
             self._plan_confirmed = ask and same
             self.plan = list(plan.skills)
             self._plan_confidence = plan_confidence(plan)
+            self._plan_erred = plan.erred
+            self.stats.wrong_plans += int(bool(plan.erred))
             self.needs_plan = False
             self._text_at_query = observation_text(obs.get("text", ""))
             self._since_query = 0
         self.stats.penalty += penalty
         skill = self.plan[0] if self.plan else FALLBACK_SKILL
-        return StepChoice(skill, queried, bool(ask), penalty, calls)
+        return StepChoice(skill, queried, bool(ask), penalty, calls, self._plan_erred)
 
     def features(self, obs: dict[str, Any]) -> np.ndarray:
         """The mediator's observation (see the module docstring); call once per step."""

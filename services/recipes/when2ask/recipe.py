@@ -383,6 +383,9 @@ class When2Ask(Recipe):
                         "paper_queries/ep": paper_queries,
                     }
                 )
+                if cfg.planner == "noisy":  # its errors are known: how each method met them
+                    rows[-1]["wrong_plans/ep"] = summary.get("wrong_plans_per_episode")
+                    rows[-1]["wrong_plan_steps/ep"] = summary.get("wrong_plan_steps_per_episode")
         plots = ["when2ask_learning_curves.png", "when2ask_queries_vs_success.png"]
         curves = {
             env: {
@@ -410,6 +413,15 @@ class When2Ask(Recipe):
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",
             "queries/ep counts every planner query (asked and forced); return is the "
             "environment's, return_penalised subtracts the query penalties",
+            *(
+                [
+                    "wrong_plans/ep: queries whose plan the noisy planner made wrong; "
+                    "wrong_plan_steps/ep: steps spent following such a plan until a query "
+                    "replaced it (a diagnostic the mediator never observes)"
+                ]
+                if cfg.planner == "noisy"
+                else []
+            ),
             "paper: Hu et al. 2023 Table 1 (Vicuna planner, 500 episodes)",
         ]
         notes += target_notes(rows, cfg.envs)
@@ -436,6 +448,16 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     returns = [r.episode_return for r in records]
     tokens = sum(c.prompt_tokens + c.completion_tokens for r in records for c in r.llm_calls)
     cost = sum(c.cost_usd for r in records for c in r.llm_calls)
+    # steps on a plan known to be wrong, and such plans received (a query's step is its first)
+    wrong = [[s for s in r.steps if s.info.get("wrong_plan")] for r in records]
+    diagnostics = {}
+    if any("wrong_plan" in s.info for r in records for s in r.steps):
+        diagnostics = {
+            "wrong_plans_per_episode": float(
+                np.mean([sum(int(s.info.get("queried", 0)) for s in w) for w in wrong])
+            ),
+            "wrong_plan_steps_per_episode": float(np.mean([len(w) for w in wrong])),
+        }
     return {
         "episodes": n,
         "success_rate": sum(r.success for r in records) / n,
@@ -446,6 +468,7 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
         "mean_return_penalised": float(np.mean(np.subtract(returns, penalties))),
         "tokens_per_episode": tokens / n,
         "cost_per_episode_usd": cost / n,
+        **diagnostics,
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llmrl.common.episodes import EpisodeRecord, StepRecord
 from llmrl.planners.base import Plan, Planner
 from llmrl.recipes.when2ask.mediator import (
     ASK,
@@ -17,9 +18,11 @@ from llmrl.recipes.when2ask.mediator import (
     PLAN_DISAGREED,
     PLAN_FEATURES,
     PLAN_TARGET_TYPES,
+    MediatorCore,
     MediatorEnv,
     skill_features,
 )
+from llmrl.recipes.when2ask.recipe import summarize
 from llmrl.simulator.envs.when2ask.knowledge import GOAL, KEY
 from llmrl.simulator.envs.when2ask.skills import VERBS, seen_objects
 from llmrl.simulator.world import World
@@ -156,6 +159,49 @@ def test_episode_summary_matches_the_step_rewards():
     assert episode["penalty"] == pytest.approx(
         LAM * episode["queries"] + SAME * env.core.stats.same_plan
     )
+
+
+class KnowingPlanner(ScriptedPlanner):
+    """A scripted planner that says which of its plans are wrong (as the noisy oracle does)."""
+
+    def __init__(self, plans: list[tuple[list[str], bool]]) -> None:
+        super().__init__([skills for skills, _ in plans])
+        self.erred = [erred for _, erred in plans]
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        erred = self.erred[min(self.calls, len(self.erred) - 1)]
+        return Plan(skills=super().plan(observation, t).skills, erred=erred)
+
+
+def test_steps_on_a_known_wrong_plan_are_marked_until_a_query_replaces_it():
+    planner = KnowingPlanner([(["explore"], True), (["go to the goal"], False)])
+    core = MediatorCore(planner)
+    obs = {"text": "You have seen nothing.", "skill_status": 1}
+    marks = []
+    for t, ask in enumerate([False, False, False, True, False]):  # forced at t=0, asked at 3
+        if t:
+            core.after_step(obs)
+        marks.append(core.choose(obs, ask=ask, t=t).wrong_plan)
+    assert marks == [True, True, True, False, False]
+    assert core.stats.wrong_plans == 1 and core.stats.queries == 2
+    unknowing = MediatorCore(ScriptedPlanner([["explore"]]))
+    assert unknowing.choose(obs, ask=False, t=0).wrong_plan is None  # an LLM cannot say
+
+
+def test_the_summary_counts_wrong_plans_received_and_the_steps_spent_on_them():
+    def episode(steps: list[dict[str, int]]) -> EpisodeRecord:
+        record = EpisodeRecord("r", "e", "SimpleDoorKey", seed=0, policy="learned")
+        record.steps = [StepRecord(t=t, info=info) for t, info in enumerate(steps)]
+        return record
+
+    first = episode([{"queried": 1, "wrong_plan": 1}, {"queried": 0, "wrong_plan": 1},
+                     {"queried": 1, "wrong_plan": 0}])  # fmt: skip
+    second = episode([{"queried": 1, "wrong_plan": 0}, {"queried": 0, "wrong_plan": 0}])
+    summary = summarize([first, second])
+    assert summary["wrong_plans_per_episode"] == 0.5  # one wrong plan in two episodes
+    assert summary["wrong_plan_steps_per_episode"] == 1.0  # two steps on it
+    unknown = summarize([episode([{"queried": 1}])])  # a planner that cannot say
+    assert "wrong_plans_per_episode" not in unknown
 
 
 def test_bad_mediator_action_is_a_clear_error():

@@ -144,6 +144,10 @@ def test_step_cap_reaches_training(tmp_path):
         store.close()
     assert len(curve) >= 64 // 4  # every training episode ended at the cap
     assert all(point["l"] == 4 and not point["success"] for point in curve)
+    # with the noisy planner the table says how each method met its errors
+    row = json.loads((tmp_path / "results.json").read_text())["rows"][0]
+    assert 0 <= row["wrong_plans/ep"] <= row["queries/ep"]
+    assert row["wrong_plans/ep"] <= row["wrong_plan_steps/ep"] <= row["steps/ep"]
 
 
 def test_an_annealed_learning_rate_reaches_the_mediators_training(tmp_path):
