@@ -53,6 +53,7 @@ from typing import Any, get_args
 
 from llmrl.common import stats
 from llmrl.common.store import RunStore
+from llmrl.learner.algorithms.sb3 import LrSchedule
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.orchestrator.experiments import digest, parse_spec
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
@@ -208,7 +209,7 @@ def main() -> int:
     parser.add_argument("--n-steps", type=int, default=None, help="PPO rollout/env (default 128)")
     parser.add_argument(
         "--lr-schedule",
-        choices=["constant", "linear"],
+        choices=get_args(LrSchedule),
         default=None,
         help="PPO learning rate over training: constant (default) or linear, annealed to 0 at "
         "the last step",

@@ -42,6 +42,7 @@ When errors are drawn (`mode`):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, ClassVar
 
@@ -186,7 +187,7 @@ class NoisyOraclePlanner(Planner):
         # One draw per query whatever the plan, so the error rate is exactly `rate` per query.
         wrong = bool(rng.random() < rate)
         if not wrong or not right.skills:
-            return Plan(skills=right.skills, done=right.done, erred=False)
+            return dataclasses.replace(right, erred=False)
         first = right.skills[0]
         options = wrong_skills(first, seen)
         if feasible:

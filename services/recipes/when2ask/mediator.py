@@ -334,6 +334,7 @@ class MediatorEnv(gym.Env):
                 "queries": self.core.stats.queries,
                 "asked": self.core.stats.asked,
                 "penalty": self.core.stats.penalty,
+                "wrong_plans": self.core.stats.wrong_plans,  # a diagnostic (noisy planner)
             }
         reward = env_reward - choice.penalty
         return self.core.features(self._obs), reward, terminated, truncated, info

@@ -368,24 +368,23 @@ class When2Ask(Recipe):
             for method in self.methods():
                 summary = ctx.phase_outputs(f"evaluate/{env}/{method}")
                 paper_success, paper_queries = PAPER[env].get(method, (None, None))
-                rows.append(
-                    {
-                        "task": env,
-                        "method": method,
-                        "success_%": 100 * summary["success_rate"],
-                        "queries/ep": summary["queries_per_episode"],
-                        "steps/ep": summary["mean_length"],
-                        "return": summary["mean_return"],
-                        "return_penalised": summary["mean_return_penalised"],
-                        "tokens/ep": summary["tokens_per_episode"],
-                        "cost/ep_usd": summary["cost_per_episode_usd"],
-                        "paper_success_%": paper_success,
-                        "paper_queries/ep": paper_queries,
-                    }
-                )
+                row = {
+                    "task": env,
+                    "method": method,
+                    "success_%": 100 * summary["success_rate"],
+                    "queries/ep": summary["queries_per_episode"],
+                    "steps/ep": summary["mean_length"],
+                    "return": summary["mean_return"],
+                    "return_penalised": summary["mean_return_penalised"],
+                    "tokens/ep": summary["tokens_per_episode"],
+                    "cost/ep_usd": summary["cost_per_episode_usd"],
+                    "paper_success_%": paper_success,
+                    "paper_queries/ep": paper_queries,
+                }
                 if cfg.planner == "noisy":  # its errors are known: how each method met them
-                    rows[-1]["wrong_plans/ep"] = summary.get("wrong_plans_per_episode")
-                    rows[-1]["wrong_plan_steps/ep"] = summary.get("wrong_plan_steps_per_episode")
+                    row["wrong_plans/ep"] = summary.get("wrong_plans_per_episode")
+                    row["wrong_plan_steps/ep"] = summary.get("wrong_plan_steps_per_episode")
+                rows.append(row)
         plots = ["when2ask_learning_curves.png", "when2ask_queries_vs_success.png"]
         curves = {
             env: {
@@ -413,17 +412,14 @@ class When2Ask(Recipe):
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",
             "queries/ep counts every planner query (asked and forced); return is the "
             "environment's, return_penalised subtracts the query penalties",
-            *(
-                [
-                    "wrong_plans/ep: queries whose plan the noisy planner made wrong; "
-                    "wrong_plan_steps/ep: steps spent following such a plan until a query "
-                    "replaced it (a diagnostic the mediator never observes)"
-                ]
-                if cfg.planner == "noisy"
-                else []
-            ),
             "paper: Hu et al. 2023 Table 1 (Vicuna planner, 500 episodes)",
         ]
+        if cfg.planner == "noisy":
+            notes.append(
+                "wrong_plans/ep: queries whose plan the noisy planner made wrong; "
+                "wrong_plan_steps/ep: steps spent following such a plan until a query "
+                "replaced it (a diagnostic the mediator never observes)"
+            )
         notes += target_notes(rows, cfg.envs)
         notes += beats_rules_notes(rows, cfg.envs)
         if cfg.planner in ("local", "llm"):
@@ -448,10 +444,10 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     returns = [r.episode_return for r in records]
     tokens = sum(c.prompt_tokens + c.completion_tokens for r in records for c in r.llm_calls)
     cost = sum(c.cost_usd for r in records for c in r.llm_calls)
-    # steps on a plan known to be wrong, and such plans received (a query's step is its first)
-    wrong = [[s for s in r.steps if s.info.get("wrong_plan")] for r in records]
     diagnostics = {}
-    if any("wrong_plan" in s.info for r in records for s in r.steps):
+    if any("wrong_plan" in s.info for r in records for s in r.steps):  # the planner knows
+        # steps on a plan known to be wrong; a query's step is the first on the plan it got
+        wrong = [[s for s in r.steps if s.info.get("wrong_plan")] for r in records]
         diagnostics = {
             "wrong_plans_per_episode": float(
                 np.mean([sum(int(s.info.get("queried", 0)) for s in w) for w in wrong])
