@@ -70,9 +70,23 @@ class EpisodeDriver:
     # Entries copied into every `StepRecord.info` after its step and, as numbers, the last
     # observation's into `EpisodeRecord.metrics` (e.g. the counters an annotator scores).
     record_observations: tuple[str, ...] = ()
+    # Entries needed only at some steps (a planner's privileged inputs, read when it is
+    # queried), which a world may spend a search on: the rollout loop requests them at
+    # reset only, and the driver reads them as the env stands with `look` when it needs them.
+    on_demand_observations: tuple[str, ...] = ()
+    _looker: Callable[[Sequence[str]], dict[str, Any]] | None = None
 
     def reset(self) -> None:
         pass
+
+    def bind_look(self, looker: Callable[[Sequence[str]], dict[str, Any]]) -> None:
+        """Called by the rollout loop: how `look` reads the env it plays."""
+        self._looker = looker
+
+    def look(self, names: Sequence[str]) -> dict[str, Any]:
+        """The entries `names` as the env stands now, without stepping it. Unbound (a driver
+        fed by hand) it reads nothing: the observations passed to `act` must hold them."""
+        return {} if self._looker is None else self._looker(names)
 
     def act(self, observation: dict[str, Any], t: int) -> Decision:
         raise NotImplementedError

@@ -65,6 +65,10 @@ def run_episode(job: EpisodeJob, resources: RolloutResources) -> EpisodeRecord:
             ]
         )
     )
+    on_demand = [n for n in dict.fromkeys(driver.on_demand_observations) if n not in observations]
+    if on_demand:
+        # an inactive step moves nothing and returns the entries as they stand
+        driver.bind_look(lambda names: _first(world.step(active=[False], observations=list(names))))
     record = EpisodeRecord(
         run_id=job.run_id,
         episode_id=job.episode_id,
@@ -73,7 +77,7 @@ def run_episode(job: EpisodeJob, resources: RolloutResources) -> EpisodeRecord:
         policy=job.policy_name,
     )
     driver.reset()
-    obs = _first(world.reset(seed=job.seed, observations=observations))
+    obs = _first(world.reset(seed=job.seed, observations=[*observations, *on_demand]))
     limit = min(job.max_steps or HARD_STEP_CAP, HARD_STEP_CAP)
     t, terminated, last_reward = 0, False, 0.0
     stop_reason = "max_steps"

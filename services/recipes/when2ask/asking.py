@@ -46,7 +46,8 @@ from llmrl.simulator.envs.base import SkillStatus
 FORCED_ONLY, NEWS_OR_SKILL_END = "forced-only", "news-or-skill-end"
 UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED = "until-confirmed", "news-until-confirmed"
 UNTIL_CONFIDENT = "until-confident"
-METHODS = ("always", FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
+ALWAYS = "always"
+METHODS = (ALWAYS, FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
 # evaluated only when asked for
 REFERENCE_RULES = (UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED, UNTIL_CONFIDENT)
 ALIASES = {"hard-coded": FORCED_ONLY}  # the name forced-only had before
@@ -130,7 +131,7 @@ def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
     """`{"method": "always" | "forced-only" | "news-or-skill-end" | "random" (p) | "learned"
     (model: a PPO checkpoint or .zip path)}`."""
     method = canonical_method(str(spec.get("method")))
-    if method == "always":
+    if method == ALWAYS:
         return AlwaysAsk()
     if method == FORCED_ONLY:
         return ForcedOnly()

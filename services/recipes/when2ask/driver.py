@@ -7,6 +7,8 @@ Each step's `info` records `queried`, `asked` and `penalty`, from which the reci
 queries per episode and the penalised return; with a planner that knows its errors (the
 noisy oracle) also `wrong_plan`, whether the step follows a plan that was a deliberate error
 (a diagnostic: how long each method follows a wrong plan before a query replaces it).
+The planner's privileged entries (the oracle's plan, the feasible skills: a search each) are
+read only at the steps that query it (`on_demand_observations`), as in training.
 """
 
 from __future__ import annotations
@@ -17,21 +19,26 @@ from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
 from llmrl.common.registry import registry
 from llmrl.planners.base import make_planner, reseeded
 from llmrl.recipes.when2ask.asking import (
+    ALWAYS,
     UNTIL_CONFIDENT,
     AskPolicy,
     canonical_method,
     make_ask_policy,
 )
-from llmrl.recipes.when2ask.mediator import MediatorCore
+from llmrl.recipes.when2ask.mediator import FEATURE_OBSERVATIONS, MediatorCore
 
 
 class MediatorDriver(EpisodeDriver):
     optional_observations = ("success",)
 
-    def __init__(self, core: MediatorCore, ask_policy: AskPolicy) -> None:
+    def __init__(self, core: MediatorCore, ask_policy: AskPolicy, asks_always: bool = False):
         self.core = core
         self.ask_policy = ask_policy
-        self.observations = core.observations
+        if asks_always:  # a query every step: its entries come with the step, no extra read
+            self.observations = core.observations
+        else:
+            self.observations = FEATURE_OBSERVATIONS
+            self.on_demand_observations = core.query_observations
 
     def reset(self) -> None:
         self.core.reset()
@@ -40,6 +47,9 @@ class MediatorDriver(EpisodeDriver):
         if t > 0:
             self.core.after_step(observation)
         ask = self.ask_policy.ask(self.core.features(observation))
+        if self.on_demand_observations and t > 0 and (ask or self.core.needs_plan):
+            # the reset brought every entry; later steps read the planner's at its queries
+            observation = {**observation, **self.look(self.on_demand_observations)}
         choice = self.core.choose(observation, ask=ask, t=t)
         info = {"queried": int(choice.queried), "asked": int(ask), "penalty": choice.penalty}
         if choice.wrong_plan is not None:
@@ -69,7 +79,8 @@ def _mediator_driver(
     if method == UNTIL_CONFIDENT and not core.sees_confidence:
         # without the feature the rule would read whatever feature comes last
         raise ValueError(f'policy.sees_confidence: {UNTIL_CONFIDENT} needs "sees_confidence": true')
-    return MediatorDriver(core, make_ask_policy(policy["ask"], seed=job.seed))
+    ask_policy = make_ask_policy(policy["ask"], seed=job.seed)
+    return MediatorDriver(core, ask_policy, asks_always=method == ALWAYS)
 
 
 class SB3ActionDriver(EpisodeDriver):

@@ -77,6 +77,7 @@ PLAN_DISAGREED = KNOWLEDGE_CHANGED + 1
 PLAN_CONFIRMED = PLAN_DISAGREED + 1
 STATUS_START = PLAN_CONFIRMED + 1
 WORLD_ENTRIES = ("reward", "discount", "step_type")
+FEATURE_OBSERVATIONS = ("image", "skill_status", "text")  # what `features` reads every step
 _ENCODING_SCALE = np.float32(1 / 10)  # minigrid encodes object/colour/state as ints < 11
 
 
@@ -131,7 +132,11 @@ class MediatorCore:
         self.observation_space = observation_space(
             self.sees_plan, self.counts_objects, self.sees_confidence
         )
-        self.observations = tuple(sorted({"text", "image", "skill_status", *planner.observations}))
+        self.observations = tuple(sorted({*FEATURE_OBSERVATIONS, *planner.observations}))
+        # the planner's other entries (privileged ones cost a search) are read at queries only
+        self.query_observations = tuple(
+            name for name in self.observations if name not in FEATURE_OBSERVATIONS
+        )
         self.reset()
 
     def reset(self) -> None:

@@ -184,3 +184,84 @@ def test_a_driver_refuses_until_confident_without_the_confidence_feature():
         build(policy, RolloutResources(), job)
     sure = {**policy, "sees_confidence": True}
     assert build(sure, RolloutResources(), job).core.sees_confidence
+
+
+class CountingWorld:
+    """A real world that notes which entries each reset or step asked for."""
+
+    def __init__(self, world: Any) -> None:
+        self.world = world
+        self.requests: list[tuple[str, set[str]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.world, name)
+
+    def reset(self, **kwargs: Any) -> Any:
+        self.requests.append(("reset", set(kwargs.get("observations") or ())))
+        return self.world.reset(**kwargs)
+
+    def step(self, **kwargs: Any) -> Any:
+        kind = "look" if kwargs.get("active") is not None else "step"
+        self.requests.append((kind, set(kwargs.get("observations") or ())))
+        return self.world.step(**kwargs)
+
+
+@registry.register_driver("test-when2ask-eager")
+def eager_mediator(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    """The when2ask driver asking for the planner's entries at every step (the old way)."""
+    driver = registry.get_driver("when2ask")(policy, resources, job)
+    driver.observations = driver.core.observations
+    driver.on_demand_observations = ()
+    return driver
+
+
+def play_counted(kind: str, method: str) -> tuple[Any, list[tuple[str, set[str]]]]:
+    """One noisy-oracle episode of `method` on SimpleDoorKey, and what its world was asked."""
+    from llmrl.agents import run_episode
+    from llmrl.simulator.client import make_world
+
+    policy = {
+        "kind": kind,
+        "ask": {"method": method},
+        "planner": {"name": "noisy-oracle", "kwargs": {"p": 0.3, "seed": 0}},
+    }
+    worlds: list[CountingWorld] = []
+
+    def counting_world(env: str, **kwargs: Any) -> CountingWorld:
+        worlds.append(CountingWorld(make_world(env, **kwargs)))
+        return worlds[-1]
+
+    job = EpisodeJob("r", "p/0", "SimpleDoorKey", seed=3, policy=policy, max_steps=40)
+    resources = RolloutResources(world_factory=counting_world)
+    try:
+        record = run_episode(job, resources)
+    finally:
+        resources.close()
+    return record, worlds[0].requests
+
+
+@pytest.mark.parametrize("method", ["news-or-skill-end", "forced-only"])
+def test_the_planners_privileged_entries_are_read_only_at_its_queries(method):
+    record, requests = play_counted("when2ask", method)
+    eager, eager_requests = play_counted("test-when2ask-eager", method)
+    privileged = {"oracle_plan", "feasible_skills"}
+    # the same episode, step for step, as when every step asked for everything
+    assert [(s.skill, s.info) for s in record.steps] == [(s.skill, s.info) for s in eager.steps]
+    assert record.success == eager.success and record.length == eager.length
+    assert all(privileged <= names for kind, names in eager_requests if kind != "look")
+    # now: at the reset, then once at each later query, never with a step
+    assert requests[0] == ("reset", requests[0][1]) and privileged <= requests[0][1]
+    looks = [names for kind, names in requests if kind == "look"]
+    later_queries = sum(s.info["queried"] for s in record.steps[1:])
+    assert len(looks) == later_queries > 0
+    assert all(names == privileged for names in looks)
+    assert not any(privileged & names for kind, names in requests[1:] if kind != "look")
+
+
+def test_always_ask_reads_the_planners_entries_with_every_step():
+    """A query every step: an extra read per step would only cost, so none is made."""
+    record, requests = play_counted("when2ask", "always")
+    eager, _ = play_counted("test-when2ask-eager", "always")
+    assert [(s.skill, s.info) for s in record.steps] == [(s.skill, s.info) for s in eager.steps]
+    assert not any(kind == "look" for kind, _ in requests)
+    assert all({"oracle_plan", "feasible_skills"} <= names for _, names in requests)
