@@ -4,7 +4,8 @@ only, versus read at every step.
 The noisy oracle reads two privileged entries (`oracle_plan`, `feasible_skills`: a search of
 the grid each). The evaluation driver reads them only at the steps that query the planner
 (`EpisodeDriver.on_demand_observations`; always-ask, which queries at every step, still reads
-them with the step); before, the rollout loop asked for them with every step. Both play the
+them with the step); before, the rollout loop asked for them with every step, which the
+driver's `"planner_entries": "every_step"` keeps for this comparison. Both play the
 same seeded episodes through `run_episode` (same steps, same queries:
 `tests/recipes/when2ask/test_asking_rules.py`), in alternating rounds (the order flipped every
 round) so that load from other processes hurts both alike; the ratio is the median of the
@@ -25,32 +26,24 @@ from typing import Any
 
 import llmrl.recipes.when2ask.driver  # noqa: F401  (registers the "when2ask" kind)
 from llmrl.agents import EpisodeJob, RolloutResources, run_episode
-from llmrl.common.registry import registry
 
-EVERY_STEP = "bench-when2ask-every-step"
-
-
-@registry.register_driver(EVERY_STEP)
-def _every_step(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    """The when2ask driver asking for every planner entry with every step (the old loop)."""
-    driver = registry.get_driver("when2ask")(policy, resources, job)
-    driver.observations = driver.core.observations
-    driver.on_demand_observations = ()
-    return driver
+EVERY_STEP = "every_step"  # the driver's `planner_entries`: the loop as it was
 
 
 def episodes_per_second(
-    kind: str, method: str, args: argparse.Namespace, resources: RolloutResources
+    entries: str, method: str, args: argparse.Namespace, resources: RolloutResources
 ) -> float:
     policy = {
-        "kind": kind,
+        "kind": "when2ask",
         "ask": {"method": method},
         "planner": {"name": "noisy-oracle", "kwargs": {"p": args.noise, "seed": 0}},
+        "planner_entries": entries,
     }
     started = time.perf_counter()
     for index in range(args.episodes):
-        job = EpisodeJob("bench", f"b/{index}", args.env, seed=index, policy=policy)
-        job.max_steps = args.max_steps
+        job = EpisodeJob(
+            "bench", f"b/{index}", args.env, seed=index, policy=policy, max_steps=args.max_steps
+        )
         run_episode(job, resources)
     return args.episodes / (time.perf_counter() - started)
 
@@ -74,13 +67,13 @@ def main() -> None:
     figures: dict[str, Any] = {"env": args.env, "episodes": args.episodes, "rounds": args.rounds}
     try:
         for method in args.methods:
-            episodes_per_second("when2ask", method, args, resources)  # warm-up: world, imports
+            episodes_per_second("at_queries", method, args, resources)  # warm-up: world, imports
             now, before = [], []
             for round_index in range(args.rounds):
                 # the order flips every round, so a drift in the machine's load favours neither
-                for kind in (EVERY_STEP, "when2ask")[:: 1 if round_index % 2 else -1]:
-                    rate = episodes_per_second(kind, method, args, resources)
-                    (before if kind == EVERY_STEP else now).append(rate)
+                for entries in (EVERY_STEP, "at_queries")[:: 1 if round_index % 2 else -1]:
+                    rate = episodes_per_second(entries, method, args, resources)
+                    (before if entries == EVERY_STEP else now).append(rate)
             ratio = statistics.median(a / b for a, b in zip(now, before, strict=True))
             figures[method] = {
                 "on_demand_episodes_per_s": round(statistics.median(now), 2),

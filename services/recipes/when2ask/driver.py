@@ -2,13 +2,16 @@
 
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
-"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...}`.
+"new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...,
+"planner_entries": "at_queries" | "every_step"}`.
 Each step's `info` records `queried`, `asked` and `penalty`, from which the recipe computes
 queries per episode and the penalised return; with a planner that knows its errors (the
 noisy oracle) also `wrong_plan`, whether the step follows a plan that was a deliberate error
 (a diagnostic: how long each method follows a wrong plan before a query replaces it).
 The planner's privileged entries (the oracle's plan, the feasible skills: a search each) are
-read only at the steps that query it (`on_demand_observations`), as in training.
+read only at the steps that query it (`on_demand_observations`), as in training; always-ask,
+which queries every step, and `"planner_entries": "every_step"` (the loop as it was, kept to
+measure the difference: `bench/when2ask_eval.py`) read them with every step.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from llmrl.recipes.when2ask.asking import (
 )
 from llmrl.recipes.when2ask.mediator import FEATURE_OBSERVATIONS, MediatorCore
 
+PLANNER_ENTRIES = ("at_queries", "every_step")  # when the planner's own entries are read
+
 
 class MediatorDriver(EpisodeDriver):
     optional_observations = ("success",)
 
-    def __init__(self, core: MediatorCore, ask_policy: AskPolicy, asks_always: bool = False):
+    def __init__(self, core: MediatorCore, ask_policy: AskPolicy, every_step: bool = False):
         self.core = core
         self.ask_policy = ask_policy
-        if asks_always:  # a query every step: its entries come with the step, no extra read
+        if every_step:  # the planner's entries come with each step, no extra read
             self.observations = core.observations
         else:
             self.observations = FEATURE_OBSERVATIONS
@@ -79,8 +84,14 @@ def _mediator_driver(
     if method == UNTIL_CONFIDENT and not core.sees_confidence:
         # without the feature the rule would read whatever feature comes last
         raise ValueError(f'policy.sees_confidence: {UNTIL_CONFIDENT} needs "sees_confidence": true')
+    entries = policy.get("planner_entries", PLANNER_ENTRIES[0])
+    if entries not in PLANNER_ENTRIES:
+        allowed = ", ".join(PLANNER_ENTRIES)
+        raise ValueError(f"policy.planner_entries: expected one of {allowed}, got {entries!r}")
     ask_policy = make_ask_policy(policy["ask"], seed=job.seed)
-    return MediatorDriver(core, ask_policy, asks_always=method == ALWAYS)
+    # always-ask queries every step: reading the entries apart would only add a call per step
+    every_step = entries == "every_step" or method == ALWAYS
+    return MediatorDriver(core, ask_policy, every_step=every_step)
 
 
 class SB3ActionDriver(EpisodeDriver):

@@ -288,11 +288,10 @@ class MediatorEnv(gym.Env):
         )
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
-        # The planner's privileged entries (the oracle's plan, the feasible skills) cost a
-        # search each; a step asks for them only when the planner will be queried.
-        privileged = set(getattr(self.world, "privileged_observations", ()))
-        self.for_query = [name for name in self.requested if name in privileged]
-        self.every_step = [name for name in self.requested if name not in privileged]
+        # The planner's own entries (the oracle's plan, the feasible skills: a search each) are
+        # asked for only when the planner will be queried, as the evaluation driver does.
+        self.for_query = list(self.core.query_observations)
+        self.every_step = [name for name in self.requested if name not in self.for_query]
         self.observation_space = self.core.observation_space
         self.action_space = spaces.Discrete(2)
         self._obs: dict[str, Any] = {}

@@ -206,24 +206,17 @@ class CountingWorld:
         return self.world.step(**kwargs)
 
 
-@registry.register_driver("test-when2ask-eager")
-def eager_mediator(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    """The when2ask driver asking for the planner's entries at every step (the old way)."""
-    driver = registry.get_driver("when2ask")(policy, resources, job)
-    driver.observations = driver.core.observations
-    driver.on_demand_observations = ()
-    return driver
-
-
-def play_counted(kind: str, method: str) -> tuple[Any, list[tuple[str, set[str]]]]:
-    """One noisy-oracle episode of `method` on SimpleDoorKey, and what its world was asked."""
+def play_counted(method: str, entries: str = "at_queries") -> tuple[Any, list[Any]]:
+    """One noisy-oracle episode of `method` on SimpleDoorKey, and what its world was asked
+    (`entries`: when the planner's entries are read)."""
     from llmrl.agents import run_episode
     from llmrl.simulator.client import make_world
 
     policy = {
-        "kind": kind,
+        "kind": "when2ask",
         "ask": {"method": method},
         "planner": {"name": "noisy-oracle", "kwargs": {"p": 0.3, "seed": 0}},
+        "planner_entries": entries,
     }
     worlds: list[CountingWorld] = []
 
@@ -242,15 +235,15 @@ def play_counted(kind: str, method: str) -> tuple[Any, list[tuple[str, set[str]]
 
 @pytest.mark.parametrize("method", ["news-or-skill-end", "forced-only"])
 def test_the_planners_privileged_entries_are_read_only_at_its_queries(method):
-    record, requests = play_counted("when2ask", method)
-    eager, eager_requests = play_counted("test-when2ask-eager", method)
+    record, requests = play_counted(method)
+    eager, eager_requests = play_counted(method, "every_step")
     privileged = {"oracle_plan", "feasible_skills"}
     # the same episode, step for step, as when every step asked for everything
     assert [(s.skill, s.info) for s in record.steps] == [(s.skill, s.info) for s in eager.steps]
     assert record.success == eager.success and record.length == eager.length
     assert all(privileged <= names for kind, names in eager_requests if kind != "look")
     # now: at the reset, then once at each later query, never with a step
-    assert requests[0] == ("reset", requests[0][1]) and privileged <= requests[0][1]
+    assert requests[0][0] == "reset" and privileged <= requests[0][1]
     looks = [names for kind, names in requests if kind == "look"]
     later_queries = sum(s.info["queried"] for s in record.steps[1:])
     assert len(looks) == later_queries > 0
@@ -260,8 +253,21 @@ def test_the_planners_privileged_entries_are_read_only_at_its_queries(method):
 
 def test_always_ask_reads_the_planners_entries_with_every_step():
     """A query every step: an extra read per step would only cost, so none is made."""
-    record, requests = play_counted("when2ask", "always")
-    eager, _ = play_counted("test-when2ask-eager", "always")
+    record, requests = play_counted("always")
+    eager, _ = play_counted("always", "every_step")
     assert [(s.skill, s.info) for s in record.steps] == [(s.skill, s.info) for s in eager.steps]
     assert not any(kind == "look" for kind, _ in requests)
     assert all({"oracle_plan", "feasible_skills"} <= names for _, names in requests)
+
+
+def test_an_unknown_planner_entries_setting_is_named():
+    policy = {
+        "kind": "when2ask",
+        "ask": {"method": "forced-only"},
+        "planner": "oracle",
+        "planner_entries": "sometimes",
+    }
+    job = EpisodeJob("r", "p/0", "SimpleDoorKey", seed=0, policy=policy)
+    expected = r"policy\.planner_entries: expected one of at_queries, every_step, got 'sometimes'"
+    with pytest.raises(ValueError, match=expected):
+        registry.get_driver("when2ask")(policy, RolloutResources(), job)
