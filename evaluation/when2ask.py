@@ -40,7 +40,8 @@ and its mean, and the target checked on the means.
 `--sees-plan` lets the mediator observe the skill in hand (its verb and object type), so it can
 learn which plans do not fit the situation; `--counts-objects`, how many objects the agent
 knows (what the distractors mode's error rate grows with); `--sees-confidence`, the probability
-the planner gave the plan in hand (`--planner local`: the softmax of its skill scores).
+the planner gave the plan in hand (`--planner local`: the softmax of its skill scores);
+`--sees-time`, the share of its step cap used, with the cap a termination in training.
 """
 
 from __future__ import annotations
@@ -263,6 +264,12 @@ def main() -> int:
         "(--planner local: the softmax of its skill scores; other planners count as sure)",
     )
     parser.add_argument(
+        "--sees-time",
+        action="store_true",
+        help="the mediator also observes the share of its step cap used (--max-steps), and "
+        "training ends an episode at the cap as a termination, not a truncation",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -324,6 +331,8 @@ def main() -> int:
         config["mediator_counts_objects"] = True
     if args.sees_confidence:
         config["mediator_sees_confidence"] = True
+    if args.sees_time:
+        config["mediator_sees_time"] = True
     if args.planner == "noisy" or args.noise is not None:
         config["planner_noise_mode"] = args.noise_mode
     if args.noise is not None:
@@ -578,6 +587,7 @@ def write_sweep(
         + (["the mediator sees the skill in hand"] if args.sees_plan else [])
         + (["the mediator counts the objects it knows"] if args.counts_objects else [])
         + (["the mediator sees the planner's confidence"] if args.sees_confidence else [])
+        + (["the mediator sees its clock"] if args.sees_time else [])
     )
     text = (
         f"# When2Ask, noisy planner sweep\n\n{args.episodes} evaluation episodes per method, "

@@ -3,7 +3,8 @@
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
 "new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...,
-"planner_entries": "at_queries" | "every_step"}`.
+"sees_time": ..., "planner_entries": "at_queries" | "every_step"}`. With `sees_time` the
+mediator's clock runs to the episode job's `max_steps`, the cap it was trained with.
 Each step's `info` records `queried`, `asked` and `penalty`, from which the recipe computes
 queries per episode and the penalised return; with a planner that knows its errors (the
 noisy oracle) also `wrong_plan`, whether the step follows a plan that was a deliberate error
@@ -79,6 +80,7 @@ def _mediator_driver(
         sees_plan=bool(policy.get("sees_plan", False)),
         counts_objects=bool(policy.get("counts_objects", False)),
         sees_confidence=bool(policy.get("sees_confidence", False)),
+        step_cap=job.max_steps if policy.get("sees_time", False) else None,
     )
     method = canonical_method(str(policy["ask"].get("method")))
     if method == UNTIL_CONFIDENT and not core.sees_confidence:

@@ -36,6 +36,11 @@ plus what the mediator knows about its own plan), all in [0, 1]:
     knowledge names (scaled by 1/6, clipped): the more a planner must tell apart, the more
     it errs (see the noisy planner's `distractors` mode), so a plan made with much in view
     is worth confirming.
+  - with `sees_time` (config `mediator_sees_time`), the share of the step cap used so far
+    (steps taken / cap). Under a tight cap a detour fails the episode, so whether a doubtful
+    plan is worth a query depends on the steps left; and since the time is then in the state,
+    training ends an episode at the cap as a termination, not a truncation to bootstrap past
+    (Pardo et al. 2018, "Time limits in reinforcement learning").
   - with `sees_confidence` (config `mediator_sees_confidence`), the probability the planner
     gave the plan in hand when it was last asked (`Plan.confidence`: a scoring LLM's softmax
     probability of the skill it chose; 1 for a planner that cannot say, 0 with no plan). A
@@ -119,6 +124,7 @@ class MediatorCore:
         sees_plan: bool = False,
         counts_objects: bool = False,
         sees_confidence: bool = False,
+        step_cap: int | None = None,
     ):
         if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
             raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
@@ -129,8 +135,11 @@ class MediatorCore:
         self.sees_plan = bool(sees_plan)
         self.counts_objects = bool(counts_objects)
         self.sees_confidence = bool(sees_confidence)
+        if step_cap is not None and step_cap < 1:
+            raise ValueError(f"step_cap must be at least 1 (None: no clock), got {step_cap}")
+        self.step_cap = step_cap  # sees_time: the time feature is steps taken / step_cap
         self.observation_space = observation_space(
-            self.sees_plan, self.counts_objects, self.sees_confidence
+            self.sees_plan, self.counts_objects, self.sees_confidence, self.sees_time
         )
         self.observations = tuple(sorted({*FEATURE_OBSERVATIONS, *planner.observations}))
         # the planner's other entries (privileged ones cost a search) are read at queries only
@@ -146,6 +155,7 @@ class MediatorCore:
         self.needs_plan = True
         self._text_at_query = ""
         self._since_query = 0
+        self._steps = 0
         self._plan_disagreed = False
         self._plan_confirmed = False
         self._plan_confidence = 0.0  # no plan yet
@@ -162,6 +172,11 @@ class MediatorCore:
         if not self.plan:
             self.needs_plan = True
         self._since_query += 1
+        self._steps += 1
+
+    @property
+    def sees_time(self) -> bool:
+        return self.step_cap is not None
 
     def choose(self, obs: dict[str, Any], ask: bool, t: int) -> StepChoice:
         """Query the planner if asked to (or forced), then pick the skill to run now."""
@@ -218,7 +233,9 @@ class MediatorCore:
             parts.append(skill_features(self.plan[0] if self.plan else None))
         if self.counts_objects:
             parts.append([len(seen_objects(text)) / OBJECTS_KNOWN_SCALE])
-        if self.sees_confidence:
+        if self.step_cap is not None:
+            parts.append([self._steps / self.step_cap])
+        if self.sees_confidence:  # last: the until-confident rule reads features[CONFIDENCE]
             parts.append([self._plan_confidence])
         return np.clip(np.concatenate(parts), 0.0, 1.0).astype(np.float32)
 
@@ -247,9 +264,12 @@ def skill_features(skill: str | None) -> np.ndarray:
 
 
 def observation_space(
-    sees_plan: bool = False, counts_objects: bool = False, sees_confidence: bool = False
+    sees_plan: bool = False,
+    counts_objects: bool = False,
+    sees_confidence: bool = False,
+    sees_time: bool = False,
 ) -> spaces.Box:
-    size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0) + int(counts_objects)
+    size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0) + int(counts_objects) + int(sees_time)
     return spaces.Box(0.0, 1.0, shape=(size + int(sees_confidence),), dtype=np.float32)
 
 
@@ -257,7 +277,8 @@ class MediatorEnv(gym.Env):
     """Action {0: carry on, 1: ask} over a world of one skill env; see the module docstring.
 
     An infeasible skill does not advance the underlying env (no time passes), so the
-    mediator caps its own steps at `max_steps` (truncation) as well.
+    mediator caps its own steps at `max_steps` as well: a truncation, or with `sees_time`,
+    where the mediator observes its clock, a termination (the cap is part of the task).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
@@ -273,6 +294,7 @@ class MediatorEnv(gym.Env):
         sees_plan: bool = False,
         counts_objects: bool = False,
         sees_confidence: bool = False,
+        sees_time: bool = False,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
@@ -285,6 +307,7 @@ class MediatorEnv(gym.Env):
             sees_plan,
             counts_objects,
             sees_confidence,
+            step_cap=max_steps if sees_time else None,
         )
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
@@ -325,7 +348,10 @@ class MediatorEnv(gym.Env):
         self._env_return += env_reward
         last = int(self._obs["step_type"]) == 2
         terminated = last and float(self._obs["discount"]) == 0.0
-        truncated = (last and not terminated) or (not last and self._steps >= self.max_steps)
+        capped = not last and self._steps >= self.max_steps
+        if capped and self.core.sees_time:  # the clock is observed: the cap ends the task
+            terminated = True
+        truncated = (last and not terminated) or (capped and not terminated)
         info: dict[str, Any] = {"skill": choice.skill, "queried": choice.queried}
         if terminated or truncated:
             # "r" and "l" are SB3's Monitor keys (its logger reads them); the rest are ours.

@@ -119,6 +119,12 @@ class When2AskConfig(RecipeConfig):
         "hand (a scoring LLM's softmax probability of its chosen skill; 1 for planners that "
         "cannot say): a sampling LLM's wrong plans are mostly its unlikely draws.",
     )
+    mediator_sees_time: bool = Field(
+        False,
+        description="The mediator also observes the share of its step cap (max_steps) used so "
+        "far, and training ends an episode at the cap as a termination instead of bootstrapping "
+        "past it: under a tight cap the steps left decide whether a detour fails the episode.",
+    )
     confident_at: float = Field(
         0.5,
         gt=0,
@@ -268,6 +274,7 @@ class When2Ask(Recipe):
             sees_plan=cfg.mediator_sees_plan,
             counts_objects=cfg.mediator_counts_objects,
             sees_confidence=cfg.mediator_sees_confidence,
+            sees_time=cfg.mediator_sees_time,
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -329,6 +336,7 @@ class When2Ask(Recipe):
             "sees_plan": cfg.mediator_sees_plan,
             "counts_objects": cfg.mediator_counts_objects,
             "sees_confidence": cfg.mediator_sees_confidence,
+            "sees_time": cfg.mediator_sees_time,
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
@@ -407,6 +415,7 @@ class When2Ask(Recipe):
             f"{'counts' if cfg.mediator_counts_objects else 'does not count'} the objects it "
             f"knows; {'sees' if cfg.mediator_sees_confidence else 'does not see'} the "
             "planner's confidence; "
+            f"{'sees' if cfg.mediator_sees_time else 'does not see'} its clock; "
             f"{cfg.eval_episodes} "
             f"evaluation episodes per method; PPO {cfg.train_steps} steps "
             f"(never-ask: {cfg.never_ask_steps}); step cap {cfg.max_steps} mediator steps",

@@ -47,6 +47,11 @@ class PolicyTrainingJob(BaseModel):
     sees_confidence: bool = Field(
         False, description="the mediator observes how sure the planner was of the plan in hand"
     )
+    sees_time: bool = Field(
+        False,
+        description="the mediator observes the share of max_steps used; the cap then ends an "
+        "episode as a termination",
+    )
     max_steps: int = Field(200, ge=1)
     steps: int = Field(..., ge=1, description="PPO timesteps")
     n_envs: int = Field(8, ge=1, le=256)
@@ -99,6 +104,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
                 sees_plan=job.sees_plan,
                 counts_objects=job.counts_objects,
                 sees_confidence=job.sees_confidence,
+                sees_time=job.sees_time,
             )
 
         return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"

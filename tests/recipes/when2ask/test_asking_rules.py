@@ -15,6 +15,7 @@ from llmrl.recipes.when2ask.asking import make_ask_policy
 from llmrl.recipes.when2ask.driver import MediatorDriver
 from llmrl.recipes.when2ask.mediator import MediatorCore
 from llmrl.simulator.envs.base import SkillStatus
+from llmrl.simulator.world import World
 
 NOTHING = "You have seen nothing yet. You carry nothing."
 KEY = "You have seen a red key. You carry nothing."
@@ -271,3 +272,32 @@ def test_an_unknown_planner_entries_setting_is_named():
     expected = r"policy\.planner_entries: expected one of at_queries, every_step, got 'sometimes'"
     with pytest.raises(ValueError, match=expected):
         registry.get_driver("when2ask")(policy, RolloutResources(), job)
+
+
+def test_a_driver_that_sees_time_runs_its_clock_to_the_episode_jobs_cap():
+    """Evaluation's mediator observes the same clock as training's: steps taken / the job's
+    max_steps, the cap the recipe trains with."""
+    build = registry.get_driver("when2ask")
+    policy = {"kind": "when2ask", "ask": {"method": "forced-only"}, "planner": "oracle"}
+    job = EpisodeJob(
+        run_id="r", episode_id="p/0", env="SimpleDoorKey", seed=0, policy=policy, max_steps=8
+    )
+    assert build(policy, RolloutResources(), job).core.step_cap is None
+    driver = build({**policy, "sees_time": True}, RolloutResources(), job)
+    assert driver.core.step_cap == 8
+    clock: list[float] = []
+    forced_only = driver.ask_policy
+
+    class Recording:
+        def ask(self, features: np.ndarray) -> bool:
+            clock.append(float(features[-1]))
+            return forced_only.ask(features)
+
+    driver.ask_policy = Recording()
+    world = World("SimpleDoorKey", 1, seed=0)
+    names = list(driver.core.observations)
+    obs = {k: v[0] for k, v in world.reset(seed=1, observations=names).items()}
+    for t in range(4):
+        decision = driver.act(obs, t)
+        obs = {k: v[0] for k, v in world.step(skill=[decision.skill], observations=names).items()}
+    assert clock == pytest.approx([0, 1 / 8, 2 / 8, 3 / 8])

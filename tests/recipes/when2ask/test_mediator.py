@@ -355,3 +355,38 @@ def test_the_planners_privileged_entries_are_fetched_only_for_queries_and_are_cu
             expected.append((str(batch["oracle_plan"][0]), str(batch["feasible_skills"][0])))
         batch = eager.step(skill=[skill], observations=names)
     assert planner.seen == expected and len(expected) >= 3
+
+
+def run_to_cap(sees_time: bool) -> tuple[list[np.ndarray], bool, bool]:
+    """Five carry-on steps at a cap of 5 (the plan never ends); the observations and how the
+    episode ended."""
+    planner = SureOrNot([(["explore"] * 50, 0.6)])
+    env = MediatorEnv(
+        lambda: World("ColoredDoorKey", 1, seed=0),
+        planner,
+        max_steps=5,
+        sees_confidence=True,
+        sees_time=sees_time,
+    )
+    obs, _ = env.reset(seed=3)
+    seen, terminated, truncated = [obs], False, False
+    while not (terminated or truncated):
+        obs, _, terminated, truncated, _ = env.step(CARRY_ON)
+        seen.append(obs)
+    return seen, terminated, truncated
+
+
+def test_a_mediator_that_sees_time_observes_its_clock_and_the_cap_ends_the_task():
+    """sees_time adds steps taken / cap before the confidence (which stays last, where the
+    until-confident rule reads it); at the cap the episode terminates instead of truncating,
+    so PPO does not bootstrap past a limit the mediator can see coming."""
+    seen, terminated, truncated = run_to_cap(sees_time=True)
+    assert len(seen) == 6 and all(obs.shape == (OBS_SIZE + 2,) for obs in seen)
+    assert [float(obs[-2]) for obs in seen] == pytest.approx([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    assert all(obs[-1] == np.float32(0.6) for obs in seen[1:])
+    assert terminated and not truncated
+    blind, terminated, truncated = run_to_cap(sees_time=False)
+    assert all(obs.shape == (OBS_SIZE + 1,) for obs in blind)
+    assert truncated and not terminated
+    # the clock is the only difference between the two observations
+    assert all(np.array_equal(np.delete(a, -2), b) for a, b in zip(seen, blind, strict=True))
