@@ -175,6 +175,9 @@ def main() -> int:
         f"microbatch {NPAE_MICROBATCH} unless set, played from its checkpoint like NPAE)",
     )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
+    parser.add_argument(
+        "--lora-rank", type=int, default=16, help="LoRA rank of GLAM and BC (alpha = 2 x rank)"
+    )
     for name, field in PpoSettings.model_fields.items():  # GLAM's and NPAE's PPO
         option = f"--{name.replace('_', '-')}"
         if field.annotation is bool:

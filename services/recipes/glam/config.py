@@ -49,6 +49,13 @@ class GlamConfig(RecipeConfig, PpoSettings):
     lora_layers: int | None = Field(
         None, ge=1, description="Adapt only the top N decoder layers (None: all; LoRA only)."
     )
+    lora_rank: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="Rank of GLAM's and BC's LoRA (alpha = 2 x rank, so the update's scale "
+        "stays the same across ranks).",
+    )
     eval_every: int = Field(
         2,
         ge=1,

@@ -133,6 +133,7 @@ class Glam(Recipe):
             update_epochs=cfg.update_epochs,
             learning_rate=cfg.npae_learning_rate if npae else cfg.learning_rate,
             lora_layers=None if full else cfg.lora_layers,
+            lora_rank=cfg.lora_rank,
             reduction=cfg.reduction,
             lora=not full,
             init="random" if npae else "pretrained",
@@ -214,6 +215,7 @@ class Glam(Recipe):
                 batch_size=cfg.bc_batch_size,
                 learning_rate=cfg.bc_learning_rate,
                 lora_layers=cfg.lora_layers,
+                lora_rank=cfg.lora_rank,
                 seed=cfg.seed,
                 on_progress=ctx.progress.advance,
             )

@@ -77,6 +77,7 @@ class GlamTrainingJob(PpoSettings):
     update_epochs: int = Field(4, ge=1)
     learning_rate: float = Field(1e-4, gt=0)
     lora_layers: int | None = Field(None, ge=1)
+    lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank (alpha = 2 x rank)")
     reduction: Literal["sum", "mean"] = "sum"
     lora: bool = Field(True, description="train a LoRA (False: every weight)")
     init: Literal["pretrained", "random"] = Field(
@@ -111,6 +112,7 @@ def train_glam(
         update_epochs=job.update_epochs,
         learning_rate=job.learning_rate,
         lora_layers=job.lora_layers,
+        lora_r=job.lora_rank,
         reduction=job.reduction,
         lora=job.lora,
         init=job.init,
@@ -324,6 +326,7 @@ def train_behaviour_cloning(
     learning_rate: float,
     lora_layers: int | None,
     seed: int,
+    lora_rank: int = 16,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """LoRA SFT (the learner's `sft`) of gateway model `model` on the demonstrations; the
@@ -339,6 +342,7 @@ def train_behaviour_cloning(
         batch_size=batch_size,
         learning_rate=learning_rate,
         lora_layers=lora_layers,
+        lora_r=lora_rank,
         seed=seed,
     )
     result = checkpoint.result

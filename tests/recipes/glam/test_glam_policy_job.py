@@ -3,6 +3,7 @@ does (`parse_policy_job`, `run_policy_job`), in-process here."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "minibatch_size": 8,
         "update_epochs": 1,
         "reduction": "mean",
+        "lora_rank": 4,
     }
     reported: list[int] = []
     result = run_policy_job(parse_policy_job(body), reported.append)
@@ -36,10 +38,14 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert result["update"] == 1 and result["global_step"] == 8
     assert result["served_model"] == f"{model}:glam-job@1"
     assert adapter_versions(model, "glam-job").versions() == ["1"]
+    # the job's rank is the saved adapter's (alpha 2 x rank), which the gateway loads
+    saved = json.loads((Path(result["checkpoint"]) / "adapter_config.json").read_text())
+    assert (saved["r"], saved["lora_alpha"]) == (4, 8)
 
 
 @pytest.mark.parametrize(
-    ("change", "field"), [({"steps": 0}, "steps"), ({"reduction": "max"}, "reduction")]
+    ("change", "field"),
+    [({"steps": 0}, "steps"), ({"reduction": "max"}, "reduction"), ({"lora_rank": 0}, "lora_rank")],
 )
 def test_a_bad_glam_job_names_the_field(change: dict, field: str) -> None:
     body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "steps": 8, **change}

@@ -76,6 +76,7 @@ def test_phase_plan_follows_methods_and_variants():
         ({"eval_episodes": -1}, "eval_episodes"),
         ({"reduction": "max"}, "reduction"),
         ({"lora_layers": 0}, "lora_layers"),
+        ({"lora_rank": 0}, "lora_rank"),
         ({"eval_every": 0}, "eval_every"),
         ({"eval_every": -2}, "eval_every"),
         ({"methods": ["glam", "dqn"]}, "methods"),
