@@ -176,7 +176,10 @@ def main() -> int:
     )
     parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
     parser.add_argument(
-        "--lora-rank", type=int, default=16, help="LoRA rank of GLAM and BC (alpha = 2 x rank)"
+        "--lora-rank",
+        type=int,
+        default=GlamConfig.model_fields["lora_rank"].default,
+        help="LoRA rank of GLAM and BC (alpha = 2 x rank)",
     )
     for name, field in PpoSettings.model_fields.items():  # GLAM's and NPAE's PPO
         option = f"--{name.replace('_', '-')}"

@@ -325,8 +325,8 @@ def train_behaviour_cloning(
     batch_size: int,
     learning_rate: float,
     lora_layers: int | None,
+    lora_rank: int,
     seed: int,
-    lora_rank: int = 16,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """LoRA SFT (the learner's `sft`) of gateway model `model` on the demonstrations; the

@@ -72,6 +72,10 @@ def _mediator_driver(
         connect_llm=lambda: resources.llm,
         llm_defaults={"run_id": job.run_id},
     )
+    sees_time = bool(policy.get("sees_time", False))
+    if sees_time and job.max_steps is None:
+        # the clock runs to the cap the mediator was trained with; without one it has no scale
+        raise ValueError("policy.sees_time: needs the episode job's max_steps (the step cap)")
     core = MediatorCore(
         planner,
         lam=float(policy.get("lam", 0.01)),
@@ -80,7 +84,7 @@ def _mediator_driver(
         sees_plan=bool(policy.get("sees_plan", False)),
         counts_objects=bool(policy.get("counts_objects", False)),
         sees_confidence=bool(policy.get("sees_confidence", False)),
-        step_cap=job.max_steps if policy.get("sees_time", False) else None,
+        step_cap=job.max_steps if sees_time else None,
     )
     method = canonical_method(str(policy["ask"].get("method")))
     if method == UNTIL_CONFIDENT and not core.sees_confidence:

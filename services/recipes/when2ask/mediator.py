@@ -175,6 +175,11 @@ class MediatorCore:
         self._steps += 1
 
     @property
+    def steps(self) -> int:
+        """Mediator steps taken this episode (the clock `sees_time` observes)."""
+        return self._steps
+
+    @property
     def sees_time(self) -> bool:
         return self.step_cap is not None
 
@@ -318,7 +323,6 @@ class MediatorEnv(gym.Env):
         self.observation_space = self.core.observation_space
         self.action_space = spaces.Discrete(2)
         self._obs: dict[str, Any] = {}
-        self._steps = 0
         self._env_return = 0.0
 
     def reset(
@@ -328,39 +332,39 @@ class MediatorEnv(gym.Env):
         batch = self.world.reset(seed=seed, observations=self.requested)  # all: a query follows
         self._obs = {k: v[0] for k, v in batch.items()}
         self.core.reset()
-        self._steps, self._env_return = 0, 0.0
+        self._env_return = 0.0
         return self.core.features(self._obs), {}
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if int(action) not in (CARRY_ON, ASK):
             raise ValueError(f"action must be 0 (carry on) or 1 (ask), got {action!r}")
         ask = int(action) == ASK
-        if self.for_query and self._steps > 0 and (ask or self.core.needs_plan):
+        if self.for_query and self.core.steps > 0 and (ask or self.core.needs_plan):
             # the env as it stands: an inactive step moves nothing and returns the entries now
             now = self.world.step(active=[False], observations=self.for_query)
             self._obs.update({k: v[0] for k, v in now.items()})
-        choice = self.core.choose(self._obs, ask=ask, t=self._steps)
+        choice = self.core.choose(self._obs, ask=ask, t=self.core.steps)
         batch = self.world.step(skill=[choice.skill], observations=self.every_step)
         self._obs = {k: v[0] for k, v in batch.items()}
-        self.core.after_step(self._obs)
-        self._steps += 1
+        self.core.after_step(self._obs)  # counts the step
         env_reward = float(self._obs["reward"])
         self._env_return += env_reward
         last = int(self._obs["step_type"]) == 2
-        terminated = last and float(self._obs["discount"]) == 0.0
-        capped = not last and self._steps >= self.max_steps
-        if capped and self.core.sees_time:  # the clock is observed: the cap ends the task
-            terminated = True
-        truncated = (last and not terminated) or (capped and not terminated)
+        capped = not last and self.core.steps >= self.max_steps
+        # with the clock observed, the cap is part of the task: it ends it
+        terminated = (last and float(self._obs["discount"]) == 0.0) or (
+            capped and self.core.sees_time
+        )
+        truncated = (last or capped) and not terminated
         info: dict[str, Any] = {"skill": choice.skill, "queried": choice.queried}
         if terminated or truncated:
             # "r" and "l" are SB3's Monitor keys (its logger reads them); the rest are ours.
             info["episode"] = {
                 "r": self._env_return - self.core.stats.penalty,
-                "l": self._steps,
+                "l": self.core.steps,
                 "env_return": self._env_return,
                 "success": terminated and env_reward > 0,
-                "length": self._steps,
+                "length": self.core.steps,
                 "queries": self.core.stats.queries,
                 "asked": self.core.stats.asked,
                 "penalty": self.core.stats.penalty,

@@ -285,6 +285,9 @@ def test_a_driver_that_sees_time_runs_its_clock_to_the_episode_jobs_cap():
     assert build(policy, RolloutResources(), job).core.step_cap is None
     driver = build({**policy, "sees_time": True}, RolloutResources(), job)
     assert driver.core.step_cap == 8
+    no_cap = EpisodeJob(run_id="r", episode_id="p/1", env="SimpleDoorKey", seed=0, policy=policy)
+    with pytest.raises(ValueError, match=r"policy\.sees_time: needs the episode job's max_steps"):
+        build({**policy, "sees_time": True}, RolloutResources(), no_cap)
     clock: list[float] = []
     forced_only = driver.ask_policy
 
