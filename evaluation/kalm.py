@@ -71,6 +71,12 @@ def main() -> int:
     )
     parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N (0: all)")
     parser.add_argument(
+        "--state-loss-weight",
+        type=float,
+        default=1.0,
+        help="weight of the state MSE in the grounding loss (KALM: 1, its losses summed)",
+    )
+    parser.add_argument(
         "--grounding-from",
         type=Path,
         default=None,
@@ -115,6 +121,7 @@ def main() -> int:
         "scripted_episodes": args.scripted_episodes,
         "grounding_steps": args.grounding_steps,
         "grounding_batch_size": args.grounding_batch_size,
+        "grounding_state_weight": args.state_loss_weight,
         "lora_layers": args.lora_layers or None,
         "grounding_layers": args.grounding_layers or None,
         "imagined_per_level": args.imagined_per_level,

@@ -70,6 +70,49 @@ def test_every_task_trains_and_saves(tiny_model_dir, tmp_path):
         task_items("dance", "x", states, actions, rng)
 
 
+def test_a_loss_weight_scales_its_loss_alone(tiny_model_dir):
+    states, actions = small_episode(3)
+    model = GroundedLM.create(
+        str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=4, states=states
+    )
+    model.train(False)
+    rng = random.Random(3)
+    batch = [task_items(task, "push the red ball", states, actions, rng) for task in TASKS]
+    with torch.no_grad():
+        plain, parts = model.loss(batch)
+        weighted, same_parts = model.loss(batch, {"state": 5.0})
+    assert same_parts == parts  # each loss is reported unweighted
+    assert float(plain) == pytest.approx(sum(parts.values()), rel=1e-5)
+    assert float(weighted) == pytest.approx(float(plain) + 4 * parts["state"], rel=1e-5)
+
+
+def test_a_heavier_state_loss_learns_the_state_faster_under_the_gradient_clip(tiny_model_dir):
+    """The grounding clips the summed gradient; the cross-entropies then dominate it, and
+    weighting the state MSE up is what lets the state head learn (the README's kalm probe)."""
+    states, actions = small_episode(4)
+    rng = random.Random(4)
+    batch = [task_items(task, "push the red ball", states, actions, rng) for task in TASKS]
+    state_losses = {}
+    for weight in (1.0, 50.0):
+        torch.manual_seed(0)
+        model = GroundedLM.create(
+            str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=4,
+            states=states,
+        )  # fmt: skip
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model.train()
+        for _ in range(40):
+            loss, _ = model.loss(batch, {"state": weight})
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        model.train(False)
+        with torch.no_grad():
+            state_losses[weight] = model.loss(batch)[1]["state"]
+    assert state_losses[50.0] < 0.5 * state_losses[1.0]
+
+
 def test_numbers_as_text_ablation_uses_the_text_loss_only(tiny_model_dir):
     states, actions = small_episode(2)
     model = GroundedLM.create(
@@ -148,6 +191,7 @@ def small_dataset(seed: int, actions: np.ndarray | None = None, state_dim: int =
         ({"batch_size": 2.5}, "batch_size"),
         ({"learning_rate": float("nan")}, "learning_rate"),
         ({"head_learning_rate": -1.0}, "head_learning_rate"),
+        ({"state_loss_weight": 0.0}, "state_loss_weight"),
         ({"lora_layers": 0}, "lora_layers"),
         ({"base_layers": "two"}, "base_layers"),
         ({"seed": -1}, "seed"),

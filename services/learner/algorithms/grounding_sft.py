@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 8,
     "learning_rate": 3e-4,  # the LoRA
     "head_learning_rate": 1e-3,  # slot layers and heads
+    # The state MSE's weight in the summed loss. KALM sums its losses unweighted (1), but a
+    # normalised state's MSE is far smaller than the action and text cross-entropies, so
+    # under the shared gradient clip a small model learns the dynamics slowly (README, kalm).
+    "state_loss_weight": 1.0,
     "lora_r": 16,
     "lora_layers": None,
     "base_layers": None,  # keep only the base model's first N decoder layers (small CPUs)
@@ -65,7 +69,7 @@ def check_grounding_settings(cfg: dict[str, Any]) -> None:
     """ValueErrors naming the setting, before any model is loaded."""
     for key in ("steps", "batch_size", "lora_r", "max_episode_steps"):
         check_number(key, cfg[key], integer=True, positive=True)
-    for key in ("learning_rate", "head_learning_rate"):
+    for key in ("learning_rate", "head_learning_rate", "state_loss_weight"):
         check_number(key, cfg[key], positive=True)
     check_number("seed", cfg["seed"], integer=True)
     for key in ("lora_layers", "base_layers", "action_size"):
@@ -224,7 +228,7 @@ class GroundingSft(Algorithm):
                 instruction, states, actions = episodes[rng.randrange(len(episodes))]
                 task = cfg["tasks"][rng.randrange(len(cfg["tasks"]))]
                 batch.append(task_items(task, instruction, states, actions, rng))
-            loss, parts = model.loss(batch)
+            loss, parts = model.loss(batch, {"state": float(cfg["state_loss_weight"])})
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

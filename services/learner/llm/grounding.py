@@ -382,8 +382,11 @@ class GroundedLM:
         out = self.causal_lm.model(inputs_embeds=embeds, attention_mask=mask)
         return out.last_hidden_state
 
-    def loss(self, batch: Sequence[Sequence[Item]]) -> tuple[Any, dict[str, float]]:
-        """The summed mean losses of every target in the batch, and each loss's value."""
+    def loss(
+        self, batch: Sequence[Sequence[Item]], weights: dict[str, float] | None = None
+    ) -> tuple[Any, dict[str, float]]:
+        """The weighted sum of the mean losses of every target in the batch (`weights` per
+        loss name, 1 where not given), and each loss's unweighted value."""
         import torch
         import torch.nn.functional as F
 
@@ -418,7 +421,8 @@ class GroundedLM:
         if h is not None:
             logits = self.causal_lm.lm_head(h)
             losses["text"] = F.cross_entropy(logits.float(), torch.tensor(values))
-        total = sum(losses.values())
+        weights = weights or {}
+        total = sum(float(weights.get(name, 1.0)) * value for name, value in losses.items())
         return total, {k: float(v.detach()) for k, v in losses.items()}
 
     # -- predictions at the end of each row (imagination) -----------------------------------

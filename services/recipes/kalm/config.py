@@ -96,6 +96,13 @@ class KalmConfig(RecipeConfig):
     )
     grounding_batch_size: int = Field(8, ge=1, description="Examples per grounding SFT step.")
     grounding_learning_rate: float = Field(3e-4, gt=0, description="LoRA learning rate.")
+    grounding_state_weight: float = Field(
+        1.0,
+        gt=0,
+        le=1e4,
+        description="Weight of the state MSE in the grounding loss (KALM sums its losses "
+        "unweighted: 1; a larger weight lets a small model learn the dynamics in fewer steps).",
+    )
     lora_r: int = Field(16, ge=1, description="LoRA rank of the grounding SFT.")
     lora_layers: int | None = Field(
         None, ge=1, description="Adapt only the top N decoder layers (None: all)."

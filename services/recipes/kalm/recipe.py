@@ -221,6 +221,7 @@ class Kalm(Recipe):
             numbers=cfg.numbers,
             state_target=cfg.state_target,
             action_size=discrete_action_size(cfg.env),
+            state_loss_weight=cfg.grounding_state_weight,
             seed=cfg.seed,
             tensorboard_dir=str(ctx.out_dir / "tb" / "grounding"),
         )

@@ -67,6 +67,9 @@ class KalmGroundingJob(BaseModel):
         "absolute", description="what the state head predicts: the state, or its change"
     )
     action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
+    state_loss_weight: float = Field(
+        1.0, gt=0, le=1e4, description="the state MSE's weight in the summed loss (KALM: 1)"
+    )
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
 
@@ -148,6 +151,7 @@ def train_grounding(
         numbers=job.numbers,
         state_target=job.state_target,
         action_size=job.action_size,
+        state_loss_weight=job.state_loss_weight,
         seed=job.seed,
         tensorboard_dir=job.tensorboard_dir,
     )

@@ -108,6 +108,7 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"env": "MetaWorld", "imagined_filter": "replay"}, "imagined_filter"),
         ({"env": "MetaWorld", "levels": ["rephrased"]}, "levels"),
         ({"grounding_steps": 0}, "config.grounding_steps"),
+        ({"grounding_state_weight": 0}, "config.grounding_state_weight"),
         ({"dataset": "/etc/passwd"}, "config.dataset"),
     ],
 )
