@@ -3,12 +3,12 @@
     # the target budget (~2 h per seed on a quiet 2-core CPU, by estimate)
     .venv/bin/python evaluation/glam.py --train-steps 5120 --num-envs 16 --rollout-steps 40 \
         --eval-episodes 50 --eval-every 2 --seeds 0 1 2
-    # the reduced budget the README reports (a CPU shared by seven sessions, load 12-26)
-    .venv/bin/python evaluation/glam.py --methods zero-shot random symbolic-ppo glam \
-        --train-steps 128 --num-envs 8 --rollout-steps 8 --update-epochs 1 \
-        --minibatch-size 32 --lora-layers 8 --eval-every 1 --eval-episodes 10 --seeds 0
-    .venv/bin/python evaluation/glam.py --methods bc --train-steps 128 --num-envs 8 \
-        --lora-layers 8 --eval-episodes 10 --bc-steps 8 --bc-batch-size 4 --seeds 0 \
+    # the README's LoRA runs (a quarter of the budget: ~20 min of training on one core)
+    .venv/bin/python evaluation/glam.py --methods zero-shot glam --train-steps 1280 \
+        --num-envs 8 --rollout-steps 40 --update-epochs 2 --minibatch-size 64 \
+        --learning-rate 1e-3 --lora-layers 2 --eval-every 4 --eval-episodes 50 --seeds 0
+    .venv/bin/python evaluation/glam.py --methods bc --train-steps 5120 --num-envs 8 \
+        --lora-layers 2 --bc-steps 200 --bc-batch-size 8 --eval-episodes 50 --seeds 0 \
         --name eval-glam-bc --out runs/eval-glam-bc
 
 Runs the `glam` recipe once per seed as an experiment (`llmrl.orchestrator.sweep`: resumable,
@@ -174,7 +174,13 @@ def main() -> int:
         help="GLAM trains a LoRA (served through the gateway) or every weight (full; "
         f"microbatch {NPAE_MICROBATCH} unless set, played from its checkpoint like NPAE)",
     )
-    parser.add_argument("--lora-layers", type=int, default=None, help="adapt the top N layers")
+    parser.add_argument(
+        "--lora-layers",
+        type=int,
+        default=GlamConfig.model_fields["lora_layers"].default,
+        help="adapt the top N decoder layers (SmolLM2-135M has 30; all of them want "
+        "--microbatch-size 8 or so to fit 24 GB)",
+    )
     parser.add_argument(
         "--lora-rank",
         type=int,

@@ -38,12 +38,14 @@ def _load(module: str, attr: str) -> Any:
         ) from exc
 
 
-def _settings(config_file: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
+def _settings(
+    config_file: str | None, sets: tuple[str, ...], hint: str = "OVERRIDES (key=value)"
+) -> dict[str, Any]:
     settings: dict[str, Any] = cfg.load_yaml(config_file) if config_file else {}
     try:
         overrides = cfg.parse_overrides(sets)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--set") from exc
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
     _deep_update(settings, overrides)
     return settings
 
@@ -94,12 +96,18 @@ def run(
     `llmrl recipes` lists the recipes and their keys.
     """
     run_embedded = _load("llmrl.orchestrator.embedded", "run_embedded")
+    run_failed = _load("llmrl.orchestrator.embedded", "RunFailed")
     config_error = _load("llmrl.recipes.base", "ConfigError")
     config = _settings(config_file, overrides)
     try:
         run_embedded(recipe, config, out_dir=out, progress=not quiet)
     except config_error as exc:  # unknown recipe or bad key/value: say which, no traceback
         raise click.UsageError(str(exc)) from exc
+    except run_failed as exc:  # a phase raised: its error, already logged, without a traceback
+        raise click.ClickException(
+            f"{exc}\nThe run's log and stored phases are in {exc.out}; change what the error "
+            "names (`llmrl recipes` lists the recipe's keys) and run the command again."
+        ) from exc
     except KeyboardInterrupt:
         click.echo("\ninterrupted: run it again with the same --out DIR to resume", err=True)
         sys.exit(130)
@@ -137,7 +145,7 @@ def serve(
         port=port or cfg.service_port(service),
         grpc_port=grpc_port
         or (cfg.service_grpc_port(service) if cfg.DEFAULT_PORTS[service].grpc else None),
-        settings=_settings(config_file, sets),
+        settings=_settings(config_file, sets, hint="--set"),
     )
 
 
@@ -310,7 +318,7 @@ def sweep(
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("comparison"),
+    default=Path("runs/comparison"),
     show_default=True,
     help="Directory for the report: results.md, results.json, curves.png, headline.png.",
 )

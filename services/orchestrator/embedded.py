@@ -151,6 +151,14 @@ def results_table(results: Results) -> Table:
     return table
 
 
+class RunFailed(RuntimeError):
+    """An embedded run ended failed or cancelled; `error` is what its failing phase raised."""
+
+    def __init__(self, run_id: str, status: str, error: str | None, out: Path) -> None:
+        super().__init__(f"run {run_id} {status}: {error}")
+        self.run_id, self.status, self.error, self.out = run_id, status, error, out
+
+
 def _find_resumable(store: RunStore, recipe: str, config: dict[str, Any]) -> RunRow | None:
     for run in reversed(store.list_runs()):
         if run.recipe == recipe and run.config == config and run.status in states.ACTIVE_STATES:
@@ -213,8 +221,7 @@ def run_embedded(
         resources.close()
         store.close()
     if run.status != states.COMPLETED:
-        console.print(f"[red]run {run.run_id} {run.status}: {run.error or ''}")
-        raise RuntimeError(f"run {run.run_id} {run.status}: {run.error}")
+        raise RunFailed(run.run_id, run.status, run.error, out)
     results = read_results(out)
     if results is not None:
         console.print(results_table(results))

@@ -99,7 +99,13 @@ def _until_final(
 
 class OrchestratorError(click.ClickException):
     def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"orchestrator answered {status}: {detail}")
+        hint = ""
+        if status in (401, 403):  # which variable to set; never the token itself
+            hint = (
+                "; set LLMRL_TOKEN (or LLMRL_ORCHESTRATOR_TOKEN) to the token the orchestrator "
+                "was started with"
+            )
+        super().__init__(f"orchestrator answered {status}: {detail}{hint}")
         self.status = status
         self.detail = detail
 

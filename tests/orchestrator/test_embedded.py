@@ -37,6 +37,14 @@ class InterruptingOracle(OraclePlanner):
         return super().plan(observation, t)
 
 
+@registry.register_planner("test-failing-oracle")
+class FailingOracle(OraclePlanner):
+    """An oracle whose every query fails, as a phase's bug or a bad combination of keys does."""
+
+    def plan(self, observation: dict[str, Any], t: int = 0) -> Plan:
+        raise ValueError("the planner broke on purpose")
+
+
 def test_llmrl_run_evaluate_simpledoorkey_oracle_writes_results(tmp_path: Path):
     out = tmp_path / "demo"
     result = CliRunner().invoke(
@@ -73,6 +81,15 @@ def test_bad_configs_name_the_problem(tmp_path: Path):
     result = CliRunner().invoke(main, ["run", "evaluate", "episodes=lots", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "config.episodes" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_failed_run_says_why_without_a_traceback(tmp_path: Path):
+    args = ["run", "evaluate", "planner=test-failing-oracle", "episodes=1", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert "failed" in result.output and "the planner broke on purpose" in result.output
+    assert str(tmp_path) in result.output and "run the command again" in result.output
     assert "Traceback" not in result.output
 
 

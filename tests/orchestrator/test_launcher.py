@@ -16,7 +16,7 @@ from support.net import free_port
 from support.processes import REPO, child_env, wait_until
 
 from llmrl.common.config import DEFAULT_PORTS
-from llmrl.orchestrator.rest_client import OrchestratorClient
+from llmrl.orchestrator.rest_client import OrchestratorClient, OrchestratorError
 
 TOKEN = "launcher-test-t0ken"
 
@@ -69,6 +69,9 @@ def test_llmrl_up_then_a_rest_call_runs_evaluate_to_completion(tmp_path):
 
         wait_until(ready, 150, "llmrl up: every service healthy", interval=0.3)
         assert httpx.get(f"{url}/runs", timeout=5).status_code == 401  # closed by default
+        with pytest.raises(OrchestratorError) as refused:  # says which variable, not the token
+            OrchestratorClient(url, token="not-the-token").runs()
+        assert "LLMRL_TOKEN" in str(refused.value) and "not-the-token" not in str(refused.value)
         client = OrchestratorClient(url, token=TOKEN)
         config = {"env": "SimpleDoorKey", "planner": "oracle", "episodes": 10}
         run_id = client.submit("evaluate", config)["run_id"]

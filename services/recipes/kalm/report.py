@@ -66,7 +66,11 @@ def kalm_results(
     ]
     if grounding is not None:
         first, last = grounding.get("first_losses", {}), grounding.get("last_losses", {})
-        losses = ", ".join(f"{k} {first.get(k, float('nan')):.3g}→{v:.3g}" for k, v in last.items())
+        # a loss the first 10% of steps never met (a tiny budget's task draw) has no start
+        losses = ", ".join(
+            f"{k} {first[k]:.3g}→{v:.3g}" if k in first else f"{k} →{v:.3g}"
+            for k, v in last.items()
+        )
         notes.append(
             f"grounding SFT of {cfg.model} ({cfg.numbers}): {grounding.get('steps')} steps on "
             f"{grounding.get('episodes')} episodes; losses {losses}"
