@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -275,6 +276,43 @@ class RunCancelled(Exception):
     """The run was cancelled while a phase was running."""
 
 
+class StoppableProgress:
+    """A phase's progress reporter that also ends the phase when its run is cancelled.
+
+    Every training loop reports through `advance` (`on_progress=ctx.progress.advance`), so
+    checking the cancel flag there, at most every `check_s` seconds (a store read), stops a
+    long training at its next step rather than when the phase ends. Episode collection counts
+    with `count`, which does not raise: the executor polls the flag itself and stops its
+    workers cleanly. (In service mode a job already handed to the learner runs to its end;
+    the run stops waiting for it.)"""
+
+    def __init__(
+        self, inner: ProgressReporter, should_stop: Callable[[], bool], check_s: float = 1.0
+    ) -> None:
+        self.inner, self.should_stop, self.check_s = inner, should_stop, check_s
+        self._checked = time.monotonic()
+
+    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
+        self.inner.start(phase, total, done=done, unit=unit)
+
+    def advance(self, n: int = 1) -> None:
+        self.inner.advance(n)
+        now = time.monotonic()
+        if now - self._checked >= self.check_s:
+            self._checked = now
+            if self.should_stop():
+                raise RunCancelled("the run was cancelled during this phase")
+
+    def count(self, n: int = 1) -> None:
+        self.inner.advance(n)
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+    def __getattr__(self, name: str) -> Any:  # the inner reporter's counts (snapshot, done...)
+        return getattr(self.inner, name)
+
+
 class RunContext:
     """What a phase gets: config, out dir, store, episodes, world/LLM factories, outputs."""
 
@@ -301,7 +339,7 @@ class RunContext:
         self.executor = executor
         self.simulator = simulator  # None: in-process worlds (embedded mode)
         self.llm_gateway = llm_gateway  # None: in-process gateway (embedded mode)
-        self.progress: ProgressReporter = progress or NullProgress()
+        self.progress = StoppableProgress(progress or NullProgress(), should_stop)
         self.should_stop = should_stop
         self._llm: Any = None
         self._tb: Any = None
@@ -348,7 +386,7 @@ class RunContext:
         self.progress.start(phase, len(jobs), done=len(stored))
 
         def on_record(record: EpisodeRecord) -> None:
-            self.progress.advance(1)
+            self.progress.count(1)  # the executor stops on should_stop itself
             self._log_episode(record)
 
         try:
