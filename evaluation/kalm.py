@@ -87,6 +87,13 @@ def main() -> int:
         "--imagined-per-level", type=int, default=128, help="rollouts imagined per level"
     )
     parser.add_argument(
+        "--imagine-levels",
+        nargs="+",
+        default=None,
+        help="levels whose instructions are imagined (default: every imagined level of the "
+        "env; ClevrRobot: rephrased unseen-easy unseen-hard); every level is still evaluated",
+    )
+    parser.add_argument(
         "--imagine-max-steps", type=int, default=6, help="steps per imagined rollout, at most"
     )
     parser.add_argument(
@@ -135,6 +142,8 @@ def main() -> int:
     }
     if args.algorithms:
         config["algorithms"] = args.algorithms
+    if args.imagine_levels:
+        config["imagine_levels"] = args.imagine_levels
     if args.grounding_from is not None:
         from llmrl.common.paths import allow_root
 
