@@ -209,6 +209,20 @@ class Results:
         return "\n".join(lines).rstrip() + "\n"
 
 
+def finite_or_none(value: Any) -> Any:
+    """`value` with every NaN or infinite number (numpy's too) replaced by None, for JSON."""
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_none(item) for item in value]
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    try:
+        return value if math.isfinite(float(value)) else None
+    except (TypeError, ValueError):  # not a number: json's default decides
+        return value
+
+
 def format_cell(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
@@ -476,7 +490,8 @@ class RunContext:
     def write_results(self, results: Results) -> None:
         """results.json (the table as data) and results.md, both registered as artifacts."""
         json_path = self.out_dir / "results.json"
-        json_path.write_text(json.dumps(results.to_dict(), indent=2, default=float) + "\n")
+        data = finite_or_none(results.to_dict())  # strict JSON: a missing cell is null, not NaN
+        json_path.write_text(json.dumps(data, indent=2, default=float, allow_nan=False) + "\n")
         md_path = self.out_dir / "results.md"
         md_path.write_text(results.to_markdown())
         self.add_artifact("results.json", json_path, kind="results")

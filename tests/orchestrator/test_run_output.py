@@ -151,3 +151,30 @@ def test_llmrl_run_in_a_pipe_then_again_from_the_cache(tiny_model_dir: Path, tmp
         second
     )
     assert "; 0 tokens computed" in second
+
+
+def test_results_json_is_strict_json_with_a_missing_cell_as_null(tmp_path: Path):
+    import json
+
+    import numpy as np
+
+    from llmrl.common.store import RunStore
+    from llmrl.recipes.base import RunContext, validate_config
+
+    store = RunStore(tmp_path / "run.sqlite")
+    config = validate_config("evaluate", {})
+    run_id = store.create_run("evaluate", config.model_dump(), tmp_path)
+    ctx = RunContext(
+        run_id=run_id, recipe="evaluate", config=config, out_dir=tmp_path, store=store,
+        executor=None,
+    )  # fmt: skip
+    rows = [{"method": "none", "score": float("nan"), "best": np.float64("inf"), "n": 3}]
+    ctx.write_results(Results(title="t", rows=rows, notes=[f"ratio {np.float32(0.5)}"]))
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+
+    data = json.loads((tmp_path / "results.json").read_text(), parse_constant=refuse)
+    assert data["rows"] == [{"method": "none", "score": None, "best": None, "n": 3}]
+    assert "| none | n/a | inf | 3 |" in (tmp_path / "results.md").read_text()
+    store.close()
