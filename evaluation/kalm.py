@@ -25,6 +25,7 @@ from pathlib import Path
 
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import read_results
+from llmrl.recipes.kalm.config import KalmConfig
 
 TARGET_LEVELS = ("rephrased", "unseen-easy")
 TARGET_GAIN = 0.05
@@ -73,7 +74,7 @@ def main() -> int:
     parser.add_argument(
         "--state-loss-weight",
         type=float,
-        default=1.0,
+        default=KalmConfig.model_fields["grounding_state_weight"].default,
         help="weight of the state MSE in the grounding loss (KALM: 1, its losses summed)",
     )
     parser.add_argument(

@@ -26,17 +26,9 @@ from rich.table import Table
 
 from llmrl.common.console import output_console
 from llmrl.common.threads import torch_threads
-from llmrl.learner.llm.grounding import TASKS, episode_arrays, trajectory_prompt
+from llmrl.learner.llm.grounding import TASKS, dynamics_prompt, trajectory_prompt
 
-
-def transitions(dataset) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """(instruction, states T+1, actions T) of every episode with at least one step."""
-    out = []
-    for episode in dataset.episodes():
-        states, actions = episode_arrays(episode)
-        if len(actions):
-            out.append((episode.instruction, states, actions))
-    return out
+WHOLE_EPISODES = 10**6  # dataset_episodes cuts episodes longer than this: none here
 
 
 def one_step_errors(model, episodes) -> dict[str, list[float]]:
@@ -49,13 +41,7 @@ def one_step_errors(model, episodes) -> dict[str, list[float]]:
         for instruction, states, actions in episodes:
             context = [*trajectory_prompt(instruction), ("state", states[0], False)]
             for t, action in enumerate(actions):
-                prompt = [
-                    ("text", "Dynamics. State:", False),
-                    ("state", states[t], False),
-                    ("text", " Action:", False),
-                    ("action", action, False),
-                    ("text", " Next state:", False),
-                ]
+                prompt = dynamics_prompt(states[t], action)
                 context = [*context, ("action", action, False)]
                 for name, items in (("dynamics", prompt), ("trajectory", context)):
                     predicted = model.predict_state(model.last_hidden([items]), states[t][None])
@@ -106,11 +92,14 @@ def main() -> int:
 def measure(args: argparse.Namespace) -> list[dict]:
     """One grounding per state weight, each measured on the same held-out transitions."""
     from llmrl.common.registry import registry
+    from llmrl.learner.algorithms.grounding_sft import dataset_episodes
     from llmrl.learner.versions import Versions
     from llmrl.recipes.kalm.collect import collect_clevr
+    from llmrl.recipes.kalm.config import discrete_action_size
 
     train = collect_clevr(args.episodes, noise=args.noise, seed=args.seed)
-    held_out = transitions(collect_clevr(args.test_episodes, noise=args.noise, seed=args.seed + 1))
+    test = collect_clevr(args.test_episodes, noise=args.noise, seed=args.seed + 1)
+    held_out = dataset_episodes([test], WHOLE_EPISODES)
     grounding = registry.get_algorithm("kalm-grounding")
     rows = []
     for weight in args.weights:
@@ -126,7 +115,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
             state_target=args.state_target,
             state_loss_weight=weight,
             tasks=list(args.tasks),
-            action_size=40,
+            action_size=discrete_action_size("ClevrRobot"),
             seed=args.seed,
         )
         errors = one_step_errors(grounding.load(checkpoint), held_out)

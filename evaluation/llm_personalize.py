@@ -34,11 +34,16 @@ RUNNER_OPTIONS = (
 )  # not part of the recipe's config
 
 
+def compared_round(rounds: int) -> str | None:
+    """The results column the target compares: round 2, or the last round of fewer."""
+    return f"round {min(rounds, 2)}" if rounds else None
+
+
 def verdicts(rows: list[dict], rounds: int) -> dict[str, dict[str, bool | None]]:
     """Per split (the "all" row, else the only scene's): the two comparisons of the target."""
     scenes = {row["scene"] for row in rows}
     wanted = "all" if "all" in scenes else next(iter(scenes))
-    last = f"round {min(rounds, 2)}" if rounds else None
+    last = compared_round(rounds)
     out = {}
     for row in rows:
         if row["scene"] != wanted:
@@ -56,7 +61,7 @@ def held_out_ladder(rows: list[dict], rounds: int) -> bool | None:
     wanted = "all" if "all" in scenes else next(iter(scenes))
     if not rounds:
         return None
-    last = f"round {min(rounds, 2)}"
+    last = compared_round(rounds)
     for row in rows:
         if row["scene"] == wanted and row["episodes"] == "held-out":
             return bool(row[last] > row["bootstrap"] > row["zero-shot"])
@@ -210,7 +215,7 @@ def main() -> int:
     checks = verdicts(results.rows, args.rounds)
     met = all(v is not False for split in checks.values() for v in split.values())
     strict = held_out_ladder(results.rows, args.rounds)
-    last = f"round {min(args.rounds, 2)}" if args.rounds else "(no round)"
+    last = compared_round(args.rounds) or "(no round)"
     print(f"issue 16 target, held-out: {last} > bootstrap > zero-shot: {strict}")
     data = selection_table(args.out)
     print(data)

@@ -108,14 +108,7 @@ def task_items(
         return [*items, ("end", None, True)]
     if task == "dynamics":
         t = rng.randrange(len(actions))
-        return [
-            ("text", "Dynamics. State:", False),
-            ("state", states[t], False),
-            ("text", " Action:", False),
-            ("action", actions[t], False),
-            ("text", " Next state:", False),
-            ("state", states[t + 1], True),
-        ]
+        return [*dynamics_prompt(states[t], actions[t]), ("state", states[t + 1], True)]
     if task == "goal":
         return [
             ("text", f"Instruction: {instruction}\nInitial state:", False),
@@ -129,6 +122,17 @@ def task_items(
             items += [("action", actions[t], False), ("state", states[t + 1], False)]
         return [*items, ("text", "\nInstruction:", False), ("text", f" {instruction}\n", True)]
     raise ValueError(f"unknown grounding task {task!r}; tasks: {', '.join(TASKS)}")
+
+
+def dynamics_prompt(state: Any, action: Any) -> list[Item]:
+    """The `dynamics` task's items up to the next state the model predicts."""
+    return [
+        ("text", "Dynamics. State:", False),
+        ("state", state, False),
+        ("text", " Action:", False),
+        ("action", action, False),
+        ("text", " Next state:", False),
+    ]
 
 
 def trajectory_prompt(instruction: str) -> list[Item]:

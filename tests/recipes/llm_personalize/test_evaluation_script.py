@@ -1,0 +1,36 @@
+"""evaluation/llm_personalize.py checks the issue's ladder on the round the run has."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[3] / "evaluation" / "llm_personalize.py"
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("llm_personalize_evaluation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(episodes: str, zero_shot: float, bootstrap: float, **rounds: float) -> dict:
+    named = {name.replace("_", " "): value for name, value in rounds.items()}
+    return {"scene": "all", "episodes": episodes, "zero-shot": zero_shot,
+            "bootstrap": bootstrap, **named}  # fmt: skip
+
+
+def test_one_round_is_compared_as_round_1_and_two_as_round_2():
+    evaluation = script()
+    assert evaluation.compared_round(0) is None
+    assert evaluation.compared_round(1) == "round 1"
+    assert evaluation.compared_round(3) == "round 2"
+    one = [row("held-out", -5.0, 0.0, round_1=2.0)]
+    assert evaluation.held_out_ladder(one, 1) is True
+    assert evaluation.verdicts(one, 1) == {
+        "held-out": {"bootstrap > zero-shot": True, "round 1 >= bootstrap": True}
+    }
+    two = [row("held-out", -5.0, 0.0, round_1=2.0, round_2=0.0)]
+    assert evaluation.held_out_ladder(two, 2) is False  # round 2 = bootstrap: not above it
+    assert evaluation.held_out_ladder(two, 0) is None
