@@ -193,7 +193,8 @@ def main() -> int:
             parser.add_argument(option, action="store_true", help=field.description)
         else:
             help_text = f"{field.description} Default: {field.default}."
-            parser.add_argument(option, type=float, default=field.default, help=help_text)
+            kind = str if field.annotation is str else float
+            parser.add_argument(option, type=kind, default=field.default, help=help_text)
     parser.add_argument(
         "--drrn-learning-rate", type=float, default=1e-4, help="DRRN's Adam learning rate"
     )

@@ -106,9 +106,17 @@ def _is_file(path: str) -> bool:
         return False
 
 
+class JobCancelled(Exception):
+    """Raised inside a job's work, at its next progress report, once the job is cancelled."""
+
+
 class BackgroundJobs:
     """Background jobs of one kind. `run(request, report)` does the work; `report(n)` adds n to
-    the job's `progress` (e.g. training steps). Default: fine-tuning (`run_finetune`)."""
+    the job's `progress` (e.g. training steps). Default: fine-tuning (`run_finetune`).
+
+    `cancel(job_id)`: a queued job never starts; a running one stops at its next `report`
+    (every training loop reports per step or update), with status "cancelled". What it saved
+    before (adapter versions, checkpoints) stays."""
 
     def __init__(
         self,
@@ -121,6 +129,7 @@ class BackgroundJobs:
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs: dict[str, dict[str, Any]] = {}
+        self._cancelled: set[str] = set()  # jobs asked to stop
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finetune")
         for path in sorted(self.jobs_dir.glob("*.json")):  # jobs of an earlier process
@@ -159,6 +168,17 @@ class BackgroundJobs:
         with self._lock:
             return [dict(job) for job in self._jobs.values()]
 
+    def cancel(self, job_id: str) -> dict[str, Any] | None:
+        """Ask job `job_id` to stop (None: no such job). A finished job is left as it ended."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            if job["status"] in ("queued", "running"):
+                self._cancelled.add(job_id)
+                job["cancel_requested"] = True
+            return dict(job)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -172,22 +192,36 @@ class BackgroundJobs:
         path.with_suffix(".tmp").replace(path)
 
     def _run(self, job_id: str, request: BaseModel) -> None:
-        job = self.get(job_id) or {}
+        with self._lock:
+            job = self._jobs[job_id]
+            stopped_before_start = job_id in self._cancelled
+        if stopped_before_start:
+            job.update(status="cancelled", error="cancelled before it started")
+            job["finished"] = time.time()
+            self._update(job)
+            return
         job.update(status="running", started=time.time())
         self._update(job)
 
         def report(n: int) -> None:
             with self._lock:
                 job["progress"] = job.get("progress", 0) + n  # read by get(); saved at the end
+                if job_id in self._cancelled:
+                    raise JobCancelled(f"job {job_id} was cancelled")
 
         try:
             result = self.run_fn(request, report)
+        except JobCancelled:
+            log.info("job %s cancelled at progress %s", job_id, job.get("progress"))
+            job.update(status="cancelled", error="cancelled by request")
         except Exception as exc:  # a job's failure is its outcome, never the service's
             log.warning("job %s failed: %s", job_id, exc)
             job.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         else:
             job.update(status="succeeded", result=result)
         job["finished"] = time.time()
+        with self._lock:
+            self._cancelled.discard(job_id)
         self._update(job)
 
 
@@ -261,7 +295,8 @@ def jobs_router(
 
 
 def add_status_routes(router: Any, jobs: BackgroundJobs, noun: str) -> None:
-    """GET / (every job) and GET /{job_id} (one job; 404 naming `job_id`) on `router`."""
+    """GET / (every job), GET /{job_id} (one job; 404 naming `job_id`) and POST
+    /{job_id}/cancel (stop it at its next progress report; the job as it stands) on `router`."""
     from fastapi import HTTPException
 
     @router.get("", summary=f"Every {noun}")
@@ -271,6 +306,13 @@ def add_status_routes(router: Any, jobs: BackgroundJobs, noun: str) -> None:
     @router.get("/{job_id}", summary=f"One {noun}: status, progress, result or error")
     def get_job(job_id: str) -> dict[str, Any]:
         job = jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"job_id: no {noun} {job_id!r}")
+        return job
+
+    @router.post("/{job_id}/cancel", summary=f"Stop a {noun} at its next progress report")
+    def cancel_job(job_id: str) -> dict[str, Any]:
+        job = jobs.cancel(job_id)
         if job is None:
             raise HTTPException(404, f"job_id: no {noun} {job_id!r}")
         return job

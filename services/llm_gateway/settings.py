@@ -12,9 +12,17 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from llmrl.common import config as common_config
+from llmrl.common.devices import check_device
 from llmrl.common.providers import Provider
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
 from llmrl.llm_gateway.names import is_safe_name
@@ -57,9 +65,11 @@ class ModelConfig(_Strict):
     backoff_s: float = Field(0.5, ge=0)
     max_backoff_s: float = Field(20.0, ge=0)
     # local generation
-    # auto: bfloat16 where the CPU computes it natively (AVX512-BF16/AMX) or on a GPU, else
-    # float32 (on an AVX2-only CPU bf16 is emulated and measured ~3x slower than fp32)
+    # auto: bfloat16 where the model's device computes it natively (a GPU, AVX512-BF16/AMX),
+    # else float32 (on an AVX2-only CPU bf16 is emulated and measured ~3x slower than fp32)
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    # where a local model runs: auto (the GPU where torch sees one), cpu, cuda or cuda:<index>
+    device: str = "auto"
     max_batch_size: int = Field(8, ge=1)
     max_wait_ms: float = Field(5.0, ge=0)
     max_context_tokens: int = Field(4096, ge=16)
@@ -68,6 +78,11 @@ class ModelConfig(_Strict):
     score_chunk_tokens: int = Field(32_768, ge=16)
     # LoRA adapters: name -> version -> directory (peft save_pretrained output)
     adapters: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return check_device(value)
 
 
 class CacheSettings(_Strict):

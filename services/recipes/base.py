@@ -60,14 +60,25 @@ class RecipeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-def registered_env(value: str) -> str:
-    """A config's `env` value, checked against the registry (plugins loaded first)."""
+def registered_env(value: str, tag: str | None = None, needs: str = "") -> str:
+    """A config's `env` value, checked against the registry (plugins loaded first); with
+    `tag`, it must also be an env registered with that tag (`needs`: what the tag promises,
+    for the error)."""
     from llmrl.common.plugins import load_plugins
 
     load_plugins()
     names = registry.names("env")
     if value not in names:
         raise ValueError(f"unknown env {value!r}; registered envs: {', '.join(sorted(names))}")
+    if tag is not None:
+        tagged = sorted(
+            n for n in names if tag in registry.entry("env", n).metadata.get("tags", ())
+        )
+        if value not in tagged:
+            raise ValueError(
+                f"{value!r} is not an env this recipe plays ({needs}; registered with tag "
+                f"{tag!r}): {', '.join(tagged)}"
+            )
     return value
 
 
@@ -297,8 +308,8 @@ class StoppableProgress:
     checking the cancel flag there, at most every `check_s` seconds (a store read), stops a
     long training at its next step rather than when the phase ends. Episode collection counts
     with `count`, which does not raise: the executor polls the flag itself and stops its
-    workers cleanly. (In service mode a job already handed to the learner runs to its end;
-    the run stops waiting for it.)"""
+    workers cleanly. (In service mode a job handed to the learner reports its progress here
+    through the learner client, which cancels the job there when this raises.)"""
 
     def __init__(
         self, inner: ProgressReporter, should_stop: Callable[[], bool], check_s: float = 1.0

@@ -22,10 +22,12 @@ EXAMPLE = {
 }
 
 
-def wait_done(client: httpx.Client, job_id: str) -> dict:
+def wait_done(
+    client: httpx.Client, job_id: str, final: tuple[str, ...] = ("succeeded", "failed")
+) -> dict:
     for _ in range(300):
         job = client.get(f"/jobs/{job_id}").json()
-        if job["status"] in ("succeeded", "failed"):
+        if job["status"] in final:
             return job
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} did not finish: {job}")
@@ -208,3 +210,55 @@ def test_local_jobs_name_folders_only(tmp_path, field, value):
     with pytest.raises(ValueError, match=rf"{field}: expected letters, digits") as caught:
         FineTuneRequest(data=[str(data)], **{field: value})
     assert str(tmp_path) not in str(caught.value).split("\n", 1)[1]
+
+
+def test_a_cancelled_wait_cancels_the_learner_job_and_the_service_keeps_serving(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """A run cancelled while the learner trains for it (its progress callback raises) stops
+    the job there at its next step, instead of letting it train on for nobody."""
+    import yaml
+    from support.tiny_llm import tiny_gateway_settings
+
+    from llmrl.learner.client import run_learner_job
+    from llmrl.learner.jobs import FineTuneRequest
+
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir)))
+    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    data = tmp_path / "train.jsonl"
+    data.write_text((json.dumps(EXAMPLE) + "\n") * 8)
+
+    def request(steps: int, version: str) -> dict:
+        return FineTuneRequest(
+            data=[str(data)], model="tiny", adapter="t", version=version, steps=steps,
+            batch_size=2, max_length=256,
+        ).model_dump()  # fmt: skip
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel_at_first_progress(n: int) -> None:
+        raise Cancelled
+
+    server = RestServer(create_app(tmp_path / "jobs")).start()
+    try:
+        with pytest.raises(Cancelled):
+            run_learner_job("/jobs", request(100_000, "1"), cancel_at_first_progress, server.url)
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            (job,) = client.get("/jobs").json()
+            job = wait_done(client, job["job_id"], ("cancelled", "succeeded", "failed"))
+            assert job["status"] == "cancelled" and job["error"] == "cancelled by request"
+            assert 1 <= job["progress"] < 100_000
+            assert client.post("/jobs/ft-nosuchjob/cancel").status_code == 404
+            assert "job_id" in client.post("/jobs/ft-nosuchjob/cancel").json()["detail"]
+        # the service keeps serving: the next job runs to its end, and cancelling it
+        # afterwards leaves it as it ended
+        result = run_learner_job("/jobs", request(2, "2"), None, server.url, timeout_s=300)
+        assert result["model"] == "tiny:t@2"
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            done = [j for j in client.get("/jobs").json() if j["status"] == "succeeded"]
+            assert client.post(f"/jobs/{done[0]['job_id']}/cancel").json()["status"] == "succeeded"
+    finally:
+        server.stop()

@@ -22,7 +22,7 @@ PHRASES = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 CORRECT = "go forward"
 
 
-@registry.register_env(ENV_ID, max_episode_steps=3, tags=("test",))
+@registry.register_env(ENV_ID, max_episode_steps=3, tags=("test", "glam"))
 class TinyTextGoForward(SkillEnv):
     """The goal is always one step forward (LLM-PPO tests)."""
 

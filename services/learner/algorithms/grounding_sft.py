@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import Algorithm, Progress, check_number
 from llmrl.learner.algorithms.offline_rl import check_action_size
@@ -58,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "continue_training": False,  # start from the line's latest version
     "tensorboard_dir": None,
+    "device": "auto",  # where the model trains: auto (the GPU where torch sees one), cpu, cuda
 }
 # what the continued version's model is made of: a change would be silently ignored
 FIXED_ON_CONTINUE = (
@@ -72,6 +74,7 @@ def check_grounding_settings(cfg: dict[str, Any]) -> None:
     for key in ("learning_rate", "head_learning_rate", "state_loss_weight"):
         check_number(key, cfg[key], positive=True)
     check_number("seed", cfg["seed"], integer=True)
+    check_device(cfg["device"])
     for key in ("lora_layers", "base_layers", "action_size"):
         if cfg[key] is not None:
             check_number(key, cfg[key], integer=True, positive=True)
@@ -194,7 +197,7 @@ class GroundingSft(Algorithm):
             )
         if latest is not None:
             check_continuable(latest, cfg, spec)
-            model = GroundedLM.load(latest.path)
+            model = GroundedLM.load(latest.path, device=cfg["device"])
         else:
             all_states = np.concatenate([s for _, s, _ in episodes])
             model = GroundedLM.create(
@@ -203,6 +206,7 @@ class GroundingSft(Algorithm):
                 lora_r=int(cfg["lora_r"]),
                 lora_layers=cfg["lora_layers"],
                 states=all_states,
+                device=cfg["device"],
             )
         model.train()
         optimizer = torch.optim.AdamW(

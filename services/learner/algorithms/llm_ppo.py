@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -114,7 +115,10 @@ class LlmPpoConfig:
         "run only the top layers in the PPO epochs (~0.4 MB a sample for SmolLM2)",
     )
     value_hidden: int = setting(1024, "width of the value head's two hidden layers")
-    bf16: bool | None = setting(None, "bf16 autocast (None: where bf16 is native)")
+    bf16: bool | None = setting(None, "bf16 autocast (None: where the device computes it natively)")
+    device: str = setting(
+        "auto", "where the LLM runs: auto (the GPU where torch sees one), cpu, cuda or cuda:<n>"
+    )
     checkpoint_every: int = setting(1, "save a version every this many updates")
     resume: bool = setting(True, "continue from the line's latest version, if any")
     seed: int = setting(0, "seed of the world, the sampling and the initialisation")
@@ -142,6 +146,7 @@ class LlmPpoConfig:
                 raise ValueError(f"{key}: expected true or false, got {getattr(self, key)!r}")
         if self.bf16 is not None and not isinstance(self.bf16, bool):
             raise ValueError(f"bf16: expected true, false or null, got {self.bf16!r}")
+        check_device(self.device)
         if self.target_kl is not None:
             check_number("target_kl", self.target_kl, positive=True)
         if self.init not in INITS:
@@ -201,12 +206,14 @@ def train_llm_ppo(
         bf16=config.bf16,
         init_from=previous.path if previous else None,
         random_init=config.init == "random",
+        device=config.device,
     )
     policy.train()
     params = policy.parameters()
     optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
     if previous is not None:
-        optimizer.load_state_dict(torch.load(previous.path / OPTIMIZER_FILE, weights_only=True))
+        saved = torch.load(previous.path / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(saved)  # its state moves to the parameters' device
     phrases = action_phrases(config.action_set)
     candidates = [policy.encode(" " + phrase) for phrase in phrases]
     value_head = policy.heads["value"]
@@ -236,16 +243,17 @@ def train_llm_ppo(
 
     def act(prompts: list[list[int]], keep_frozen: bool = False) -> tuple[Any, Any, Any]:
         """(action scores [B, K], values [B], frozen states or None) of prompts, with
-        gradients when enabled."""
+        gradients when enabled; on the model's device, in fp32."""
         scored = score_candidates(policy, prompts, candidates, config.reduction, keep_frozen)
-        return scored.scores, value_head(scored.hidden).squeeze(-1), scored.frozen
+        value = value_head(scored.hidden).squeeze(-1)
+        return scored.scores.float(), value.float(), scored.frozen
 
     def act_again(samples: list[Any]) -> tuple[Any, Any]:
         """(scores, values) of rollout samples (prompts, or their frozen states), with
         gradients: the update's forward."""
         if cached:
             scored = score_from_frozen(policy, samples, candidates, config.reduction)
-            return scored.scores, value_head(scored.hidden).squeeze(-1)
+            return scored.scores.float(), value_head(scored.hidden).squeeze(-1).float()
         return act(samples)[:2]
 
     # per step, per env: what the update scores again (token ids, or frozen hidden states)
@@ -273,6 +281,7 @@ def train_llm_ppo(
                 dones[step] = next_done
                 with torch.no_grad():
                     scores, value, frozen = act(prompts, keep_frozen=cached)
+                    scores, value = scores.cpu(), value.cpu()  # the rollout's buffers: CPU
                     samples[step] = frozen if cached else prompts
                     distribution = torch.distributions.Categorical(logits=scores)
                     action = torch.multinomial(distribution.probs, 1, generator=generator)[:, 0]
@@ -302,7 +311,7 @@ def train_llm_ppo(
             with torch.no_grad():
                 next_prompts = [policy.encode(history.prompt()) for history in histories]
                 _, next_value, _ = act(next_prompts)
-            advantages, returns = gae(rewards, values, dones, next_value, next_done, config)
+            advantages, returns = gae(rewards, values, dones, next_value.cpu(), next_done, config)
             rollout_seconds += time.perf_counter() - rollout_started
             rollout_cpu += time.process_time() - rollout_cpu_started
             update_started, update_cpu_started = time.perf_counter(), time.process_time()
@@ -514,6 +523,14 @@ def ppo_loss(
     import torch
 
     scores, new_values = scored
+    # the rollout's tensors (CPU) join the scores on the model's device
+    device = scores.device
+    actions, old_logprobs = actions.to(device), old_logprobs.to(device)
+    advantages, returns, old_values = (
+        advantages.to(device),
+        returns.to(device),
+        old_values.to(device),
+    )
     distribution = torch.distributions.Categorical(logits=scores)
     new_logprobs = distribution.log_prob(actions)
     entropy = distribution.entropy()
@@ -620,6 +637,7 @@ class LlmPpo(Algorithm):
             value_hidden=int(config.get("value_hidden", 1024)),
             bf16=config.get("bf16"),
             init_from=found.path,
+            device="auto",  # where this process runs, whatever device trained it
         )
         return policy.train(False)
 

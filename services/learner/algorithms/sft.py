@@ -70,6 +70,7 @@ class SftConfig:
     gradient_checkpointing: bool = True
     seed: int = 0
     torch_threads: int | None = None
+    device: str = "auto"  # where the model trains: auto (the GPU where torch sees one), cpu, cuda
 
 
 @dataclass
@@ -170,7 +171,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from llmrl.llm_gateway.backends.transformers_local import native_bf16
+    from llmrl.common.devices import native_bf16, resolve_device
 
     started = time.perf_counter()
     if config.torch_threads:
@@ -179,6 +180,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     torch.manual_seed(config.seed)
 
     # 1. model, tokenizer and LoRA
+    device = resolve_device(config.device)
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
     if config.init_adapter:
@@ -193,6 +195,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
+    model.to(device)
     if config.gradient_checkpointing:
         # non-reentrant: gradients reach the LoRA weights although the frozen inputs need none
         model.activation_checkpointing_enable(
@@ -222,8 +225,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     order: list[int] = []
     losses: list[float] = []
-    device = next(model.parameters()).device
-    use_bf16 = native_bf16() if config.bf16 is None else config.bf16
+    use_bf16 = native_bf16(device) if config.bf16 is None else config.bf16
     for step in range(total_steps):
         if len(order) < config.batch_size:  # next epoch: a fresh shuffle
             fresh = list(range(len(rows)))

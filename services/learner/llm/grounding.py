@@ -182,13 +182,18 @@ class GroundedLM:
         lora_layers: int | None = None,
         states: np.ndarray | None = None,
         adapter_dir: str | Path | None = None,
+        device: str = "auto",
     ) -> GroundedLM:
         """The base model with a fresh LoRA (or the one in `adapter_dir`), fresh slot layers
-        and heads; the state normaliser from `states` (rows of states seen in training)."""
+        and heads; the state normaliser from `states` (rows of states seen in training); all
+        on `device` (`auto`: the GPU where torch sees one)."""
         import torch
         from peft import LoraConfig, PeftModel, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from llmrl.common.devices import resolve_device
+
+        where = resolve_device(device)
         directory = resolve_base_model(base_model)
         spec.base_model = spec.base_model or base_model
         tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -231,7 +236,7 @@ class GroundedLM:
                 modules[name].weight.normal_(0.0, scale)
         if states is not None:
             modules["norm"].fit(np.asarray(states, np.float32))
-        return cls(lm, tokenizer, modules, spec)
+        return cls(lm.to(where), tokenizer, modules.to(where), spec)
 
     def save(self, directory: Path) -> None:
         import torch
@@ -242,7 +247,7 @@ class GroundedLM:
         (directory / SPEC_FILE).write_text(json.dumps(asdict(self.spec), indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> GroundedLM:
+    def load(cls, directory: str | Path, device: str = "auto") -> GroundedLM:
         import torch
 
         directory = Path(directory)
@@ -253,8 +258,10 @@ class GroundedLM:
             spec = GroundingSpec(**json.loads(spec_file.read_text()))
         except (TypeError, ValueError) as exc:  # another version's file, or not JSON
             raise ValueError(f"checkpoint: {spec_file} is not a grounding spec: {exc}") from None
-        model = cls.create(spec.base_model, spec, adapter_dir=directory / ADAPTER_DIR)
-        state = torch.load(directory / GROUNDING_FILE, weights_only=True)
+        model = cls.create(
+            spec.base_model, spec, adapter_dir=directory / ADAPTER_DIR, device=device
+        )
+        state = torch.load(directory / GROUNDING_FILE, map_location="cpu", weights_only=True)
         model.modules.load_state_dict(state)
         return model
 
@@ -268,6 +275,11 @@ class GroundedLM:
         self.lm.train(mode)
         self.modules.train(mode)
         return self
+
+    @property
+    def device(self) -> Any:
+        """Where the model runs: every tensor it builds is made there."""
+        return next(self.lm.parameters()).device
 
     @property
     def causal_lm(self) -> Any:
@@ -311,6 +323,7 @@ class GroundedLM:
         import torch
 
         embedding = self.lm.get_input_embeddings()
+        device = self.device
         rows, targets = [], []
         for items in batch:
             if self.spec.numbers == "text":
@@ -320,12 +333,12 @@ class GroundedLM:
             for kind, value, train in items:
                 if kind == "text":
                     ids = self.text_ids(value) if isinstance(value, str) else list(value)
-                    pieces.append(embedding(torch.tensor(ids, dtype=torch.long)))
+                    pieces.append(embedding(torch.tensor(ids, dtype=torch.long, device=device)))
                     if train:
                         found["text"] += [(length + i - 1, tok) for i, tok in enumerate(ids)]
                     length += len(ids)
                 elif kind == "state":
-                    vector = torch.as_tensor(np.asarray(value, np.float32))
+                    vector = torch.as_tensor(np.asarray(value, np.float32), device=device)
                     normalised = self.modules["norm"](vector)
                     pieces.append(self.modules["state_in"](normalised)[None])
                     if train:
@@ -349,7 +362,7 @@ class GroundedLM:
         width = max(len(r) for r in rows)
         hidden = rows[0].shape[1]
         embeds = rows[0].new_zeros((len(rows), width, hidden))
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
         for i, row in enumerate(rows):
             embeds[i, : len(row)] = row
             mask[i, : len(row)] = 1
@@ -366,7 +379,7 @@ class GroundedLM:
         """Input embeddings (N, H) of state slots for states (N, state_dim)."""
         import torch
 
-        vectors = torch.as_tensor(np.asarray(states, np.float32))
+        vectors = torch.as_tensor(np.asarray(states, np.float32), device=self.device)
         return self.modules["state_in"](self.modules["norm"](vectors))
 
     def action_slot(self, value: Any) -> Any:
@@ -377,8 +390,9 @@ class GroundedLM:
         import torch
 
         if self.spec.discrete:
-            return self.modules["action_in"](torch.tensor([int(value)], dtype=torch.long))
-        vector = torch.as_tensor(np.asarray(value, np.float32))
+            index = torch.tensor([int(value)], dtype=torch.long, device=self.device)
+            return self.modules["action_in"](index)
+        vector = torch.as_tensor(np.asarray(value, np.float32), device=self.device)
         return self.modules["action_in"](vector)[None]
 
     def hidden(self, embeds: Any, mask: Any) -> Any:
@@ -396,6 +410,7 @@ class GroundedLM:
 
         embeds, mask, targets = self.embed(batch)
         hidden = self.hidden(embeds, mask)
+        device = hidden.device
         losses: dict[str, Any] = {}
 
         def gather(kind: str) -> tuple[Any, list[Any]]:
@@ -413,18 +428,20 @@ class GroundedLM:
         if h is not None:
             logits = self.modules["action_out"](h)
             if self.spec.discrete:
-                losses["action"] = F.cross_entropy(logits, torch.tensor([int(v) for v in values]))
+                wanted = torch.tensor([int(v) for v in values], device=device)
+                losses["action"] = F.cross_entropy(logits, wanted)
             else:
-                wanted = torch.as_tensor(np.asarray(values, np.float32))
+                wanted = torch.as_tensor(np.asarray(values, np.float32), device=device)
                 losses["action"] = F.mse_loss(logits, wanted)
         h, values = gather("stop")
         if h is not None:
             logit = self.modules["stop_out"](h).squeeze(-1)
-            losses["stop"] = F.binary_cross_entropy_with_logits(logit, torch.tensor(values))
+            wanted = torch.tensor(values, device=device)
+            losses["stop"] = F.binary_cross_entropy_with_logits(logit, wanted)
         h, values = gather("text")
         if h is not None:
             logits = self.causal_lm.lm_head(h)
-            losses["text"] = F.cross_entropy(logits.float(), torch.tensor(values))
+            losses["text"] = F.cross_entropy(logits.float(), torch.tensor(values, device=device))
         weights = weights or {}
         total = sum(float(weights.get(name, 1.0)) * value for name, value in losses.items())
         return total, {k: float(v.detach()) for k, v in losses.items()}
@@ -437,7 +454,7 @@ class GroundedLM:
         embeds, mask, _ = self.embed(batch)
         hidden = self.hidden(embeds, mask)
         last = mask.sum(dim=1) - 1
-        return hidden[torch.arange(len(batch)), last]
+        return hidden[torch.arange(len(batch), device=hidden.device), last]
 
     def predict_state(self, hidden: Any, previous: np.ndarray | None = None) -> np.ndarray:
         """The states (N, state_dim) the head predicts from hidden states (N, H); with
@@ -448,19 +465,19 @@ class GroundedLM:
         if self.spec.state_target == "delta":
             if previous is None:
                 raise ValueError("state_target=delta: predict_state needs the previous states")
-            before = torch.as_tensor(np.asarray(previous, np.float32))
+            before = torch.as_tensor(np.asarray(previous, np.float32), device=self.device)
             normalised = normalised + self.modules["norm"](before)
-        return self.modules["norm"].inverse(normalised).detach().numpy()
+        return self.modules["norm"].inverse(normalised).detach().cpu().numpy()
 
     def predict_action(self, hidden: Any) -> tuple[np.ndarray, np.ndarray]:
         """(greedy actions, stop probabilities) from the hidden states before an action."""
         import torch
 
         logits = self.modules["action_out"](hidden)
-        stop = torch.sigmoid(self.modules["stop_out"](hidden).squeeze(-1)).detach().numpy()
+        stop = torch.sigmoid(self.modules["stop_out"](hidden).squeeze(-1)).detach().cpu().numpy()
         if self.spec.discrete:
-            return logits.argmax(-1).detach().numpy(), stop
-        return logits.detach().numpy(), stop
+            return logits.argmax(-1).detach().cpu().numpy(), stop
+        return logits.detach().cpu().numpy(), stop
 
 
 @functools.cache

@@ -117,7 +117,7 @@ def _imagine_slots(
 
     def advance(slot: Any) -> Any:
         nonlocal out, mask, positions
-        mask = torch.cat([mask, torch.ones((len(mask), 1), dtype=mask.dtype)], dim=1)
+        mask = torch.cat([mask, mask.new_ones((len(mask), 1))], dim=1)
         positions = positions[:, -1:] + 1
         out = backbone(
             inputs_embeds=slot,
@@ -175,8 +175,10 @@ def _imagine_text(
     encoded = [model.text_ids(p) for p in prompts]
     width = max(len(e) for e in encoded)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    input_ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=model.device)
+    mask = torch.tensor(
+        [[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=input_ids.device
+    )
     per_step = 8 * model.spec.state_dim + 8  # generous: numbers of a state plus an action
     output = model.lm.generate(
         input_ids=input_ids,

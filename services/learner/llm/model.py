@@ -5,8 +5,10 @@
     values = policy.heads["value"](scores.hidden).squeeze(-1)
 
 `base_model` is a local HF directory or a gateway model name (its `path`, builtins resolved,
-as the gateway serves it). The weights stay fp32; `autocast()` runs the forward in bf16 where
-bf16 is native (a GPU, AVX512-BF16 or AMX), since emulated bf16 is slower on other CPUs.
+as the gateway serves it). The model and its heads sit on `device` (`auto`: the GPU where torch
+sees one; `llmrl.common.devices`). The weights stay fp32; `autocast()` runs the forward in bf16
+where that device computes bf16 natively (a GPU, AVX512-BF16 or AMX), since emulated bf16 is
+slower on other CPUs.
 """
 
 from __future__ import annotations
@@ -77,16 +79,19 @@ class LlmPolicyModel:
         bf16: bool | None = None,
         init_from: str | Path | None = None,
         random_init: bool = False,
+        device: str = "auto",
     ) -> LlmPolicyModel:
         """The base model with a fresh LoRA (or trainable whole, `lora=False`) and a fresh
         value head; `init_from`: a checkpoint directory `save` wrote, to continue from.
         `random_init`: the base model's architecture with fresh random weights instead of
-        its pretrained ones (GLAM's NPAE baseline; ignored when continuing a checkpoint)."""
+        its pretrained ones (GLAM's NPAE baseline; ignored when continuing a checkpoint).
+        `bf16` None: autocast where `device` computes bf16 natively."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from llmrl.llm_gateway.backends.transformers_local import native_bf16
+        from llmrl.common.devices import native_bf16, resolve_device
 
+        where = resolve_device(device)
         directory = resolve_base_model(base_model)
         tokenizer = AutoTokenizer.from_pretrained(directory)
         full_dir = Path(init_from) if init_from and not lora else directory
@@ -114,13 +119,14 @@ class LlmPolicyModel:
                 model = get_peft_model(model, config)
         heads = torch.nn.ModuleDict({"value": value_head(model.config.hidden_size, value_hidden)})
         if init_from:
-            heads.load_state_dict(torch.load(Path(init_from) / HEADS_FILE, weights_only=True))
+            saved = torch.load(Path(init_from) / HEADS_FILE, map_location="cpu", weights_only=True)
+            heads.load_state_dict(saved)
         return cls(
-            model=model,
+            model=model.to(where),
             tokenizer=tokenizer,
-            heads=heads,
+            heads=heads.to(where),
             lora=lora,
-            bf16=native_bf16() if bf16 is None else bf16,
+            bf16=native_bf16(where) if bf16 is None else bf16,
             base_model=str(directory),
         )
 

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import torch
 
 from llmrl.common.config import home_dir
+from llmrl.common.devices import native_bf16, resolve_device
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.api_types import GenerateRequest, GuidedLines, ScoreRequest
 from llmrl.llm_gateway.backends.base import Backend, Generation, Scores
@@ -38,20 +39,9 @@ CANCEL_POLL_S = 0.05  # how often a waiting caller checks whether its request wa
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-def native_bf16() -> bool:
-    """Whether bf16 matmuls run natively here (a GPU, or a CPU with AVX512-BF16 or AMX)."""
-    if torch.cuda.is_available():
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def resolve_dtype(name: str) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
-        return torch.bfloat16 if native_bf16() else torch.float32
+        return torch.bfloat16 if native_bf16(device) else torch.float32
     return DTYPES[name]
 
 
@@ -454,8 +444,13 @@ class TransformersBackend(Backend):
         if not config.path:
             raise InvalidRequestError(f"models.{name}.path: the hf backend needs a path", "path")
         path = resolve_path(config.path)
+        try:
+            device = resolve_device(config.device, f"models.{name}.device")
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), "device") from None
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(config.dtype))
+        dtype = resolve_dtype(config.dtype, device)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         self.lm = LocalCausalLM(model, tokenizer, config.score_chunk_tokens)
         self.adapters = Adapters(model, name, config.adapters)
         self.batcher = DynamicBatcher(

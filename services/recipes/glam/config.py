@@ -15,6 +15,8 @@ METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
 RL_METHODS = ("glam", "npae", "symbolic-ppo", "drrn")
 TRAINED_METHODS = (*RL_METHODS, "bc")
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
+# what an env must give GLAM's LLM policy (the envs registered with tag "glam")
+GLAM_ENVS = "text and mission observations, BabyAI-Text's six action phrases as skills"
 
 
 class GlamConfig(RecipeConfig, PpoSettings):
@@ -107,7 +109,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
     @field_validator("env")
     @classmethod
     def _env_is_registered(cls, value: str) -> str:
-        return registered_env(value)
+        return registered_env(value, "glam", GLAM_ENVS)
 
     @field_validator("methods")
     @classmethod

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, setting_help
 
@@ -52,6 +53,12 @@ class PpoSettings(BaseModel):
     max_grad_norm: float = _ppo_setting("max_grad_norm", gt=0)
     reward_scale: float = _ppo_setting("reward_scale", gt=0)
     grad_diagnostics: bool = _ppo_setting("grad_diagnostics")
+    device: str = _ppo_setting("device")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return check_device(value)
 
     def ppo_settings(self) -> dict[str, Any]:
         """These settings as llm-ppo's keyword arguments."""

@@ -69,6 +69,8 @@ def test_phase_plan_follows_methods_and_variants():
     ("config", "key"),
     [
         ({"env": "NoSuchEnv"}, "env"),
+        ({"env": "SimpleDoorKey"}, "env"),  # registered, but not a GLAM text env
+        ({"device": "gpu"}, "device"),
         ({"variants": ["klingon"]}, "variants"),
         ({"methods": ["npae-by-magic"]}, "methods"),
         ({"train_steps": -5}, "train_steps"),

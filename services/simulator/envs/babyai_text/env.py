@@ -200,5 +200,5 @@ for _level, _what in LEVEL_DESCRIPTIONS.items():
         f"BabyAIText-{_level}",
         description=f"BabyAI-Text: {_what}",
         kwargs={"level": _level},
-        tags=("minigrid", "babyai", "text"),
+        tags=("minigrid", "babyai", "text", "glam"),
     )(BabyAITextEnv)

@@ -1,0 +1,59 @@
+"""Where a model runs, and in which precision.
+
+Every component that holds a torch model (the gateway's local LMs, the learner's LLM policy,
+SFT) names its device the same way: `auto` (the GPU where torch sees one, else the CPU),
+`cpu`, `cuda` or `cuda:<index>`. bf16 pays only where it is native: on a GPU that computes it,
+or a CPU with AVX512-BF16 or AMX; elsewhere (an AVX2-only CPU) torch emulates it, measured
+~3x slower than fp32, so the choice depends on the device the model actually runs on.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:<index>"
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def check_device(name: str, field: str = "device") -> str:
+    """`name` if it is a device name this project accepts; a ValueError naming `field` if not."""
+    if not isinstance(name, str) or not _DEVICE.match(name):
+        raise ValueError(f"{field}: expected {DEVICE_CHOICES}, got {name!r}")
+    return name
+
+
+def resolve_device(name: str = "auto", field: str = "device") -> Any:
+    """The torch.device for `name` (`auto`: cuda where torch sees a GPU, else cpu). A named
+    GPU that is not there is an error naming `field`, not a silent fall back to the CPU."""
+    import torch
+
+    check_device(name, field)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{field}: {name!r}, but torch sees no GPU here (use cpu or auto)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{field}: {name!r}, but torch sees {torch.cuda.device_count()} GPU(s)"
+            )
+    return device
+
+
+def native_bf16(device: Any = "cpu") -> bool:
+    """Whether bf16 matmuls run natively on `device` (a torch.device or its name)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
