@@ -303,16 +303,15 @@ def add_status_routes(router: Any, jobs: BackgroundJobs, noun: str) -> None:
     def list_jobs() -> list[dict[str, Any]]:
         return jobs.list()
 
-    @router.get("/{job_id}", summary=f"One {noun}: status, progress, result or error")
-    def get_job(job_id: str) -> dict[str, Any]:
-        job = jobs.get(job_id)
+    def found(job: dict[str, Any] | None, job_id: str) -> dict[str, Any]:
         if job is None:
             raise HTTPException(404, f"job_id: no {noun} {job_id!r}")
         return job
 
+    @router.get("/{job_id}", summary=f"One {noun}: status, progress, result or error")
+    def get_job(job_id: str) -> dict[str, Any]:
+        return found(jobs.get(job_id), job_id)
+
     @router.post("/{job_id}/cancel", summary=f"Stop a {noun} at its next progress report")
     def cancel_job(job_id: str) -> dict[str, Any]:
-        job = jobs.cancel(job_id)
-        if job is None:
-            raise HTTPException(404, f"job_id: no {noun} {job_id!r}")
-        return job
+        return found(jobs.cancel(job_id), job_id)

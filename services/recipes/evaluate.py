@@ -90,6 +90,45 @@ class EvaluateConfig(RecipeConfig):
             raise ValueError(f"env_kwargs.{exc}") from None
         return self
 
+    @model_validator(mode="after")
+    def _env_gives_what_the_planner_reads(self) -> EvaluateConfig:
+        """A planner that reads a privileged entry (the oracle's plan, the feasible skills)
+        needs an env that gives it: refused here, naming the planners that would play it,
+        rather than failing at the first step of the run."""
+        if self.policy is not None:
+            return self
+        from llmrl.simulator.world import PRIVILEGED_OBSERVATIONS, make_env
+
+        needed = [
+            name
+            for name in getattr(registry.get("planner", self.planner), "observations", ())
+            if name in PRIVILEGED_OBSERVATIONS
+        ]
+        if not needed:
+            return self
+        try:
+            env = make_env(self.env, **self.env_kwargs)
+        except Exception:  # an env that cannot be built here fails with its own error at run time
+            return self
+        try:
+            given = set(env.observation_space.spaces)
+        finally:
+            env.close()
+        missing = [name for name in needed if name not in given]
+        if missing:
+            usable = [
+                name
+                for name in registry.names("planner")
+                if set(getattr(registry.get("planner", name), "observations", ())) <= given
+            ]
+            raise ValueError(
+                f"planner: {self.planner!r} reads the env's {', '.join(missing)}, which "
+                f"{self.env!r} does not give{' with these env_kwargs' if self.env_kwargs else ''};"
+                f" planners that read only what it gives: {', '.join(usable) or '(none)'}, or "
+                "play a trained policy with policy={kind: ...}"
+            )
+        return self
+
     def policy_spec(self) -> dict[str, Any]:
         if self.policy is not None:
             return self.policy

@@ -22,6 +22,21 @@ EXAMPLE = {
 }
 
 
+def serve_tiny_model(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> Path:
+    """The gateway config serving the tiny model, a private LLMRL_HOME, and 8 chat examples
+    (the data file's path): what a local fine-tuning job on the learner needs."""
+    import yaml
+    from support.tiny_llm import tiny_gateway_settings
+
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir)))
+    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    data = tmp_path / "train.jsonl"
+    data.write_text((json.dumps(EXAMPLE) + "\n") * 8)
+    return data
+
+
 def wait_done(
     client: httpx.Client, job_id: str, final: tuple[str, ...] = ("succeeded", "failed")
 ) -> dict:
@@ -73,18 +88,10 @@ def test_openai_job_through_the_learner_service(standin, tmp_path: Path, monkeyp
 
 def test_local_fine_tuning_job_through_the_learner_client(tiny_model_dir, tmp_path, monkeypatch):
     """What llm-personalize's train phase does in service mode: the learner trains the LoRA."""
-    import yaml
-    from support.tiny_llm import tiny_gateway_settings
-
     from llmrl.learner.client import run_learner_job
     from llmrl.learner.jobs import FineTuneRequest
 
-    config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir)))
-    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
-    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
-    data = tmp_path / "train.jsonl"
-    data.write_text((json.dumps(EXAMPLE) + "\n") * 8)
+    data = serve_tiny_model(tiny_model_dir, tmp_path, monkeypatch)
     request = FineTuneRequest(
         data=[str(data)], model="tiny", adapter="t", version="1", steps=3, batch_size=2,
         max_length=256, lora_targets=["q_proj", "v_proj"],
@@ -217,18 +224,10 @@ def test_a_cancelled_wait_cancels_the_learner_job_and_the_service_keeps_serving(
 ):
     """A run cancelled while the learner trains for it (its progress callback raises) stops
     the job there at its next step, instead of letting it train on for nobody."""
-    import yaml
-    from support.tiny_llm import tiny_gateway_settings
-
     from llmrl.learner.client import run_learner_job
     from llmrl.learner.jobs import FineTuneRequest
 
-    config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir)))
-    monkeypatch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(config))
-    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
-    data = tmp_path / "train.jsonl"
-    data.write_text((json.dumps(EXAMPLE) + "\n") * 8)
+    data = serve_tiny_model(tiny_model_dir, tmp_path, monkeypatch)
 
     def request(steps: int, version: str) -> dict:
         return FineTuneRequest(

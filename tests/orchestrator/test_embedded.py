@@ -78,6 +78,14 @@ def test_bad_configs_name_the_problem(tmp_path: Path):
         run_embedded("nope", {}, out_dir=tmp_path, progress=False)
     with pytest.raises(ConfigError, match="unknown planner 'psychic'"):
         run_embedded("evaluate", {"planner": "psychic"}, out_dir=tmp_path, progress=False)
+    # the oracle reads a privileged plan that CLEVR-Robot does not give: refused before a step
+    with pytest.raises(ConfigError, match=r"planner: 'oracle' reads the env's oracle_plan.*"):
+        run_embedded("evaluate", {"env": "ClevrRobot"}, out_dir=tmp_path, progress=False)
+    # BabyAI-Text gives it only with its bot (expert=true)
+    with pytest.raises(ConfigError, match="does not give"):
+        run_embedded("evaluate", {"env": "BabyAIText-GoToLocalS5N2"}, out_dir=tmp_path)
+    config = {"env": "BabyAIText-GoToLocalS5N2", "env_kwargs": {"expert": True}, "episodes": 1}
+    assert run_embedded("evaluate", config, out_dir=tmp_path / "bot", progress=False)
     result = CliRunner().invoke(main, ["run", "evaluate", "episodes=lots", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "config.episodes" in result.output
