@@ -19,6 +19,7 @@ from llmrl.orchestrator.launcher import SERVICES, redis_command, service_command
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
+COMPOSE_GPU = REPO / "docker-compose.gpu.yml"
 
 
 def compose() -> dict:
@@ -29,17 +30,29 @@ def compose_name(service: str) -> str:
     return service.replace("_", "-")  # llm_gateway: a DNS-friendly host name in the network
 
 
-def test_compose_file_validates_against_the_compose_spec():
+def test_compose_files_validate_against_the_compose_spec():
     checker = shutil.which("check-jsonschema") or str(
         Path(sys.executable).with_name("check-jsonschema")
     )
     result = subprocess.run(
-        [checker, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        [checker, "--builtin-schema", "vendor.compose-spec", str(COMPOSE), str(COMPOSE_GPU)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_gpu_overlay_gives_a_gpu_to_the_services_that_hold_language_models():
+    overlay = yaml.safe_load(COMPOSE_GPU.read_text())
+    assert set(overlay["services"]) == {"llm-gateway", "learner"}
+    assert set(overlay["services"]) <= set(compose()["services"])  # it overlays, adds none
+    for service in overlay["services"].values():
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu" in dockerfile  # CPU default
+    assert '--index-url "${TORCH_INDEX}"' in dockerfile
 
 
 def test_every_service_runs_what_llmrl_up_runs():
