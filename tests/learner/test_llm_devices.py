@@ -145,31 +145,45 @@ def test_llm_ppo_learns_the_trivial_env_on_a_device(
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_the_gateway_serves_a_local_model_on_the_named_device(
+def test_the_gateway_serves_a_local_model_and_a_trained_adapter_on_the_named_device(
     model_dir: Path, tmp_path: Path, device: str
 ) -> None:
+    """A LoRA trained (here: set) on the CPU, saved as the learner saves it, is served by name
+    by a gateway whose model sits on `device`, scoring as the learner's model does."""
     from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
     from llmrl.llm_gateway.api_types import ScoreRequest
     from llmrl.llm_gateway.gateway import Gateway
 
-    settings = tiny_gateway_settings(model_dir, device=device)
+    trained = load(model_dir, "cpu")
+    with torch.no_grad():  # a fresh LoRA changes nothing (B = 0): give it weights
+        for name, param in trained.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.05)
+    trained.save(tmp_path / "adapter")
+    settings = tiny_gateway_settings(
+        model_dir, device=device, adapters={"trained": {"1": str(tmp_path / "adapter")}}
+    )
     settings["ledger"] = {"backend": "memory"}
     gateway = Gateway(settings, mode="embedded")  # type: ignore[arg-type]
+    candidates = [" go forward", " drop"]
     try:
-        backend = gateway.backend(TINY_MODEL)
-        assert backend.lm.device.type == device
-        request = ScoreRequest(prompt="Action 0:", candidates=[" go forward", " drop"])
-        result = gateway.score(request)
+        assert gateway.backend(TINY_MODEL).lm.device.type == device
+        base, tuned = (
+            gateway.score(ScoreRequest(model=name, prompt="Action 0:", candidates=candidates))
+            for name in (TINY_MODEL, f"{TINY_MODEL}:trained@1")
+        )
     finally:
         gateway.close()
-    reference = load(model_dir, "cpu")
+    prompt = trained.encode("Action 0:")
+    phrases = [trained.encode(c) for c in candidates]
     with torch.no_grad():
-        ids = torch.tensor([reference.encode("Action 0: go forward")])
-        logprobs = torch.log_softmax(reference.model.get_base_model()(ids).logits[0], -1)
-    start = len(reference.encode("Action 0:"))
-    expected = sum(float(logprobs[start - 1 + i, t]) for i, t in enumerate(ids[0, start:]))
-    assert result.logprobs[0] == pytest.approx(expected, abs=1e-3)
+        expected = score_candidates(trained, [prompt], phrases, "sum").scores[0]
+        with trained.model.disable_adapter():
+            expected_base = score_candidates(trained, [prompt], phrases, "sum").scores[0]
+    assert tuned.logprobs == pytest.approx(expected.tolist(), abs=1e-3)
+    assert base.logprobs == pytest.approx(expected_base.tolist(), abs=1e-3)
+    assert max(abs(a - b) for a, b in zip(tuned.logprobs, base.logprobs, strict=True)) > 1e-2
 
 
 def grounded(model_dir: Path, device: str, states: np.ndarray) -> GroundedLM:
