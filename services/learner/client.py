@@ -60,14 +60,14 @@ def run_learner_job(
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"learner job {job_id} still {state['status']}")
                 time.sleep(POLL_S)
-        except JobEnded as exc:
-            raise RuntimeError(str(exc)) from None
+        except JobEnded:
+            raise  # the learner ended it: nothing to cancel
         except BaseException:
             _cancel_quietly(client, f"{endpoint}/{job_id}/cancel")
             raise
 
 
-class JobEnded(Exception):
+class JobEnded(RuntimeError):
     """The learner ended the job without a result (failed, or cancelled by someone else)."""
 
 

@@ -129,7 +129,6 @@ class BackgroundJobs:
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs: dict[str, dict[str, Any]] = {}
-        self._cancelled: set[str] = set()  # jobs asked to stop
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finetune")
         for path in sorted(self.jobs_dir.glob("*.json")):  # jobs of an earlier process
@@ -175,8 +174,7 @@ class BackgroundJobs:
             if job is None:
                 return None
             if job["status"] in ("queued", "running"):
-                self._cancelled.add(job_id)
-                job["cancel_requested"] = True
+                job["cancel_requested"] = True  # read by the job's next report
             return dict(job)
 
     def close(self) -> None:
@@ -194,7 +192,7 @@ class BackgroundJobs:
     def _run(self, job_id: str, request: BaseModel) -> None:
         with self._lock:
             job = self._jobs[job_id]
-            stopped_before_start = job_id in self._cancelled
+            stopped_before_start = bool(job.get("cancel_requested"))
         if stopped_before_start:
             job.update(status="cancelled", error="cancelled before it started")
             job["finished"] = time.time()
@@ -206,7 +204,7 @@ class BackgroundJobs:
         def report(n: int) -> None:
             with self._lock:
                 job["progress"] = job.get("progress", 0) + n  # read by get(); saved at the end
-                if job_id in self._cancelled:
+                if job.get("cancel_requested"):
                     raise JobCancelled(f"job {job_id} was cancelled")
 
         try:
@@ -220,8 +218,6 @@ class BackgroundJobs:
         else:
             job.update(status="succeeded", result=result)
         job["finished"] = time.time()
-        with self._lock:
-            self._cancelled.discard(job_id)
         self._update(job)
 
 
