@@ -98,6 +98,13 @@ def main() -> int:
         "--imagine-max-steps", type=int, default=6, help="steps per imagined rollout, at most"
     )
     parser.add_argument(
+        "--imagine-temperature",
+        type=float,
+        default=0.0,
+        help="0: imagined actions are the grounded action head's argmax (KALM); above 0: drawn "
+        "from its softmax at this temperature (ClevrRobot)",
+    )
+    parser.add_argument(
         "--imagined-weight", type=int, default=2, help="times each kept rollout is in the data"
     )
     parser.add_argument(
@@ -134,6 +141,7 @@ def main() -> int:
         "grounding_layers": args.grounding_layers or None,
         "imagined_per_level": args.imagined_per_level,
         "imagine_max_steps": args.imagine_max_steps,
+        "imagine_temperature": args.imagine_temperature,
         "imagined_weight": args.imagined_weight,
         "imagined_filter": args.imagined_filter,
         "offline_steps": args.offline_steps,

@@ -154,3 +154,45 @@ def test_imagination_sizes_must_be_positive(tiny_model_dir, setting):
     )
     with pytest.raises(ValueError, match=f"{setting}: expected a positive integer"):
         imagine(model, starts, ["push the red ball"], **{setting: 0})
+
+
+def test_sampled_imagination_is_seeded_and_explores_beyond_the_argmax(tiny_model_dir):
+    """At a temperature the action is a draw from the head's softmax: the same seed gives the
+    same rollouts, another seed others, and one instruction from one start is imagined in
+    more than one way (greedy gives one)."""
+    rng = np.random.default_rng(4)
+    start = random_state(rng).astype(np.float32)
+    spec = GroundingSpec(state_dim=10, action_size=40)
+    model = GroundedLM.create(str(tiny_model_dir), spec, lora_r=2, states=start[None])
+    model.train(False)
+    starts = np.repeat(start[None], 16, axis=0)
+    texts = ["push the red ball"] * 16
+
+    def first_actions(**kwargs):
+        return [int(r.actions[0]) for r in imagine(model, starts, texts, max_steps=1, **kwargs)]
+
+    greedy = first_actions()
+    assert len(set(greedy)) == 1
+    drawn = first_actions(temperature=5.0, seed=1)
+    assert drawn == first_actions(temperature=5.0, seed=1)
+    assert drawn != first_actions(temperature=5.0, seed=2)
+    assert len(set(drawn)) > 1
+    assert first_actions(temperature=0.0, seed=1) == greedy  # 0: the argmax, whatever the seed
+
+
+@pytest.mark.parametrize("temperature", [-1.0, float("nan")])
+def test_a_bad_imagination_temperature_is_refused(tiny_model_dir, temperature):
+    starts = np.stack([random_state(np.random.default_rng(0))]).astype(np.float32)
+    model = GroundedLM.create(
+        str(tiny_model_dir), GroundingSpec(state_dim=10, action_size=40), lora_r=2, states=starts
+    )
+    with pytest.raises(ValueError, match="temperature: expected a number >= 0"):
+        imagine(model, starts, ["push the red ball"], temperature=temperature)
+
+
+def test_sampling_continuous_actions_is_refused(tiny_model_dir):
+    starts = np.zeros((1, 4), np.float32)
+    spec = GroundingSpec(state_dim=4, action_size=None, action_dim=2)
+    model = GroundedLM.create(str(tiny_model_dir), spec, lora_r=2, states=starts)
+    with pytest.raises(ValueError, match="temperature: sampled imagination needs discrete"):
+        imagine(model, starts, ["reach"], temperature=1.0)

@@ -469,15 +469,27 @@ class GroundedLM:
             normalised = normalised + self.modules["norm"](before)
         return self.modules["norm"].inverse(normalised).detach().cpu().numpy()
 
-    def predict_action(self, hidden: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(greedy actions, stop probabilities) from the hidden states before an action."""
+    def predict_action(
+        self, hidden: Any, temperature: float = 0.0, generator: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(actions, stop probabilities) from the hidden states before an action: the action
+        head's argmax, or with `temperature` > 0 (discrete actions only) a draw from the
+        softmax of its logits / temperature (`generator`: a seeded torch.Generator)."""
         import torch
 
         logits = self.modules["action_out"](hidden)
         stop = torch.sigmoid(self.modules["stop_out"](hidden).squeeze(-1)).detach().cpu().numpy()
-        if self.spec.discrete:
+        if temperature > 0 and not self.spec.discrete:
+            raise ValueError(
+                "temperature: sampling applies to discrete actions; a Box action is the head's "
+                "regression (use temperature 0)"
+            )
+        if not self.spec.discrete:
+            return logits.detach().cpu().numpy(), stop
+        if temperature <= 0:
             return logits.argmax(-1).detach().cpu().numpy(), stop
-        return logits.detach().cpu().numpy(), stop
+        probs = torch.softmax(logits.detach().float().cpu() / temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1).numpy(), stop
 
 
 @functools.cache

@@ -12,7 +12,9 @@ reads it back; with numbers as text, the whole rollout is generated first and on
 actions are clipped (the model conditioned on the unclipped text it wrote).
 
 With slots (`numbers="tokens"`), each step reads the stop head and the action head at the
-last state (greedy), appends the action's slot, then reads the state head there and appends
+last state (greedy, KALM's; with `temperature` > 0 a discrete action is drawn from the head's
+softmax at that temperature, seeded, so one instruction from one start can be imagined many
+ways), appends the action's slot, then reads the state head there and appends
 the predicted state. With numbers as text, the LM generates the rest of the trajectory as text
 (greedy) and it is parsed; text that does not parse ends the rollout there, and a state with
 the wrong count of numbers makes the rollout invalid (NaN), so the filter drops it.
@@ -54,14 +56,25 @@ def imagine(
     batch_size: int = 32,
     action_bounds: tuple[Any, Any] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> list[Rollout]:
     """One rollout per (initial state, instruction), in order; continuous actions clipped to
-    `action_bounds` (low, high: numbers or arrays of the action's size)."""
+    `action_bounds` (low, high: numbers or arrays of the action's size); discrete actions
+    drawn at `temperature` (0: greedy) from a generator seeded by `seed`."""
     import torch
 
     for name, value in (("batch_size", batch_size), ("max_steps", max_steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    if not np.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature: expected a number >= 0 (0: greedy), got {temperature!r}")
+    if temperature > 0 and (model.spec.numbers == "text" or not model.spec.discrete):
+        raise ValueError(
+            "temperature: sampled imagination needs discrete actions in slots "
+            "(numbers=tokens); use temperature 0"
+        )
+    generator = torch.Generator().manual_seed(int(seed))
     if len(initial_states) != len(instructions):
         raise ValueError(
             f"initial_states ({len(initial_states)}) and instructions ({len(instructions)}) "
@@ -75,7 +88,9 @@ def imagine(
             if model.spec.numbers == "text":
                 rollouts += _imagine_text(model, states, texts, max_steps, action_bounds)
             else:
-                rollouts += _imagine_slots(model, states, texts, max_steps, action_bounds)
+                rollouts += _imagine_slots(
+                    model, states, texts, max_steps, action_bounds, temperature, generator
+                )
             if on_progress is not None:
                 on_progress(len(texts))
     return rollouts
@@ -94,6 +109,8 @@ def _imagine_slots(
     instructions: list[str],
     max_steps: int,
     action_bounds: tuple[Any, Any] | None = None,
+    temperature: float = 0.0,
+    generator: Any = None,
 ) -> list[Rollout]:
     """Every row advances in lockstep, one slot at a time, on the LM's key/value cache: the
     prompts are left-padded, so each new slot is one position further in every row."""
@@ -134,7 +151,7 @@ def _imagine_slots(
     stopped = np.zeros(len(instructions), bool)
     current = np.asarray(initial, np.float32)  # every row's last state slot (delta heads)
     for t in range(max_steps):
-        chosen, stop = model.predict_action(hidden)
+        chosen, stop = model.predict_action(hidden, temperature, generator)
         chosen = _clip(chosen, action_bounds)
         if t > 0:  # at least one step: an empty rollout teaches nothing
             stopped |= stop > 0.5

@@ -117,6 +117,14 @@ class KalmConfig(RecipeConfig):
         400, ge=1, description="Imagined rollouts per level (from real initial states)."
     )
     imagine_max_steps: int = Field(10, ge=1, le=50, description="Steps per imagined rollout.")
+    imagine_temperature: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="Imagined actions: 0 takes the grounded action head's argmax (KALM); above "
+        "0 draws each action from its softmax at this temperature, seeded (discrete actions in "
+        "slots only: ClevrRobot with numbers=tokens).",
+    )
     offline_steps: int = Field(5000, ge=1, description="Gradient steps of each offline policy.")
     offline_batch_size: int = Field(256, ge=1, description="Transitions per offline RL step.")
     offline_seeds: int = Field(
@@ -216,6 +224,12 @@ class KalmConfig(RecipeConfig):
         from llmrl.learner.llm.grounding import check_number_settings  # numpy only
 
         check_number_settings(self.numbers, self.state_target)
+        if self.imagine_temperature > 0 and (self.env != "ClevrRobot" or self.numbers != "tokens"):
+            raise ValueError(
+                "imagine_temperature: sampled imagination needs discrete actions in slots "
+                f"(ClevrRobot, numbers=tokens); got env {self.env}, numbers {self.numbers}: "
+                "use 0"
+            )
         if self.grounding_from is not None:
             check_grounding_checkpoint(self)
         if self.env == "MetaWorld":

@@ -3,7 +3,10 @@ from real initial states, filtered and labelled as an `OfflineDataset`.
 
 For each of `count` rollouts: a goal of the level with one of its instructions (cycling through
 them, seeded) and a real initial state that does not already meet the goal. The grounded model
-imagines the rollout (`llmrl.learner.llm.imagine`). Two filters (`imagined_filter`):
+imagines the rollout (`llmrl.learner.llm.imagine`): greedily, as KALM does, or with
+`temperature` > 0 drawing each discrete action from the action head's softmax (seeded), so
+that many rollouts per instruction explore pushes the argmax would not make. Two filters
+(`imagined_filter`):
 
 * `valid` (KALM's): rollouts with an invalid state (the env's validity check) are dropped;
 * `goal` (our option, not the paper's): also the valid rollouts none of whose states meets
@@ -202,6 +205,7 @@ def imagine_level(
     seed: int = 0,
     imagined_filter: str = "valid",
     on_progress: Callable[[int], None] | None = None,
+    temperature: float = 0.0,
 ) -> tuple[Any, dict[str, Any]]:
     """(the kept rollouts as an OfflineDataset, or None when none was kept; figures)."""
     if imagined_filter not in FILTERS:
@@ -231,6 +235,8 @@ def imagine_level(
         max_steps=max_steps,
         action_bounds=env.action_bounds,
         on_progress=on_progress,
+        temperature=temperature,
+        seed=int(rng.integers(2**31)),  # the level's stream: the draws differ per level
     )
 
     def success(state: np.ndarray, goal: Any) -> bool:
@@ -242,6 +248,7 @@ def imagine_level(
     figures = {
         "rollouts": len(rollouts),
         "filter": imagined_filter,
+        "temperature": temperature,
         "kept": len(kept),
         "kept_share": len(kept) / total,
         "kept_share_valid": len(valid) / total,

@@ -250,6 +250,7 @@ class Kalm(Recipe):
                     seed=cfg.seed,
                     imagined_filter=cfg.imagined_filter,
                     on_progress=ctx.progress.advance,
+                    temperature=cfg.imagine_temperature,
                 )
         finally:
             getattr(env, "close", lambda: None)()

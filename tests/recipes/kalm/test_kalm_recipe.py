@@ -109,6 +109,9 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"env": "MetaWorld", "levels": ["rephrased"]}, "levels"),
         ({"grounding_steps": 0}, "config.grounding_steps"),
         ({"grounding_state_weight": 0}, "config.grounding_state_weight"),
+        ({"imagine_temperature": -0.5}, "config.imagine_temperature"),
+        ({"env": "MetaWorld", "imagine_temperature": 1.0}, "imagine_temperature"),
+        ({"numbers": "text", "imagine_temperature": 1.0}, "imagine_temperature"),
         ({"dataset": "/etc/passwd"}, "config.dataset"),
     ],
 )
