@@ -95,6 +95,15 @@ class GlamTrainingJob(PpoSettings):
     tensorboard_dir: str | None = None
     simulator: str | None = Field(None, description="simulator address; None: in-process")
 
+    @field_validator("env")
+    @classmethod
+    def _env_is_a_glam_env(cls, value: str) -> str:
+        """Refused when the request is parsed, not when the job reaches its first rollout."""
+        from llmrl.recipes.base import registered_env
+        from llmrl.recipes.glam.config import GLAM_ENVS
+
+        return registered_env(value, "glam", GLAM_ENVS)
+
 
 @registry.register_policy_job("glam", request=GlamTrainingJob)
 def train_glam(

@@ -45,7 +45,13 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"steps": 0}, "steps"), ({"reduction": "max"}, "reduction"), ({"lora_rank": 0}, "lora_rank")],
+    [
+        ({"steps": 0}, "steps"),
+        ({"reduction": "max"}, "reduction"),
+        ({"lora_rank": 0}, "lora_rank"),
+        ({"env": "NoSuchEnv"}, "env"),  # unknown
+        ({"env": "SimpleDoorKey"}, "env"),  # registered, but not a GLAM text env
+    ],
 )
 def test_a_bad_glam_job_names_the_field(change: dict, field: str) -> None:
     body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "steps": 8, **change}
