@@ -12,7 +12,16 @@ imagination phase (`recipes/kalm/imagination.imagine_level`, same seed, same sta
 instructions) imagines `--count` rollouts, and the table gives what the recipe reports: the
 share of valid rollouts, the rollouts the `goal` filter keeps, the goal-match rate, the mean
 length, the median one-step error against the env's physics and the share of kept rollouts
-whose actions reach the goal when replayed there. Writes results.json to --out.
+whose actions reach the goal when replayed there.
+
+A second table asks whether the grounded action head follows the instruction at all. On
+`--probe-episodes` of the data's own episodes it compares the head's first action (the argmax
+after the trajectory prompt and the episode's first state) with the action the data took,
+under the episode's own instruction and under another episode's; and on fresh pairs of a real
+first state and a level's instruction, with the scripted pusher's best push for that goal (the
+push the data's expert would make; unseen-hard goals have none). A head that reads the
+instruction changes its action with it; one that has memorised each start does not. Writes
+results.json to --out.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from rich.table import Table
 
 from llmrl.common.console import output_console
@@ -55,13 +65,16 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=2048, help="rollouts per level and setting")
     parser.add_argument("--max-steps", type=int, default=6, help="steps per rollout, at most")
     parser.add_argument("--seed", type=int, default=0, help="the imagination phase's seed")
+    parser.add_argument(
+        "--probe-episodes", type=int, default=256, help="pairs of the instruction probe"
+    )
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument(
         "--out", type=Path, default=Path("runs/eval-kalm-imagination"), help="results folder"
     )
     args = parser.parse_args()
-    if args.count < 1 or args.max_steps < 1:
-        parser.error("--count and --max-steps must be at least 1")
+    if min(args.count, args.max_steps, args.probe_episodes) < 1:
+        parser.error("--count, --max-steps and --probe-episodes must be at least 1")
     if any(t < 0 for t in args.temperatures):
         parser.error("--temperatures: each must be >= 0 (0: greedy)")
     for path in (args.grounding, args.data):
@@ -96,9 +109,11 @@ def main() -> int:
                     "seconds": round(time.monotonic() - started, 1),
                 }
             )
+    following = instruction_following(grounded, real, env, args.levels, args.probe_episodes)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    (args.out / "results.json").write_text(json.dumps({"settings": settings, "rows": rows}))
+    results = {"settings": settings, "rows": rows, "instruction_following": following}
+    (args.out / "results.json").write_text(json.dumps(results))
     table = Table(title=f"imagination, {args.count} rollouts per level and temperature")
     for column in ("level", "temperature", "valid", "kept (goal met)", "goal match",
                    "mean length", "one-step error", "kept right on replay"):  # fmt: skip
@@ -115,7 +130,76 @@ def main() -> int:
             _number(row["replay_goal_match_kept"], "{:.0%}"),
         )
     output_console().print(table)
+    probe = Table(title="does the action head read the instruction? (first action, argmax)")
+    for column in ("pairs", "matches", "share"):
+        probe.add_column(column)
+    for name, share in following.items():
+        pairs, _, matches = name.partition(": ")
+        probe.add_row(pairs, matches, _number(share, "{:.0%}"))
+    output_console().print(probe)
     return 0
+
+
+def first_actions(model, prompts: list) -> np.ndarray:
+    """The action head's argmax after each prompt (batches of 32)."""
+    import torch
+
+    with torch.no_grad():
+        hidden = torch.cat(
+            [model.last_hidden(prompts[i : i + 32]) for i in range(0, len(prompts), 32)]
+        )
+        return model.modules["action_out"](hidden).argmax(-1).cpu().numpy()
+
+
+def instruction_following(model, real, env, levels: list[str], count: int) -> dict[str, float]:
+    """The instruction probe (module doc): shares of first actions that match."""
+    from llmrl.learner.llm.grounding import trajectory_prompt
+    from llmrl.recipes.kalm.collect import ScriptedPusher
+    from llmrl.recipes.kalm.imagination import level_rng
+
+    rng = np.random.default_rng(0)
+    episodes = list(real.episodes())
+    chosen = [episodes[i] for i in rng.choice(len(episodes), min(count, len(episodes)), False)]
+    others = [episodes[i] for i in rng.integers(len(episodes), size=len(chosen))]
+    taken = np.array([int(e.actions[0]) for e in chosen])
+
+    def prompt(text: str, state: np.ndarray) -> list:
+        return [*trajectory_prompt(str(text)), ("state", state, False)]
+
+    own = first_actions(model, [prompt(e.instruction, e.observations[0]) for e in chosen])
+    swapped = first_actions(
+        model,
+        [prompt(o.instruction, e.observations[0]) for e, o in zip(chosen, others, strict=True)],
+    )
+    figures = {
+        "data's episodes, own instruction: the action the data took": float(np.mean(own == taken)),
+        "data's episodes, another's instruction: the same action as under its own": float(
+            np.mean(swapped == own)
+        ),
+        "data's episodes, another's instruction: the action the data took": float(
+            np.mean(swapped == taken)
+        ),
+    }
+    pusher = ScriptedPusher(noise=0.0)
+    for level in levels:
+        if level == "unseen-hard":
+            continue  # multi-ball goals: the scripted pusher has no single best push
+        level_stream = level_rng(1, level)
+        pairs = env.goals(level)
+        prompts, best = [], []
+        for _ in range(count):
+            goal, text = pairs[level_stream.integers(len(pairs))]
+            start, goal = env.initial_state(level, goal, level_stream)
+            prompts.append(prompt(text, start))
+            best.append(pusher.best_push(start, goal))
+        chosen_actions, best_actions = first_actions(model, prompts), np.array(best)
+        figures[f"fresh {level} pairs: the scripted pusher's best push"] = float(
+            np.mean(chosen_actions == best_actions)
+        )
+        figures[f"fresh {level} pairs: the ball it pushes"] = float(
+            np.mean(chosen_actions // 8 == best_actions // 8)
+        )
+    return figures
 
 
 def _number(value: float | None, form: str) -> str:

@@ -1,5 +1,6 @@
 """evaluation/kalm_imagination.py imagines each level at each temperature with the recipe's own
-imagination phase and tabulates what the recipe reports."""
+imagination phase, tabulates what the recipe reports, and probes whether the grounded action
+head reads the instruction."""
 
 from __future__ import annotations
 
@@ -33,12 +34,13 @@ def test_the_script_measures_each_level_and_temperature(tiny_model_dir, tmp_path
         [
             sys.executable, str(SCRIPT), "--grounding", str(version.path), "--data", str(data),
             "--levels", "rephrased", "unseen-hard", "--temperatures", "0", "2", "--count", "6",
-            "--max-steps", "2", "--out", str(tmp_path / "out"),
+            "--max-steps", "2", "--probe-episodes", "4", "--out", str(tmp_path / "out"),
         ],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    rows = results["rows"]
     assert [(r["level"], r["temperature"]) for r in rows] == [
         ("rephrased", 0.0), ("rephrased", 2.0), ("unseen-hard", 0.0), ("unseen-hard", 2.0),
     ]  # fmt: skip
@@ -47,6 +49,12 @@ def test_the_script_measures_each_level_and_temperature(tiny_model_dir, tmp_path
         assert 1 <= row["mean_length"] <= 2
         assert np.isfinite(row["one_step_error"])
     assert "kept right on replay" in done.stdout
+    # the instruction probe: the data's episodes, and fresh pairs of each single-ball level
+    probe = results["instruction_following"]
+    assert len(probe) == 5 and all(0 <= share <= 1 for share in probe.values())
+    assert any(k.startswith("fresh rephrased pairs") for k in probe)
+    assert not any("unseen-hard" in k for k in probe)  # no single best push to compare with
+    assert "does the action head read the instruction?" in done.stdout
 
 
 def test_a_missing_grounding_is_refused_by_name(tmp_path):
