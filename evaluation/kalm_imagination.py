@@ -12,7 +12,9 @@ imagination phase (`recipes/kalm/imagination.imagine_level`, same seed, same sta
 instructions) imagines `--count` rollouts, and the table gives what the recipe reports: the
 share of valid rollouts, the rollouts the `goal` filter keeps, the goal-match rate, the mean
 length, the median one-step error against the env's physics and the share of kept rollouts
-whose actions reach the goal when replayed there.
+whose actions reach the goal when replayed there. Beside them, what no language model is
+needed for: uniformly random pushes (`--random-steps` of them, in the env's own physics) from
+the same starts, and the share that meets the same goals, as the `goal` filter counts it.
 
 A second table asks whether the grounded action head follows the instruction at all. On
 `--probe-episodes` of the data's own episodes it compares the head's first action (the argmax
@@ -66,6 +68,12 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=6, help="steps per rollout, at most")
     parser.add_argument("--seed", type=int, default=0, help="the imagination phase's seed")
     parser.add_argument(
+        "--random-steps",
+        type=int,
+        default=4,
+        help="random pushes per start in the baseline (imagined rollouts: 3.5-3.8 steps)",
+    )
+    parser.add_argument(
         "--probe-episodes", type=int, default=256, help="pairs of the instruction probe"
     )
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
@@ -73,8 +81,8 @@ def main() -> int:
         "--out", type=Path, default=Path("runs/eval-kalm-imagination"), help="results folder"
     )
     args = parser.parse_args()
-    if min(args.count, args.max_steps, args.probe_episodes) < 1:
-        parser.error("--count, --max-steps and --probe-episodes must be at least 1")
+    if min(args.count, args.max_steps, args.probe_episodes, args.random_steps) < 1:
+        parser.error("--count, --max-steps, --probe-episodes and --random-steps must be >= 1")
     if any(t < 0 for t in args.temperatures):
         parser.error("--temperatures: each must be >= 0 (0: greedy)")
     for path in (args.grounding, args.data):
@@ -95,6 +103,7 @@ def main() -> int:
     env = imagination_env(real.env, real)
     rows = []
     for level in args.levels:
+        random_share = random_pushes_meet_goal(env, level, args.count, args.seed, args.random_steps)
         for temperature in args.temperatures:
             started = time.monotonic()
             _, figures = imagine_level(
@@ -106,6 +115,7 @@ def main() -> int:
                     "level": level,
                     "temperature": temperature,
                     **{k: figures.get(k) for k in FIGURES},
+                    "random_pushes_goal": random_share,
                     "seconds": round(time.monotonic() - started, 1),
                 }
             )
@@ -116,7 +126,8 @@ def main() -> int:
     (args.out / "results.json").write_text(json.dumps(results))
     table = Table(title=f"imagination, {args.count} rollouts per level and temperature")
     for column in ("level", "temperature", "valid", "kept (goal met)", "goal match",
-                   "mean length", "one-step error", "kept right on replay"):  # fmt: skip
+                   "mean length", "one-step error", "kept right on replay",
+                   f"random pushes meeting the goal (<= {args.random_steps})"):  # fmt: skip
         table.add_column(column)
     for row in rows:
         table.add_row(
@@ -128,6 +139,7 @@ def main() -> int:
             f"{row['mean_length']:.2f}",
             _number(row["one_step_error"], "{:.3f}"),
             _number(row["replay_goal_match_kept"], "{:.0%}"),
+            f"{row['random_pushes_goal']:.1%}",
         )
     output_console().print(table)
     probe = Table(title="does the action head read the instruction? (first action, argmax)")
@@ -138,6 +150,24 @@ def main() -> int:
         probe.add_row(pairs, matches, _number(share, "{:.0%}"))
     output_console().print(probe)
     return 0
+
+
+def random_pushes_meet_goal(env, level: str, count: int, seed: int, steps: int) -> float:
+    """The share of the imagination's own (start, goal) pairs (the same seeded stream) where
+    `steps` uniformly random pushes in the env's physics meet the goal at some step."""
+    from llmrl.recipes.kalm.imagination import level_pairs, level_rng
+    from llmrl.simulator.envs.clevr_robot import NUM_ACTIONS
+
+    goals, _, starts = level_pairs(env, level, count, level_rng(seed, level))
+    pushes = np.random.default_rng([seed, steps])
+    met = 0
+    for goal, state in zip(goals, starts, strict=True):
+        for _ in range(steps):
+            state = env.step(state, int(pushes.integers(NUM_ACTIONS)))
+            if env.success(level, state, goal):
+                met += 1
+                break
+    return met / count
 
 
 def first_actions(model, prompts: list) -> np.ndarray:

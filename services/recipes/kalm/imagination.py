@@ -194,6 +194,23 @@ def level_rng(seed: int, level: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(level.encode())])
 
 
+def level_pairs(
+    env: ImaginedEnv, level: str, count: int, rng: np.random.Generator
+) -> tuple[list[Any], list[str], list[Any]]:
+    """(goals, instructions, initial states) of `count` rollouts: the level's goals in a seeded
+    order, cycled, each with a real initial state that does not already meet it."""
+    pairs = env.goals(level)
+    order = rng.permutation(len(pairs))
+    goals, texts, initial = [], [], []
+    for i in range(count):
+        goal, text = pairs[order[i % len(pairs)]]
+        start, goal = env.initial_state(level, goal, rng)
+        goals.append(goal)
+        texts.append(text)
+        initial.append(start)
+    return goals, texts, initial
+
+
 def imagine_level(
     grounded: Any,
     real: Any,
@@ -219,15 +236,7 @@ def imagine_level(
             f"(ClevrRobot); {type(env).__name__} has none: use valid or goal"
         )
     rng = level_rng(seed, level)
-    pairs = env.goals(level)
-    order = rng.permutation(len(pairs))
-    goals, texts, initial = [], [], []
-    for i in range(count):
-        goal, text = pairs[order[i % len(pairs)]]
-        start, goal = env.initial_state(level, goal, rng)
-        goals.append(goal)
-        texts.append(text)
-        initial.append(start)
+    goals, texts, initial = level_pairs(env, level, count, rng)
     rollouts = imagine(
         grounded,
         np.stack(initial),

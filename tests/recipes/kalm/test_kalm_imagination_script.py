@@ -48,6 +48,7 @@ def test_the_script_measures_each_level_and_temperature(tiny_model_dir, tmp_path
         assert 0 <= row["kept_share_valid"] <= 1 and 0 <= row["goal_match"] <= 1
         assert 1 <= row["mean_length"] <= 2
         assert np.isfinite(row["one_step_error"])
+        assert 0 <= row["random_pushes_goal"] <= 1
     assert "kept right on replay" in done.stdout
     # the instruction probe: the data's episodes, and fresh pairs of each single-ball level
     probe = results["instruction_following"]
