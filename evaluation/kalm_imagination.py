@@ -1,5 +1,6 @@
-"""KALM's imagination, measured directly: what a grounded model imagines for each goal level,
-per sampling temperature and rollout count, without offline RL.
+"""KALM's imagination measured directly: each goal level and temperature, no offline RL.
+
+What a grounded model imagines for each goal level, per sampling temperature and rollout count.
 
     .venv/bin/python evaluation/kalm_imagination.py \\
         --grounding runs/eval-kalm-delta-sw20/grounding/1 \\
