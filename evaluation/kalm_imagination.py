@@ -179,7 +179,7 @@ def first_actions(model, prompts: list) -> np.ndarray:
         hidden = torch.cat(
             [model.last_hidden(prompts[i : i + 32]) for i in range(0, len(prompts), 32)]
         )
-        return model.modules["action_out"](hidden).argmax(-1).cpu().numpy()
+        return model.predict_action(hidden)[0]  # greedy: the argmax, as imagination takes it
 
 
 def instruction_following(model, real, env, levels: list[str], count: int) -> dict[str, float]:
