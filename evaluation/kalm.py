@@ -72,6 +72,19 @@ def main() -> int:
     )
     parser.add_argument("--lora-layers", type=int, default=0, help="LoRA on the top N (0: all)")
     parser.add_argument(
+        "--action-loss-weight",
+        type=float,
+        default=KalmConfig.model_fields["grounding_action_weight"].default,
+        help="weight of the action loss in the grounding loss (KALM: 1)",
+    )
+    parser.add_argument(
+        "--goals-per-start",
+        type=int,
+        default=KalmConfig.model_fields["scripted_goals_per_start"].default,
+        help="ClevrRobot: scripted episodes sharing a start state, each with its own goal "
+        "(1: KALM's data)",
+    )
+    parser.add_argument(
         "--state-loss-weight",
         type=float,
         default=KalmConfig.model_fields["grounding_state_weight"].default,
@@ -137,6 +150,8 @@ def main() -> int:
         "grounding_steps": args.grounding_steps,
         "grounding_batch_size": args.grounding_batch_size,
         "grounding_state_weight": args.state_loss_weight,
+        "grounding_action_weight": args.action_loss_weight,
+        "scripted_goals_per_start": args.goals_per_start,
         "lora_layers": args.lora_layers or None,
         "grounding_layers": args.grounding_layers or None,
         "imagined_per_level": args.imagined_per_level,

@@ -165,6 +165,28 @@ def test_registered_grounding_sft_learns_from_an_offline_dataset(tiny_model_dir,
                         action_size=5)  # fmt: skip
 
 
+def test_the_job_weights_the_action_loss_it_is_given(tiny_model_dir, tmp_path):
+    """One step from the same seed: the summed loss grows by (weight - 1) x the action loss,
+    which is itself reported unweighted."""
+    from llmrl.common.registry import registry
+    from llmrl.learner.versions import Versions
+
+    grounding = registry.get_algorithm("kalm-grounding")
+    first = {}
+    for weight in (1.0, 4.0):
+        checkpoint = grounding.train(
+            small_dataset(5), Versions(tmp_path / str(weight)), base_model=str(tiny_model_dir),
+            steps=1, batch_size=4, lora_r=2, action_size=40, base_layers=1,
+            action_loss_weight=weight, tasks=["trajectory"],
+        )  # fmt: skip
+        first[weight] = checkpoint.result["first_losses"]
+        assert checkpoint.config["action_loss_weight"] == weight
+    assert first[4.0]["action"] == pytest.approx(first[1.0]["action"], rel=1e-5)
+    assert first[4.0]["loss"] == pytest.approx(
+        first[1.0]["loss"] + 3 * first[1.0]["action"], rel=1e-4
+    )
+
+
 def small_dataset(seed: int, actions: np.ndarray | None = None, state_dim: int = 10):
     from llmrl.common.offline_dataset import OfflineDataset
 
@@ -192,6 +214,7 @@ def small_dataset(seed: int, actions: np.ndarray | None = None, state_dim: int =
         ({"learning_rate": float("nan")}, "learning_rate"),
         ({"head_learning_rate": -1.0}, "head_learning_rate"),
         ({"state_loss_weight": 0.0}, "state_loss_weight"),
+        ({"action_loss_weight": -2.0}, "action_loss_weight"),
         ({"lora_layers": 0}, "lora_layers"),
         ({"base_layers": "two"}, "base_layers"),
         ({"seed": -1}, "seed"),

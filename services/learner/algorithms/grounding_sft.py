@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     # normalised state's MSE is far smaller than the action and text cross-entropies, so
     # under the shared gradient clip a small model learns the dynamics slowly (README, kalm).
     "state_loss_weight": 1.0,
+    "action_loss_weight": 1.0,  # the action head's loss (KALM: 1)
     "lora_r": 16,
     "lora_layers": None,
     "base_layers": None,  # keep only the base model's first N decoder layers (small CPUs)
@@ -71,7 +72,7 @@ def check_grounding_settings(cfg: dict[str, Any]) -> None:
     """ValueErrors naming the setting, before any model is loaded."""
     for key in ("steps", "batch_size", "lora_r", "max_episode_steps"):
         check_number(key, cfg[key], integer=True, positive=True)
-    for key in ("learning_rate", "head_learning_rate", "state_loss_weight"):
+    for key in ("learning_rate", "head_learning_rate", "state_loss_weight", "action_loss_weight"):
         check_number(key, cfg[key], positive=True)
     check_number("seed", cfg["seed"], integer=True)
     check_device(cfg["device"])
@@ -225,6 +226,10 @@ class GroundingSft(Algorithm):
 
             writer = SummaryWriter(str(cfg["tensorboard_dir"]))
 
+        weights = {
+            "state": float(cfg["state_loss_weight"]),
+            "action": float(cfg["action_loss_weight"]),
+        }
         started, history = time.perf_counter(), []
         for step in range(1, int(cfg["steps"]) + 1):
             batch = []
@@ -232,7 +237,7 @@ class GroundingSft(Algorithm):
                 instruction, states, actions = episodes[rng.randrange(len(episodes))]
                 task = cfg["tasks"][rng.randrange(len(cfg["tasks"]))]
                 batch.append(task_items(task, instruction, states, actions, rng))
-            loss, parts = model.loss(batch, {"state": float(cfg["state_loss_weight"])})
+            loss, parts = model.loss(batch, weights)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

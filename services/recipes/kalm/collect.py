@@ -93,10 +93,19 @@ def collect_clevr(
     num_envs: int = 8,
     world: Any = None,
     progress: Callable[[int], None] | None = None,
+    goals_per_start: int = 1,
 ) -> OfflineDataset:
-    """`num_episodes` scripted-pusher episodes of `ClevrRobot` at `level` (random goals)."""
+    """`num_episodes` scripted-pusher episodes of `ClevrRobot` at `level` (random goals;
+    `goals_per_start` episodes in a row share a start state, the env's setting)."""
     own = world is None
-    world = world or World("ClevrRobot", num_envs=num_envs, seed=seed, level=level)
+    if not own and goals_per_start != 1:
+        raise ValueError(
+            "goals_per_start: a given world keeps its own env settings; create it with "
+            "goals_per_start instead"
+        )
+    world = world or World(
+        "ClevrRobot", num_envs=num_envs, seed=seed, level=level, goals_per_start=goals_per_start
+    )
     try:
         return record_episodes(
             world,

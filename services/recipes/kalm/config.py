@@ -46,6 +46,15 @@ class KalmConfig(RecipeConfig):
     scripted_noise: float = Field(
         0.2, ge=0, le=1, description="Share of random actions of the scripted collector."
     )
+    scripted_goals_per_start: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="ClevrRobot: scripted episodes that share a start state, each with its own "
+        "random goal (1: a new start every episode, as KALM's data). More than 1 shows the "
+        "grounding one start under several instructions, so that it cannot tell the first "
+        "push from the start alone and must read the instruction (our option, not the paper's).",
+    )
     variants: list[str] | None = Field(
         None,
         description=f"Training data of the offline policies: {', '.join(VARIANTS)} "
@@ -102,6 +111,13 @@ class KalmConfig(RecipeConfig):
         le=1e4,
         description="Weight of the state MSE in the grounding loss (KALM sums its losses "
         "unweighted: 1; a larger weight lets a small model learn the dynamics in fewer steps).",
+    )
+    grounding_action_weight: float = Field(
+        1.0,
+        gt=0,
+        le=1e4,
+        description="Weight of the action loss in the grounding loss (KALM: 1). With a large "
+        "grounding_state_weight the action head gets a small share of the clipped gradient.",
     )
     lora_r: int = Field(16, ge=1, description="LoRA rank of the grounding SFT.")
     lora_layers: int | None = Field(
@@ -244,6 +260,11 @@ class KalmConfig(RecipeConfig):
                 raise ValueError(
                     "data: KALM's released Meta-World data has v2 observations (91 numbers), "
                     "not v3's 39; use data=[scripted]"
+                )
+            if self.scripted_goals_per_start != 1:
+                raise ValueError(
+                    "scripted_goals_per_start: Meta-World's experts play one task per reset; "
+                    "only ClevrRobot shares start states (use 1)"
                 )
             if self.imagined_filter == "replay":
                 raise ValueError(

@@ -150,6 +150,7 @@ class Kalm(Recipe):
                             cfg.scripted_episodes,
                             noise=cfg.scripted_noise,
                             seed=cfg.seed,
+                            goals_per_start=cfg.scripted_goals_per_start,
                             progress=advance,
                         )
                     )
@@ -222,6 +223,7 @@ class Kalm(Recipe):
             state_target=cfg.state_target,
             action_size=discrete_action_size(cfg.env),
             state_loss_weight=cfg.grounding_state_weight,
+            action_loss_weight=cfg.grounding_action_weight,
             seed=cfg.seed,
             tensorboard_dir=str(ctx.out_dir / "tb" / "grounding"),
         )

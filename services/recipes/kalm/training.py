@@ -70,6 +70,9 @@ class KalmGroundingJob(BaseModel):
     state_loss_weight: float = Field(
         1.0, gt=0, le=1e4, description="the state MSE's weight in the summed loss (KALM: 1)"
     )
+    action_loss_weight: float = Field(
+        1.0, gt=0, le=1e4, description="the action loss's weight in the summed loss (KALM: 1)"
+    )
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
 
@@ -152,6 +155,7 @@ def train_grounding(
         state_target=job.state_target,
         action_size=job.action_size,
         state_loss_weight=job.state_loss_weight,
+        action_loss_weight=job.action_loss_weight,
         seed=job.seed,
         tensorboard_dir=job.tensorboard_dir,
     )

@@ -28,6 +28,24 @@ def test_the_pusher_reaches_goals_of_every_level_and_noise_makes_it_wander():
         assert (noisy(obs) != clean(obs)).any()
 
 
+def test_goals_per_start_records_one_start_under_several_instructions():
+    dataset = collect.collect_clevr(12, noise=0.0, seed=2, num_envs=2, goals_per_start=3)
+    episodes = list(dataset.episodes())
+    starts = {}
+    for episode in episodes:
+        starts.setdefault(tuple(episode.observations[0]), []).append(episode)
+    assert len(starts) < len(episodes)  # starts are shared ...
+    shared = [group for group in starts.values() if len(group) > 1]
+    # ... under different goals, where the pusher's first push follows the goal, not the start
+    assert any(len({tuple(e.goal) for e in group}) > 1 for group in shared)
+    assert any(len({int(e.actions[0]) for e in group}) > 1 for group in shared)
+    with (
+        World("ClevrRobot", num_envs=1, seed=0) as world,
+        pytest.raises(ValueError, match="goals_per_start"),
+    ):
+        collect.collect_clevr(2, world=world, goals_per_start=2)
+
+
 def test_recorded_episodes_are_complete_and_convert_for_d3rlpy(tmp_path):
     # a time limit of 2 steps: most episodes end in a timeout, some in success
     with World("ClevrRobot", num_envs=4, seed=3, max_episode_steps=2) as world:

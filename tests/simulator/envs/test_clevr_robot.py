@@ -4,6 +4,8 @@ named."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from support.world_rollouts import assert_same
@@ -166,6 +168,27 @@ def test_reset_options_fix_the_episode():
         env.reset(options={"goal": cr.goals("unseen-easy")[0]})
 
 
+def test_goals_per_start_shows_one_start_under_several_goals():
+    env = cr.ClevrRobotEnv(goals_per_start=3)
+    episodes = [env.reset(seed=4 if i == 0 else None)[0] for i in range(12)]
+    starts = [tuple(obs["state"]) for obs in episodes]
+    # consecutive runs of one start: at most 3 long, never meeting the goal they start under
+    runs = [len(list(group)) for _, group in itertools.groupby(starts)]
+    assert max(runs) == 3 and sum(runs) == 12 and len(set(starts)) == len(runs)
+    assert not any(obs["success"] for obs in episodes)
+    # goals differ within a run (80 goals: a repeat in every run would be a fixed goal)
+    goals = [tuple(obs["goal"]) for obs in episodes]
+    assert len(set(goals)) > len(runs)
+    # a reseeded env starts over: the same episodes again
+    again = [env.reset(seed=4 if i == 0 else None)[0] for i in range(12)]
+    assert [tuple(obs["state"]) for obs in again] == starts
+    assert [tuple(obs["goal"]) for obs in again] == goals
+    # the default keeps no start: twelve episodes, twelve starts
+    plain = cr.ClevrRobotEnv()
+    fresh = [tuple(plain.reset(seed=4 if i == 0 else None)[0]["state"]) for i in range(12)]
+    assert len(set(fresh)) == 12
+
+
 def test_worlds_agree_in_process_sharded_and_over_grpc(sim_server):
     settings = {"num_envs": 4, "seed": 2, "level": "unseen-easy", "max_episode_steps": 6}
 
@@ -197,6 +220,7 @@ def test_worlds_agree_in_process_sharded_and_over_grpc(sim_server):
         ({"goal": 80}, r"^goal: expected a goal index 0..79"),
         ({"level": "unseen-hard", "goal": 40}, r"^goal: expected a goal index 0..39"),
         ({"colour": "red"}, r"^colour: unknown setting"),
+        ({"goals_per_start": 0}, r"^goals_per_start: expected an integer in \[1, 1000\]"),
     ],
 )
 def test_bad_settings_name_the_setting(sim_server, settings, message):

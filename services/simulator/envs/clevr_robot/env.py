@@ -2,7 +2,11 @@
 
 Settings: `level` (training | rephrased | unseen-easy | unseen-hard, see `goals.py`), `goal`
 (optional: the index of one goal of that level, every episode then pursues it; default: a
-random goal each episode). The world's `seed` seeds the start states, goals and phrasings.
+random goal each episode), `goals_per_start` (default 1: a new start state every episode; K > 1
+keeps a start state for K episodes in a row, each with its own random goal, so that a dataset
+shows the same start under several instructions; a kept start that already satisfies the next
+goal is replaced by a fresh one). The world's `seed` seeds the start states, goals and
+phrasings.
 
 Action: `Discrete(40)`, ball = a // 8, direction = a % 8 (`physics.py`).
 
@@ -36,7 +40,7 @@ from .instructions import phrasings
 from .physics import NUM_ACTIONS, STATE_DIM, TABLE_X, TABLE_Y, push, random_state, valid_state
 
 MAX_EPISODE_STEPS = 50
-DEFAULTS: dict[str, Any] = {"level": "training", "goal": None}
+DEFAULTS: dict[str, Any] = {"level": "training", "goal": None, "goals_per_start": 1}
 
 
 @registry.register_env(
@@ -45,7 +49,9 @@ DEFAULTS: dict[str, Any] = {"level": "training", "goal": None}
 class ClevrRobotEnv(gym.Env):
     """Five balls on a table, 40 push actions, an instruction per episode (KALM's CLEVR-Robot)."""
 
-    def __init__(self, level: str = "training", goal: int | None = None) -> None:
+    def __init__(
+        self, level: str = "training", goal: int | None = None, goals_per_start: int = 1
+    ) -> None:
         if level not in LEVELS:
             raise WorldError("level", f"unknown level {level!r}; levels: {', '.join(LEVELS)}")
         self.level = level
@@ -60,6 +66,19 @@ class ClevrRobotEnv(gym.Env):
                 f"expected a goal index 0..{len(self.goals) - 1} of level {level!r}, got {goal!r}",
             )
         self.goal_index = None if goal is None else int(goal)
+        if (
+            isinstance(goals_per_start, bool)
+            or not isinstance(goals_per_start, int | np.integer)
+            or not 1 <= goals_per_start <= 1000
+        ):
+            raise WorldError(
+                "goals_per_start",
+                f"expected an integer in [1, 1000] (episodes that share a start state), "
+                f"got {goals_per_start!r}",
+            )
+        self.goals_per_start = int(goals_per_start)
+        self._start: np.ndarray | None = None  # the start state episodes share
+        self._start_uses = 0
         self.success_fn = LEVEL_SUCCESS[level]
         low = np.tile([TABLE_X[0], TABLE_Y[0]], STATE_DIM // 2).astype(np.float32)
         high = np.tile([TABLE_X[1], TABLE_Y[1]], STATE_DIM // 2).astype(np.float32)
@@ -88,6 +107,8 @@ class ClevrRobotEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
+        if seed is not None:  # a reseeded env replays its episodes from the first start
+            self._start = None
         options = dict(options or {})
         unknown = set(options) - {"state", "goal", "instruction"}
         if unknown:
@@ -115,10 +136,24 @@ class ClevrRobotEnv(gym.Env):
                 )
             self.state = state
         else:
-            self.state = random_state(self.np_random)
-            while self.success_fn(self.state, self.goal):
-                self.state = random_state(self.np_random)
+            self.state = self._next_start()
         return self._observe(), {"level": self.level}
+
+    def _next_start(self) -> np.ndarray:
+        """The shared start while it has uses left and does not meet the goal already, else a
+        fresh random one (never meeting the goal)."""
+        start = self._start
+        if (
+            start is None
+            or self._start_uses >= self.goals_per_start
+            or self.success_fn(start, self.goal)
+        ):
+            start = random_state(self.np_random)
+            while self.success_fn(start, self.goal):
+                start = random_state(self.np_random)
+            self._start, self._start_uses = start, 0
+        self._start_uses += 1
+        return start.copy()
 
     def _check_goal(self, goal: Any) -> np.ndarray:
         goal = np.asarray(goal, dtype=np.float32)
