@@ -21,10 +21,11 @@ A second table asks whether the grounded action head follows the instruction at 
 `--probe-episodes` of the data's own episodes it compares the head's first action (the argmax
 after the trajectory prompt and the episode's first state) with the action the data took,
 under the episode's own instruction and under another episode's; and on fresh pairs of a real
-first state and a level's instruction, with the scripted pusher's best push for that goal (the
-push the data's expert would make; unseen-hard goals have none). A head that reads the
-instruction changes its action with it; one that has memorised each start does not. Writes
-results.json to --out.
+first state and an instruction of the training level or an imagined level, with the scripted
+pusher's best push for that goal (the push the data's expert would make; unseen-hard goals
+have none), its ball, and whether it pushes one of the two balls the goal names. A head that
+reads the instruction changes its action with it; one that has memorised each start does not.
+Writes results.json to --out.
 """
 
 from __future__ import annotations
@@ -211,24 +212,30 @@ def instruction_following(model, real, env, levels: list[str], count: int) -> di
             np.mean(swapped == taken)
         ),
     }
+    from llmrl.simulator.envs.clevr_robot import named_balls
+
     pusher = ScriptedPusher(noise=0.0)
-    for level in levels:
+    for level in ["training", *levels]:  # training: the instructions the grounding saw
         if level == "unseen-hard":
             continue  # multi-ball goals: the scripted pusher has no single best push
         level_stream = level_rng(1, level)
         pairs = env.goals(level)
-        prompts, best = [], []
+        prompts, best, named = [], [], []
         for _ in range(count):
             goal, text = pairs[level_stream.integers(len(pairs))]
             start, goal = env.initial_state(level, goal, level_stream)
             prompts.append(prompt(text, start))
             best.append(pusher.best_push(start, goal))
+            named.append(named_balls(goal))
         chosen_actions, best_actions = first_actions(model, prompts), np.array(best)
         figures[f"fresh {level} pairs: the scripted pusher's best push"] = float(
             np.mean(chosen_actions == best_actions)
         )
         figures[f"fresh {level} pairs: the ball it pushes"] = float(
             np.mean(chosen_actions // 8 == best_actions // 8)
+        )
+        figures[f"fresh {level} pairs: a ball the goal names (chance 40%)"] = float(
+            np.mean([a // 8 in balls for a, balls in zip(chosen_actions, named, strict=True)])
         )
     return figures
 

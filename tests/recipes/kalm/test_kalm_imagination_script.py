@@ -52,8 +52,14 @@ def test_the_script_measures_each_level_and_temperature(tiny_model_dir, tmp_path
     assert "kept right on replay" in done.stdout
     # the instruction probe: the data's episodes, and fresh pairs of each single-ball level
     probe = results["instruction_following"]
-    assert len(probe) == 5 and all(0 <= share <= 1 for share in probe.values())
-    assert any(k.startswith("fresh rephrased pairs") for k in probe)
+    assert len(probe) == 9 and all(0 <= share <= 1 for share in probe.values())
+    for level in ("training", "rephrased"):  # the best push's ball is one the goal names
+        best, ball, named = (
+            probe[f"fresh {level} pairs: {what}"]
+            for what in ("the scripted pusher's best push", "the ball it pushes",
+                         "a ball the goal names (chance 40%)")
+        )  # fmt: skip
+        assert best <= ball <= named
     assert not any("unseen-hard" in k for k in probe)  # no single best push to compare with
     assert "does the action head read the instruction?" in done.stdout
 
