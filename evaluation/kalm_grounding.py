@@ -11,7 +11,9 @@ transition of other, held-out episodes, twice: after the `dynamics` task's promp
 action -> next state) and inside a trajectory prompt with the true states and actions before
 it, the context imagination predicts in. Reported: the median and mean L2 error over the 10
 numbers, beside the error of predicting "nothing moved" (the state before), and the last 10% of
-each training loss. Writes results.json to --out.
+each training loss. Writes results.json and the training episodes (train.npz, the `--data` of
+`kalm_imagination.py`, whose instruction probe asks whether the grounding reads the
+instruction) to --out.
 """
 
 from __future__ import annotations
@@ -58,6 +60,14 @@ def main() -> int:
         "--test-episodes", type=int, default=60, help="held-out episodes (another seed)"
     )
     parser.add_argument("--noise", type=float, default=0.3, help="the scripted pusher's noise")
+    parser.add_argument(
+        "--goals-per-start", type=int, default=1,
+        help="training episodes sharing a start state, each with its own goal (1: KALM's data)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--action-loss-weight", type=float, default=1.0,
+        help="weight of the action loss (KALM: 1)",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=300, help="grounding SFT steps per setting")
     parser.add_argument("--batch-size", type=int, default=8, help="examples per SFT step")
     parser.add_argument(
@@ -97,13 +107,20 @@ def measure(args: argparse.Namespace) -> list[dict]:
     from llmrl.recipes.kalm.collect import collect_clevr
     from llmrl.recipes.kalm.config import discrete_action_size
 
-    train = collect_clevr(args.episodes, noise=args.noise, seed=args.seed)
+    train = collect_clevr(
+        args.episodes, noise=args.noise, seed=args.seed, goals_per_start=args.goals_per_start
+    )
+    train.save(args.out / "train.npz")  # what kalm_imagination.py's --data wants
     test = collect_clevr(args.test_episodes, noise=args.noise, seed=args.seed + 1)
     held_out = dataset_episodes([test], WHOLE_EPISODES)
     grounding = registry.get_algorithm("kalm-grounding")
+    from llmrl.orchestrator.embedded import make_progress
+
+    progress = make_progress(output_console())
     rows = []
     for weight in args.weights:
         name = f"w{weight:g}-{'+'.join(args.tasks)}"
+        progress.start(f"ground {name}", args.steps, unit="steps")
         checkpoint = grounding.train(
             train,
             Versions(args.out / name),
@@ -114,10 +131,13 @@ def measure(args: argparse.Namespace) -> list[dict]:
             base_layers=args.layers or None,
             state_target=args.state_target,
             state_loss_weight=weight,
+            action_loss_weight=args.action_loss_weight,
             tasks=list(args.tasks),
             action_size=discrete_action_size("ClevrRobot"),
             seed=args.seed,
+            on_progress=progress.advance,
         )
+        progress.finish()
         errors = one_step_errors(grounding.load(checkpoint), held_out)
         rows.append(
             {

@@ -21,7 +21,7 @@ def test_the_script_measures_every_weight_against_nothing_moved(tiny_model_dir, 
         [
             sys.executable, str(SCRIPT), "--model", str(tiny_model_dir), "--episodes", "12",
             "--test-episodes", "3", "--steps", "2", "--layers", "0", "--weights", "1", "10",
-            "--out", str(tmp_path / "out"),
+            "--goals-per-start", "3", "--action-loss-weight", "2", "--out", str(tmp_path / "out"),
         ],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -37,6 +37,12 @@ def test_the_script_measures_every_weight_against_nothing_moved(tiny_model_dir, 
     assert rows[0]["nothing moved_median"] == rows[1]["nothing moved_median"]
     assert (tmp_path / "out" / "w10-trajectory+dynamics+goal+describe" / "1").is_dir()
     assert "one-step error" in done.stdout
+    # the training episodes are kept for the instruction probe: 12, their starts shared
+    from llmrl.common.offline_dataset import OfflineDataset
+
+    train = OfflineDataset.load(tmp_path / "out" / "train.npz")
+    starts = {tuple(e.observations[0]) for e in train.episodes()}
+    assert train.num_episodes == 12 and len(starts) < 12
 
 
 def test_an_unknown_task_is_refused_by_name(tmp_path):
