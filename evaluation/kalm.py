@@ -63,6 +63,21 @@ def main() -> int:
     parser.add_argument(
         "--scripted-episodes", type=int, default=300, help="episodes of the scripted collector"
     )
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        choices=["scripted", "released"],
+        default=None,
+        help="real data: scripted episodes and/or KALM's released ones (default: both for "
+        "ClevrRobot, scripted for MetaWorld)",
+    )
+    parser.add_argument(
+        "--grounding-tasks",
+        nargs="+",
+        choices=["trajectory", "dynamics", "goal", "describe"],
+        default=None,
+        help="the grounding tasks mixed in SFT (default: KALM's four)",
+    )
     parser.add_argument("--grounding-steps", type=int, default=40, help="grounding SFT steps")
     parser.add_argument(
         "--grounding-batch-size", type=int, default=8, help="examples per grounding step"
@@ -150,6 +165,8 @@ def main() -> int:
         "grounding_steps": args.grounding_steps,
         "grounding_batch_size": args.grounding_batch_size,
         "grounding_state_weight": args.state_loss_weight,
+        "grounding_tasks": args.grounding_tasks,
+        "data": args.data,
         "grounding_action_weight": args.action_loss_weight,
         "scripted_goals_per_start": args.goals_per_start,
         "lora_layers": args.lora_layers or None,

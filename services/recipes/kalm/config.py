@@ -112,6 +112,11 @@ class KalmConfig(RecipeConfig):
         description="Weight of the state MSE in the grounding loss (KALM sums its losses "
         "unweighted: 1; a larger weight lets a small model learn the dynamics in fewer steps).",
     )
+    grounding_tasks: list[str] | None = Field(
+        None,
+        description="Grounding SFT tasks, mixed uniformly: trajectory, dynamics, goal, describe "
+        "(default: all four, KALM's). Imagination uses the trajectory format only.",
+    )
     grounding_action_weight: float = Field(
         1.0,
         gt=0,
@@ -196,6 +201,13 @@ class KalmConfig(RecipeConfig):
     @classmethod
     def _variants_are_known(cls, value: list[str]) -> list[str]:
         return _subset(value, VARIANTS, "variant")
+
+    @field_validator("grounding_tasks")
+    @classmethod
+    def _grounding_tasks_are_known(cls, value: list[str] | None) -> list[str] | None:
+        from llmrl.learner.llm.grounding import TASKS
+
+        return None if value is None else _subset(value, TASKS, "grounding task")
 
     @field_validator("levels")
     @classmethod

@@ -224,6 +224,7 @@ class Kalm(Recipe):
             action_size=discrete_action_size(cfg.env),
             state_loss_weight=cfg.grounding_state_weight,
             action_loss_weight=cfg.grounding_action_weight,
+            tasks=cfg.grounding_tasks,
             seed=cfg.seed,
             tensorboard_dir=str(ctx.out_dir / "tb" / "grounding"),
         )

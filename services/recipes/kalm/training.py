@@ -73,6 +73,9 @@ class KalmGroundingJob(BaseModel):
     action_loss_weight: float = Field(
         1.0, gt=0, le=1e4, description="the action loss's weight in the summed loss (KALM: 1)"
     )
+    tasks: list[str] | None = Field(
+        None, description="grounding tasks mixed in SFT (default: all four, KALM's)"
+    )
     seed: int = Field(0, ge=0)
     tensorboard_dir: str | None = None
 
@@ -156,6 +159,7 @@ def train_grounding(
         action_size=job.action_size,
         state_loss_weight=job.state_loss_weight,
         action_loss_weight=job.action_loss_weight,
+        **({"tasks": list(job.tasks)} if job.tasks else {}),
         seed=job.seed,
         tensorboard_dir=job.tensorboard_dir,
     )

@@ -110,6 +110,8 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"grounding_steps": 0}, "config.grounding_steps"),
         ({"grounding_state_weight": 0}, "config.grounding_state_weight"),
         ({"grounding_action_weight": 0}, "config.grounding_action_weight"),
+        ({"grounding_tasks": ["juggle"]}, "config.grounding_tasks"),
+        ({"grounding_tasks": []}, "config.grounding_tasks"),
         ({"scripted_goals_per_start": 0}, "config.scripted_goals_per_start"),
         ({"env": "MetaWorld", "scripted_goals_per_start": 3}, "scripted_goals_per_start"),
         ({"imagine_temperature": -0.5}, "config.imagine_temperature"),
@@ -171,6 +173,7 @@ CONFIG = [
     "lora_r=2", "imagined_per_level=4", "imagine_max_steps=3", "offline_steps=30",
     "offline_batch_size=16", "eval_episodes=2", "levels=[training,unseen-easy]",
     "imagine_levels=[unseen-easy]", "algorithms=[bc]", "seed=1",
+    "grounding_tasks=[trajectory,dynamics]", "grounding_action_weight=2",
 ]  # fmt: skip
 
 
@@ -224,6 +227,11 @@ def test_a_run_killed_between_phases_resumes_and_reports(tiny_model_dir: Path, t
     assert {"data", "ground", "imagine/unseen-easy"} <= set(done_before)
     grounded = Path(json.loads(done_before["ground"][2])["checkpoint"])
     written = (grounded / "grounding.pt").stat().st_mtime
+    from llmrl.learner.versions import Checkpoint
+
+    settings = Checkpoint.read(str(grounded)).config  # the recipe's keys reached the SFT
+    assert settings["tasks"] == ["trajectory", "dynamics"]
+    assert settings["action_loss_weight"] == 2.0
 
     second = start(out, env, config)
     output, _ = second.communicate(timeout=600)
