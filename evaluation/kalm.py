@@ -23,9 +23,10 @@ import json
 import sys
 from pathlib import Path
 
+from llmrl.learner.llm.grounding import TASKS
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import read_results
-from llmrl.recipes.kalm.config import KalmConfig
+from llmrl.recipes.kalm.config import DATA_SOURCES, KalmConfig
 
 TARGET_LEVELS = ("rephrased", "unseen-easy")
 TARGET_GAIN = 0.05
@@ -66,7 +67,7 @@ def main() -> int:
     parser.add_argument(
         "--data",
         nargs="+",
-        choices=["scripted", "released"],
+        choices=list(DATA_SOURCES),
         default=None,
         help="real data: scripted episodes and/or KALM's released ones (default: both for "
         "ClevrRobot, scripted for MetaWorld)",
@@ -74,7 +75,7 @@ def main() -> int:
     parser.add_argument(
         "--grounding-tasks",
         nargs="+",
-        choices=["trajectory", "dynamics", "goal", "describe"],
+        choices=list(TASKS),
         default=None,
         help="the grounding tasks mixed in SFT (default: KALM's four)",
     )

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from llmrl.common.console import output_console
 from llmrl.common.threads import torch_threads
+from llmrl.learner.algorithms.grounding_sft import DEFAULTS as SFT_DEFAULTS
 from llmrl.learner.llm.grounding import TASKS, dynamics_prompt, trajectory_prompt
 
 WHOLE_EPISODES = 10**6  # dataset_episodes cuts episodes longer than this: none here
@@ -65,7 +66,7 @@ def main() -> int:
         help="training episodes sharing a start state, each with its own goal (1: KALM's data)",
     )  # fmt: skip
     parser.add_argument(
-        "--action-loss-weight", type=float, default=1.0,
+        "--action-loss-weight", type=float, default=SFT_DEFAULTS["action_loss_weight"],
         help="weight of the action loss (KALM: 1)",
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=300, help="grounding SFT steps per setting")
@@ -93,6 +94,8 @@ def main() -> int:
         help="run directory: a grounding per setting and results.json",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.goals_per_start < 1 or args.action_loss_weight <= 0:
+        parser.error("--goals-per-start must be >= 1 and --action-loss-weight > 0")
     with torch_threads(args.torch_threads):
         rows = measure(args)
     report(args, rows)
@@ -104,6 +107,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     from llmrl.common.registry import registry
     from llmrl.learner.algorithms.grounding_sft import dataset_episodes
     from llmrl.learner.versions import Versions
+    from llmrl.orchestrator.embedded import make_progress
     from llmrl.recipes.kalm.collect import collect_clevr
     from llmrl.recipes.kalm.config import discrete_action_size
 
@@ -114,8 +118,6 @@ def measure(args: argparse.Namespace) -> list[dict]:
     test = collect_clevr(args.test_episodes, noise=args.noise, seed=args.seed + 1)
     held_out = dataset_episodes([test], WHOLE_EPISODES)
     grounding = registry.get_algorithm("kalm-grounding")
-    from llmrl.orchestrator.embedded import make_progress
-
     progress = make_progress(output_console())
     rows = []
     for weight in args.weights:

@@ -188,6 +188,7 @@ def instruction_following(model, real, env, levels: list[str], count: int) -> di
     from llmrl.learner.llm.grounding import trajectory_prompt
     from llmrl.recipes.kalm.collect import ScriptedPusher
     from llmrl.recipes.kalm.imagination import level_rng
+    from llmrl.simulator.envs.clevr_robot import named_balls
 
     rng = np.random.default_rng(0)
     episodes = list(real.episodes())
@@ -212,8 +213,6 @@ def instruction_following(model, real, env, levels: list[str], count: int) -> di
             np.mean(swapped == taken)
         ),
     }
-    from llmrl.simulator.envs.clevr_robot import named_balls
-
     pusher = ScriptedPusher(noise=0.0)
     for level in ["training", *levels]:  # training: the instructions the grounding saw
         if level == "unseen-hard":

@@ -258,6 +258,11 @@ class KalmConfig(RecipeConfig):
                 f"(ClevrRobot, numbers=tokens); got env {self.env}, numbers {self.numbers}: "
                 "use 0"
             )
+        if self.scripted_goals_per_start != 1 and "scripted" not in (self.data or ()):
+            raise ValueError(
+                "scripted_goals_per_start: applies to scripted data, and data is "
+                f"{self.data}; add scripted to data or use 1"
+            )
         if self.grounding_from is not None:
             check_grounding_checkpoint(self)
         if self.env == "MetaWorld":

@@ -81,6 +81,15 @@ class KalmGroundingJob(BaseModel):
 
     _paths_confined = field_validator("datasets")(confined_field)
 
+    @field_validator("tasks")
+    @classmethod
+    def _tasks_are_known(cls, value: list[str] | None) -> list[str] | None:
+        from llmrl.learner.llm.grounding import TASKS
+
+        if value is not None and (not value or any(t not in TASKS for t in value)):
+            raise ValueError(f"expected a non-empty list of {', '.join(TASKS)}, got {value}")
+        return value
+
 
 # offline_rl settings a kalm-offline job sets from its own fields
 JOB_OWNED_OFFLINE_SETTINGS = {"steps", "batch_size", "action_size", "seed", "tensorboard_dir"}
@@ -159,7 +168,7 @@ def train_grounding(
         action_size=job.action_size,
         state_loss_weight=job.state_loss_weight,
         action_loss_weight=job.action_loss_weight,
-        **({"tasks": list(job.tasks)} if job.tasks else {}),
+        **({"tasks": list(job.tasks)} if job.tasks is not None else {}),
         seed=job.seed,
         tensorboard_dir=job.tensorboard_dir,
     )

@@ -52,3 +52,8 @@ def test_an_unknown_task_is_refused_by_name(tmp_path):
     )  # fmt: skip
     assert done.returncode != 0
     assert "argument --tasks: invalid choice: 'dance'" in done.stderr
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--goals-per-start", "0", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--goals-per-start must be >= 1" in done.stderr

@@ -114,6 +114,7 @@ def test_phase_plan_follows_variants_algorithms_seeds_and_levels():
         ({"grounding_tasks": []}, "config.grounding_tasks"),
         ({"scripted_goals_per_start": 0}, "config.scripted_goals_per_start"),
         ({"env": "MetaWorld", "scripted_goals_per_start": 3}, "scripted_goals_per_start"),
+        ({"data": ["released"], "scripted_goals_per_start": 3}, "scripted_goals_per_start"),
         ({"imagine_temperature": -0.5}, "config.imagine_temperature"),
         ({"env": "MetaWorld", "imagine_temperature": 1.0}, "imagine_temperature"),
         ({"numbers": "text", "imagine_temperature": 1.0}, "imagine_temperature"),
@@ -290,6 +291,21 @@ def test_offline_job_settings_are_checked_when_the_job_is_parsed(tmp_path, monke
     for field, value in (("steps", -1), ("batch_size", 0), ("surprise", 1)):
         with pytest.raises(PolicyJobError, match=field):
             parse_policy_job({**body, field: value})
+
+
+def test_grounding_job_tasks_are_checked_when_the_job_is_parsed(tmp_path, monkeypatch):
+    from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
+
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    body = {
+        "kind": "kalm-grounding", "datasets": [str(tmp_path / "real.npz")],
+        "model_path": str(tmp_path / "grounding"),
+    }  # fmt: skip
+    assert parse_policy_job({**body, "tasks": ["trajectory"]}).tasks == ["trajectory"]
+    assert parse_policy_job(body).tasks is None  # the algorithm's default: all four
+    for tasks in (["juggle"], []):  # an empty list is not "the default"
+        with pytest.raises(PolicyJobError, match="tasks"):
+            parse_policy_job({**body, "tasks": tasks})
 
 
 def test_released_files_are_found_in_one_place(tmp_path, monkeypatch):
