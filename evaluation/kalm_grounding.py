@@ -94,8 +94,10 @@ def main() -> int:
         help="run directory: a grounding per setting and results.json",
     )  # fmt: skip
     args = parser.parse_args()
-    if args.goals_per_start < 1 or args.action_loss_weight <= 0:
-        parser.error("--goals-per-start must be >= 1 and --action-loss-weight > 0")
+    if args.goals_per_start < 1:
+        parser.error(f"--goals-per-start must be >= 1, got {args.goals_per_start}")
+    if args.action_loss_weight <= 0:
+        parser.error(f"--action-loss-weight must be > 0, got {args.action_loss_weight}")
     with torch_threads(args.torch_threads):
         rows = measure(args)
     report(args, rows)

@@ -80,11 +80,14 @@ def check_grounding_settings(cfg: dict[str, Any]) -> None:
         if cfg[key] is not None:
             check_number(key, cfg[key], integer=True, positive=True)
     check_number_settings(cfg["numbers"], cfg["state_target"])
-    unknown = [t for t in cfg["tasks"] if t not in TASKS]
-    if unknown or not cfg["tasks"]:
-        raise ValueError(
-            f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {cfg['tasks']}"
-        )
+    check_tasks(cfg["tasks"])
+
+
+def check_tasks(tasks: Sequence[str]) -> None:
+    """The grounding tasks to mix: a non-empty list of known ones (an empty list is refused,
+    not read as the default)."""
+    if not tasks or any(t not in TASKS for t in tasks):
+        raise ValueError(f"tasks: expected a non-empty list of {', '.join(TASKS)}, got {tasks}")
 
 
 def check_sources_agree(sources: Sequence[Any]) -> None:

@@ -84,10 +84,10 @@ class KalmGroundingJob(BaseModel):
     @field_validator("tasks")
     @classmethod
     def _tasks_are_known(cls, value: list[str] | None) -> list[str] | None:
-        from llmrl.learner.llm.grounding import TASKS
+        from llmrl.learner.algorithms.grounding_sft import check_tasks
 
-        if value is not None and (not value or any(t not in TASKS for t in value)):
-            raise ValueError(f"expected a non-empty list of {', '.join(TASKS)}, got {value}")
+        if value is not None:
+            check_tasks(value)
         return value
 
 
