@@ -41,7 +41,9 @@ and its mean, and the target checked on the means.
 learn which plans do not fit the situation; `--counts-objects`, how many objects the agent
 knows (what the distractors mode's error rate grows with); `--sees-confidence`, the probability
 the planner gave the plan in hand (`--planner local`: the softmax of its skill scores);
-`--sees-time`, the share of its step cap used, with the cap a termination in training.
+`--sees-time`, the share of its step cap used, with the cap a termination in training;
+`--sees-knowledge`, what the planner was prompted with and answered (the agent's knowledge and
+the skill in hand with its object's colour), so it can learn which plans do not fit it.
 """
 
 from __future__ import annotations
@@ -252,6 +254,13 @@ def main() -> int:
         "only the observation and its plan bookkeeping",
     )
     parser.add_argument(
+        "--sees-knowledge",
+        action="store_true",
+        help="the mediator also observes the planner's input and answer in compact form: the "
+        "agent's knowledge (seen objects by colour, door states, what it carries) and the skill "
+        "in hand (verb, object type and colour)",
+    )
+    parser.add_argument(
         "--counts-objects",
         action="store_true",
         help="the mediator also observes how many objects the agent knows (the distractors "
@@ -329,6 +338,8 @@ def main() -> int:
         config["mediator_sees_plan"] = True
     if args.counts_objects:
         config["mediator_counts_objects"] = True
+    if args.sees_knowledge:
+        config["mediator_sees_knowledge"] = True
     if args.sees_confidence:
         config["mediator_sees_confidence"] = True
     if args.sees_time:
@@ -586,6 +597,7 @@ def write_sweep(
         + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]
         + (["the mediator sees the skill in hand"] if args.sees_plan else [])
         + (["the mediator counts the objects it knows"] if args.counts_objects else [])
+        + (["the mediator reads the agent's knowledge and the plan"] if args.sees_knowledge else [])
         + (["the mediator sees the planner's confidence"] if args.sees_confidence else [])
         + (["the mediator sees its clock"] if args.sees_time else [])
     )

@@ -3,12 +3,13 @@
 Policy spec: `{"kind": "when2ask", "name": <method>, "ask": {"method": ..., ...},
 "planner": {"name": ..., "kwargs": {...}}, "lam": ..., "same_plan_penalty": ...,
 "new_plan_bonus": ..., "sees_plan": ..., "counts_objects": ..., "sees_confidence": ...,
-"sees_time": ..., "planner_entries": "at_queries" | "every_step"}`. With `sees_time` the
-mediator's clock runs to the episode job's `max_steps`, the cap it was trained with.
-Each step's `info` records `queried`, `asked` and `penalty`, from which the recipe computes
-queries per episode and the penalised return; with a planner that knows its errors (the
-noisy oracle) also `wrong_plan`, whether the step follows a plan that was a deliberate error
-(a diagnostic: how long each method follows a wrong plan before a query replaces it).
+"sees_time": ..., "sees_knowledge": ..., "planner_entries": "at_queries" | "every_step"}`.
+With `sees_time` the mediator's clock runs to the episode job's `max_steps`, the cap it was
+trained with. Each step's `info` records `queried`, `asked` and `penalty`, from which the
+recipe computes queries per episode and the penalised return; with a planner that knows its
+errors (the noisy oracle) also `wrong_plan`, whether the step follows a plan that was a
+deliberate error (a diagnostic: how long each method follows a wrong plan before a query
+replaces it).
 The planner's privileged entries (the oracle's plan, the feasible skills: a search each) are
 read only at the steps that query it (`on_demand_observations`), as in training; always-ask,
 which queries every step, and `"planner_entries": "every_step"` (the loop as it was, kept to
@@ -85,6 +86,7 @@ def _mediator_driver(
         counts_objects=bool(policy.get("counts_objects", False)),
         sees_confidence=bool(policy.get("sees_confidence", False)),
         step_cap=job.max_steps if sees_time else None,
+        sees_knowledge=bool(policy.get("sees_knowledge", False)),
     )
     method = canonical_method(str(policy["ask"].get("method")))
     if method == UNTIL_CONFIDENT and not core.sees_confidence:

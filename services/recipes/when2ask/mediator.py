@@ -32,6 +32,14 @@ plus what the mediator knows about its own plan), all in [0, 1]:
     ball, goal; none for explore). An agent follows its plan, so it can read it; with the view
     (whose agent cell shows what it carries) a learned mediator can judge whether the plan fits
     the situation (going to the door empty-handed, say), which no fixed rule does.
+  - with `sees_knowledge` (config `mediator_sees_knowledge`), what the planner was prompted
+    with and what it answered, in compact form: the skill in hand (verb, object type, as with
+    `sees_plan`, and the object's colour), and the agent's knowledge read from its text (the
+    colours of the keys, doors, boxes and balls it has seen, whether it has seen the goal, the
+    seen doors' states, what it carries). In these tasks the right next skill follows from
+    that knowledge, so a mediator that reads both can learn which plans do not fit it (a key
+    whose colour no door has, the door while empty-handed): a learned check of the plan, which
+    no fixed rule makes. It still cannot pick the skill; only the planner gives plans.
   - with `counts_objects` (config `mediator_counts_objects`), how many objects the agent's
     knowledge names (scaled by 1/6, clipped): the more a planner must tell apart, the more
     it errs (see the noisy planner's `distractors` mode), so a plan made with much in view
@@ -60,19 +68,33 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from minigrid.core.constants import COLOR_NAMES
 
 from llmrl.common.episodes import LlmCall
 from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.simulator.envs.base import SkillStatus
-from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY
-from llmrl.simulator.envs.when2ask.skills import VERBS, parse_skill, seen_objects
+from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY, Identity
+from llmrl.simulator.envs.when2ask.skills import (
+    DOOR_STATE_WORDS,
+    VERBS,
+    carried_object,
+    door_states,
+    parse_skill,
+    seen_objects,
+)
 
 CARRY_ON, ASK = 0, 1
 FALLBACK_SKILL = "explore"  # what the agent does when the planner gave no usable plan
 VIEW_CELLS = 3 * 3 * 3
 OBS_SIZE = 2 * VIEW_CELLS + 3 + len(SkillStatus) + 2
 PLAN_TARGET_TYPES = (KEY, DOOR, BOX, BALL, GOAL)
-PLAN_FEATURES = len(VERBS) + len(PLAN_TARGET_TYPES)  # appended with sees_plan
+PLAN_FEATURES = len(VERBS) + len(PLAN_TARGET_TYPES)  # appended with sees_plan or sees_knowledge
+KNOWN_TYPES = (KEY, DOOR, BOX, BALL)  # seen colours per type (the goal: seen or not)
+CARRIED_TYPES = (KEY, BALL)  # what can be picked up
+# plan colour, seen colours per type, goal seen, door states, carried type and colour
+KNOWLEDGE_FEATURES = (
+    len(COLOR_NAMES) * (2 + len(KNOWN_TYPES)) + 1 + len(DOOR_STATE_WORDS) + len(CARRIED_TYPES)
+)
 OBJECTS_KNOWN_SCALE = 6  # objects named in the knowledge, scaled by 1/6 (counts_objects)
 UNKNOWN_CONFIDENCE = 1.0  # a planner that cannot say how sure it is counts as sure
 CONFIDENCE = -1  # with sees_confidence, the planner's confidence is the last feature
@@ -125,6 +147,7 @@ class MediatorCore:
         counts_objects: bool = False,
         sees_confidence: bool = False,
         step_cap: int | None = None,
+        sees_knowledge: bool = False,
     ):
         if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
             raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
@@ -135,11 +158,16 @@ class MediatorCore:
         self.sees_plan = bool(sees_plan)
         self.counts_objects = bool(counts_objects)
         self.sees_confidence = bool(sees_confidence)
+        self.sees_knowledge = bool(sees_knowledge)
         if step_cap is not None and step_cap < 1:
             raise ValueError(f"step_cap must be at least 1 (None: no clock), got {step_cap}")
         self.step_cap = step_cap  # sees_time: the time feature is steps taken / step_cap
         self.observation_space = observation_space(
-            self.sees_plan, self.counts_objects, self.sees_confidence, self.sees_time
+            self.sees_plan,
+            self.counts_objects,
+            self.sees_confidence,
+            self.sees_time,
+            self.sees_knowledge,
         )
         self.observations = tuple(sorted({*FEATURE_OBSERVATIONS, *planner.observations}))
         # the planner's other entries (privileged ones cost a search) are read at queries only
@@ -234,8 +262,11 @@ class MediatorCore:
         )
         plan_flags = [float(self._plan_disagreed), float(self._plan_confirmed)]
         parts = [view, changed, [knowledge_changed, *plan_flags], status_onehot, progress]
-        if self.sees_plan:
-            parts.append(skill_features(self.plan[0] if self.plan else None))
+        skill = self.plan[0] if self.plan else None
+        if self.sees_plan or self.sees_knowledge:
+            parts.append(skill_features(skill))
+        if self.sees_knowledge:
+            parts.append(knowledge_features(text, skill))
         if self.counts_objects:
             parts.append([len(seen_objects(text)) / OBJECTS_KNOWN_SCALE])
         if self.step_cap is not None:
@@ -268,13 +299,53 @@ def skill_features(skill: str | None) -> np.ndarray:
     return features
 
 
+def knowledge_features(text: str, skill: str | None) -> np.ndarray:
+    """The plan's object colour and the agent's knowledge (see the module docstring), from the
+    knowledge text the planner is prompted with; zeros where nothing is known."""
+    colours = len(COLOR_NAMES)
+    plan_colour = np.zeros(colours, np.float32)
+    target = _skill_target(skill)
+    if target is not None and target[0] != GOAL:
+        plan_colour[target[1]] = 1.0
+    seen = seen_objects(text)
+    seen_colours = np.zeros((len(KNOWN_TYPES), colours), np.float32)
+    for kind, colour in seen:
+        if kind in KNOWN_TYPES:
+            seen_colours[KNOWN_TYPES.index(kind), colour] = 1.0
+    goal_seen = [float((GOAL, 0) in seen)]
+    doors = np.zeros(len(DOOR_STATE_WORDS), np.float32)
+    for state in door_states(text).values():
+        doors[state] = 1.0
+    carried_type = np.zeros(len(CARRIED_TYPES), np.float32)
+    carried_colour = np.zeros(colours, np.float32)
+    carried = carried_object(text)
+    if carried is not None and carried[0] in CARRIED_TYPES:
+        carried_type[CARRIED_TYPES.index(carried[0])] = 1.0
+        carried_colour[carried[1]] = 1.0
+    return np.concatenate(
+        [plan_colour, seen_colours.reshape(-1), goal_seen, doors, carried_type, carried_colour]
+    )
+
+
+def _skill_target(skill: str | None) -> Identity | None:
+    """The object a skill acts on, or None (no plan, explore, or an unparsable skill)."""
+    if not skill:
+        return None
+    try:
+        return parse_skill(skill).target
+    except ValueError:
+        return None
+
+
 def observation_space(
     sees_plan: bool = False,
     counts_objects: bool = False,
     sees_confidence: bool = False,
     sees_time: bool = False,
+    sees_knowledge: bool = False,
 ) -> spaces.Box:
-    size = OBS_SIZE + (PLAN_FEATURES if sees_plan else 0) + int(counts_objects) + int(sees_time)
+    size = OBS_SIZE + (PLAN_FEATURES if sees_plan or sees_knowledge else 0)
+    size += (KNOWLEDGE_FEATURES if sees_knowledge else 0) + int(counts_objects) + int(sees_time)
     return spaces.Box(0.0, 1.0, shape=(size + int(sees_confidence),), dtype=np.float32)
 
 
@@ -300,6 +371,7 @@ class MediatorEnv(gym.Env):
         counts_objects: bool = False,
         sees_confidence: bool = False,
         sees_time: bool = False,
+        sees_knowledge: bool = False,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
@@ -313,6 +385,7 @@ class MediatorEnv(gym.Env):
             counts_objects,
             sees_confidence,
             step_cap=max_steps if sees_time else None,
+            sees_knowledge=sees_knowledge,
         )
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))

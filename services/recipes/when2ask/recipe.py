@@ -108,6 +108,13 @@ class When2AskConfig(RecipeConfig):
         "so it can learn which plans do not fit the situation (the paper's sees only the "
         "observation).",
     )
+    mediator_sees_knowledge: bool = Field(
+        False,
+        description="The mediator also observes what the planner was prompted with and what "
+        "it answered, in compact form: the skill in hand (verb, object type and colour) and the "
+        "agent's knowledge (seen keys, doors, boxes and balls by colour, the goal, door states, "
+        "what it carries), so it can learn which plans do not fit what the agent knows.",
+    )
     mediator_counts_objects: bool = Field(
         False,
         description="The mediator also observes how many objects the agent's knowledge names "
@@ -275,6 +282,7 @@ class When2Ask(Recipe):
             counts_objects=cfg.mediator_counts_objects,
             sees_confidence=cfg.mediator_sees_confidence,
             sees_time=cfg.mediator_sees_time,
+            sees_knowledge=cfg.mediator_sees_knowledge,
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -337,6 +345,7 @@ class When2Ask(Recipe):
             "counts_objects": cfg.mediator_counts_objects,
             "sees_confidence": cfg.mediator_sees_confidence,
             "sees_time": cfg.mediator_sees_time,
+            "sees_knowledge": cfg.mediator_sees_knowledge,
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:
@@ -412,6 +421,8 @@ class When2Ask(Recipe):
             f"λ={cfg.lam}, same-plan penalty={cfg.same_plan_penalty}, new-plan bonus="
             f"{cfg.new_plan_bonus}; the mediator "
             f"{'sees' if cfg.mediator_sees_plan else 'does not see'} the skill in hand; "
+            f"{'reads' if cfg.mediator_sees_knowledge else 'does not read'} the planner's "
+            "input (the agent's knowledge) and the plan's object; "
             f"{'counts' if cfg.mediator_counts_objects else 'does not count'} the objects it "
             f"knows; {'sees' if cfg.mediator_sees_confidence else 'does not see'} the "
             "planner's confidence; "

@@ -44,6 +44,10 @@ class PolicyTrainingJob(BaseModel):
     counts_objects: bool = Field(
         False, description="the mediator observes how many objects the agent knows"
     )
+    sees_knowledge: bool = Field(
+        False,
+        description="the mediator observes the agent's knowledge and the skill in hand's object",
+    )
     sees_confidence: bool = Field(
         False, description="the mediator observes how sure the planner was of the plan in hand"
     )
@@ -105,6 +109,7 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
                 counts_objects=job.counts_objects,
                 sees_confidence=job.sees_confidence,
                 sees_time=job.sees_time,
+                sees_knowledge=job.sees_knowledge,
             )
 
         return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"

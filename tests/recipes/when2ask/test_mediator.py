@@ -6,12 +6,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from minigrid.core.constants import COLOR_NAMES, COLOR_TO_IDX
 
 from llmrl.common.episodes import EpisodeRecord, StepRecord
 from llmrl.planners.base import Plan, Planner
 from llmrl.recipes.when2ask.mediator import (
     ASK,
     CARRY_ON,
+    KNOWLEDGE_FEATURES,
     OBJECTS_KNOWN_SCALE,
     OBS_SIZE,
     PLAN_CONFIRMED,
@@ -20,6 +22,7 @@ from llmrl.recipes.when2ask.mediator import (
     PLAN_TARGET_TYPES,
     MediatorCore,
     MediatorEnv,
+    knowledge_features,
     skill_features,
 )
 from llmrl.recipes.when2ask.recipe import summarize
@@ -254,6 +257,59 @@ def test_skill_features_name_the_verb_and_the_object_type():
     assert not np.array_equal(
         skill_features("toggle the blue door"), skill_features("toggle the blue box")
     )
+
+
+def test_knowledge_features_read_the_plans_object_and_what_the_agent_knows():
+    """The plan's colour, seen colours per type, the goal, door states and what is carried,
+    each read from the knowledge text the env writes."""
+    red, green, blue, yellow = (COLOR_TO_IDX[c] for c in ("red", "green", "blue", "yellow"))
+    text = (
+        "You have seen a locked red door, a green key, a blue box, the goal. "
+        "You carry a yellow key."
+    )
+    features = knowledge_features(text, "pick up the green key")
+    assert features.shape == (KNOWLEDGE_FEATURES,)
+    n = len(COLOR_NAMES)
+    plan_colour, seen = features[:n], features[n : 5 * n].reshape(4, n)
+    goal, doors, carried_type, carried_colour = (
+        features[5 * n],
+        features[5 * n + 1 : 5 * n + 4],
+        features[5 * n + 4 : 5 * n + 6],
+        features[5 * n + 6 :],
+    )
+    assert plan_colour.tolist() == np.eye(n)[green].tolist()
+    assert seen[0, [green, yellow]].tolist() == [1, 1] and seen[0].sum() == 2  # keys
+    assert seen[1].tolist() == np.eye(n)[red].tolist()  # doors
+    assert seen[2].tolist() == np.eye(n)[blue].tolist() and not seen[3].any()  # box, no ball
+    assert goal == 1 and doors.tolist() == [0, 0, 1]  # the red door is locked
+    assert carried_type.tolist() == [1, 0] and carried_colour.tolist() == np.eye(n)[yellow].tolist()
+    # a wrong-colour key changes the plan's colour only; explore and the goal have none
+    other = knowledge_features(text, "pick up the blue key")
+    assert not np.array_equal(other[:n], features[:n]) and np.array_equal(other[n:], features[n:])
+    assert not knowledge_features(text, "explore")[:n].any()
+    assert not knowledge_features(text, "go to the goal")[:n].any()
+    empty = knowledge_features("You have seen nothing yet. You carry nothing.", None)
+    assert not empty.any()
+    opened = knowledge_features("You have seen an open red door. You carry nothing.", None)
+    assert opened[5 * n + 1 : 5 * n + 4].tolist() == [1, 0, 0]
+
+
+def test_a_mediator_that_sees_knowledge_observes_the_plan_and_the_agents_knowledge():
+    """sees_knowledge appends the skill in hand's features, then its knowledge features."""
+    planner = ScriptedPlanner([["explore"]])
+    env = MediatorEnv(lambda: World("ColoredDoorKey", 1, seed=0), planner, sees_knowledge=True)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (OBS_SIZE + PLAN_FEATURES + KNOWLEDGE_FEATURES,)
+    assert env.observation_space.contains(obs)
+    for _ in range(40):
+        obs, _, terminated, truncated, _ = env.step(CARRY_ON)
+        text = str(env._obs["text"])
+        skill = env.core.plan[0] if env.core.plan else None
+        assert obs[OBS_SIZE : OBS_SIZE + PLAN_FEATURES].tolist() == skill_features(skill).tolist()
+        assert obs[OBS_SIZE + PLAN_FEATURES :].tolist() == knowledge_features(text, skill).tolist()
+        if terminated or truncated:
+            break
+    assert obs[OBS_SIZE + PLAN_FEATURES :].any()  # exploring finds objects
 
 
 def test_a_mediator_that_counts_objects_observes_how_many_the_agent_knows():

@@ -164,23 +164,25 @@ def test_an_annealed_learning_rate_reaches_the_mediators_training(tmp_path):
 
 
 def test_a_mediator_that_sees_its_plan_trains_and_plays_on_the_wider_observation(tmp_path):
-    """The skill in hand and the object count both widen what PPO trains and plays on."""
+    """The skill in hand, the agent's knowledge and the object count widen what PPO trains and
+    plays on (the skill's features once, whether sees_plan, sees_knowledge or both ask)."""
     from stable_baselines3 import PPO
 
-    from llmrl.recipes.when2ask.mediator import OBS_SIZE, PLAN_FEATURES
+    from llmrl.recipes.when2ask.mediator import KNOWLEDGE_FEATURES, OBS_SIZE, PLAN_FEATURES
 
     config = {
         "envs": ["SimpleDoorKey"], "methods": ["learned"], "train_steps": 64, "n_envs": 2,
         "n_steps": 16, "eval_episodes": 2, "mediator_sees_plan": True,
-        "mediator_counts_objects": True, "planner": "noisy", "planner_noise": 0.3,
-        "planner_noise_mode": "distractors",
+        "mediator_counts_objects": True, "mediator_sees_knowledge": True, "planner": "noisy",
+        "planner_noise": 0.3, "planner_noise_mode": "distractors",
     }  # fmt: skip
     run_embedded("when2ask", config, out_dir=tmp_path, progress=False)
     results = json.loads((tmp_path / "results.json").read_text())
     assert [row["method"] for row in results["rows"]] == ["learned"]
     assert results["rows"][0]["queries/ep"] >= 1  # it played: the first query is forced
     model = PPO.load(tmp_path / "models" / "SimpleDoorKey-asking.zip")
-    assert model.observation_space.shape == (OBS_SIZE + PLAN_FEATURES + 1,)
+    assert model.observation_space.shape == (OBS_SIZE + PLAN_FEATURES + KNOWLEDGE_FEATURES + 1,)
     assert any("sees the skill in hand" in note for note in results["notes"])
+    assert any("reads the planner's input" in note for note in results["notes"])
     assert any("counts the objects it knows" in note for note in results["notes"])
     assert any("distractors errors" in note for note in results["notes"])

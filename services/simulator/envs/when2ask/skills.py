@@ -124,6 +124,30 @@ def seen_objects(text: str) -> list[Identity]:
     return list(dict.fromkeys(found))
 
 
+_CARRY_RE = re.compile(
+    r"You carry (?:a|an) (" + "|".join(COLOR_NAMES) + r") (" + "|".join(TYPE_NAMES) + r")\."
+)
+_DOOR_RE = re.compile(r"\b(open|closed|locked) (" + "|".join(COLOR_NAMES) + r") door\b")
+DOOR_STATE_WORDS = ("open", "closed", "locked")  # index = minigrid's door state
+
+
+def carried_object(text: str) -> Identity | None:
+    """What a knowledge text says the agent carries, or None when it carries nothing."""
+    match = _CARRY_RE.search(text)
+    if match is None:
+        return None
+    return identity_of(TYPE_NAMES[match.group(2)], color_index(match.group(1)))
+
+
+def door_states(text: str) -> dict[Identity, int]:
+    """The doors a knowledge text names, each with its state as last seen (open 0, closed 1,
+    locked 2: minigrid's door states)."""
+    return {
+        identity_of(DOOR, color_index(colour)): DOOR_STATE_WORDS.index(state)
+        for state, colour in _DOOR_RE.findall(text)
+    }
+
+
 def all_skill_phrases() -> list[str]:
     """Every well-formed skill phrase (in canonical form)."""
     phrases = ["explore", "go to the goal"]
