@@ -208,6 +208,12 @@ class MediatorCore:
         return self._steps
 
     @property
+    def wrong_plan_in_hand(self) -> bool | None:
+        """Whether the plan in hand is one its planner knows to be wrong (None: it cannot say);
+        a diagnostic for reports, never a feature."""
+        return self._plan_erred
+
+    @property
     def sees_time(self) -> bool:
         return self.step_cap is not None
 
