@@ -218,6 +218,13 @@ def main() -> int:
         "the last step",
     )
     parser.add_argument(
+        "--ent-coef",
+        type=non_negative_float,
+        default=None,
+        help="PPO entropy bonus (default 0.01; beside a query cost lam of 0.003 it pays for "
+        "undecided asking)",
+    )
+    parser.add_argument(
         "--seed", type=seed_number, default=0, help="seed of training and evaluation"
     )
     parser.add_argument(
@@ -331,6 +338,8 @@ def main() -> int:
         config["n_steps"] = args.n_steps
     if args.lr_schedule is not None:
         config["lr_schedule"] = args.lr_schedule
+    if args.ent_coef is not None:
+        config["ent_coef"] = args.ent_coef
     if args.max_steps is not None:
         config["max_steps"] = args.max_steps
     config.update({k: getattr(args, k) for k in QUERY_COSTS if getattr(args, k) is not None})
@@ -592,6 +601,8 @@ def write_sweep(
         ppo += f" (learning rate {args.learning_rate}, rollout {args.n_steps} steps per env)"
     if args.lr_schedule == "linear":
         ppo += ", learning rate annealed linearly to 0"
+    if args.ent_coef is not None:
+        ppo += f", entropy bonus {args.ent_coef:g}"
     settings = ", ".join(
         [f"step cap {args.max_steps or 200}"]
         + [f"{k} {getattr(args, k)}" for k in QUERY_COSTS if getattr(args, k) is not None]
