@@ -73,10 +73,11 @@ from minigrid.core.constants import COLOR_NAMES
 from llmrl.common.episodes import LlmCall
 from llmrl.planners.base import Plan, Planner, observation_text
 from llmrl.simulator.envs.base import SkillStatus
-from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY, Identity
+from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY
 from llmrl.simulator.envs.when2ask.skills import (
     DOOR_STATE_WORDS,
     VERBS,
+    Skill,
     carried_object,
     door_states,
     parse_skill,
@@ -293,11 +294,8 @@ def plan_confidence(plan: Plan) -> float:
 def skill_features(skill: str | None) -> np.ndarray:
     """One-hot verb and object type of `skill`; zeros for no plan or an unparsable skill."""
     features = np.zeros(PLAN_FEATURES, np.float32)
-    if not skill:
-        return features
-    try:
-        parsed = parse_skill(skill)
-    except ValueError:  # an LLM's free-text skill the env would refuse anyway
+    parsed = _parsed(skill)
+    if parsed is None:
         return features
     features[VERBS.index(parsed.verb)] = 1.0
     if parsed.target is not None:
@@ -310,7 +308,8 @@ def knowledge_features(text: str, skill: str | None) -> np.ndarray:
     knowledge text the planner is prompted with; zeros where nothing is known."""
     colours = len(COLOR_NAMES)
     plan_colour = np.zeros(colours, np.float32)
-    target = _skill_target(skill)
+    parsed = _parsed(skill)
+    target = parsed.target if parsed is not None else None
     if target is not None and target[0] != GOAL:
         plan_colour[target[1]] = 1.0
     seen = seen_objects(text)
@@ -333,12 +332,13 @@ def knowledge_features(text: str, skill: str | None) -> np.ndarray:
     )
 
 
-def _skill_target(skill: str | None) -> Identity | None:
-    """The object a skill acts on, or None (no plan, explore, or an unparsable skill)."""
+def _parsed(skill: str | None) -> Skill | None:
+    """The skill in hand parsed, or None for no plan or an unparsable skill (an LLM's free
+    text the env would refuse anyway)."""
     if not skill:
         return None
     try:
-        return parse_skill(skill).target
+        return parse_skill(skill)
     except ValueError:
         return None
 
