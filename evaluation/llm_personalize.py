@@ -118,7 +118,14 @@ def main() -> int:
         "--replay-rounds",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="round k also trains on rounds 1..k-1's selections (the bootstrap data always)",
+        help="round k also trains on rounds 1..k-1's selections",
+    )
+    parser.add_argument(
+        "--replay-bootstrap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="self-training rounds also train on the bootstrap data (--no-replay-bootstrap: "
+        "a round trains on its selections only, and keeps the previous model when it has none)",
     )
     parser.add_argument(
         "--rounds", type=int, default=2, help="self-training rounds (the target compares round 2)"
