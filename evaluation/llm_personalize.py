@@ -48,10 +48,12 @@ def verdicts(rows: list[dict], rounds: int) -> dict[str, dict[str, bool | None]]
     for row in rows:
         if row["scene"] != wanted:
             continue
-        out[row["episodes"]] = {
-            "bootstrap > zero-shot": row["bootstrap"] > row["zero-shot"],
-            f"{last} >= bootstrap": None if last is None else row[last] >= row["bootstrap"],
+        checks: dict[str, bool | None] = {
+            "bootstrap > zero-shot": row["bootstrap"] > row["zero-shot"]
         }
+        if last is not None:  # --rounds 0: there is no round to compare
+            checks[f"{last} >= bootstrap"] = row[last] >= row["bootstrap"]
+        out[row["episodes"]] = checks
     return out
 
 

@@ -34,3 +34,9 @@ def test_one_round_is_compared_as_round_1_and_two_as_round_2():
     two = [row("held-out", -5.0, 0.0, round_1=2.0, round_2=0.0)]
     assert evaluation.held_out_ladder(two, 2) is False  # round 2 = bootstrap: not above it
     assert evaluation.held_out_ladder(two, 0) is None
+
+
+def test_without_rounds_only_bootstrap_against_zero_shot_is_checked():
+    evaluation = script()
+    rows = [row("held-out", -2.8, -3.6)]
+    assert evaluation.verdicts(rows, 0) == {"held-out": {"bootstrap > zero-shot": False}}
