@@ -54,8 +54,7 @@ class CollectPhases:
         cfg = self.config
         items = []
         for scene in cfg.scene_list():
-            n_train = min(cfg.eval_episodes, cfg.train_episodes)
-            items += [(scene, "train", i) for i in range(n_train)]
+            items += [(scene, "train", i) for i in range(cfg.train_eval_episodes)]
             items += [(scene, "held-out", cfg.train_episodes + i) for i in range(cfg.eval_episodes)]
         return items
 

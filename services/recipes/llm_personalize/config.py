@@ -204,6 +204,11 @@ class LlmPersonalizeConfig(RecipeConfig):
             return self.finetune_backend == "local"
         return self.guided
 
+    @property
+    def train_eval_episodes(self) -> int:
+        """Training episodes also evaluated (the "train" split): the first eval_episodes."""
+        return min(self.eval_episodes, self.train_episodes)
+
     def scene_list(self) -> list[str]:
         if self.data_dir is None:
             return [PROCEDURAL]

@@ -38,8 +38,8 @@ class ReportPhase:
             "success rate (%) = (correctly placed at the end - at the start) / misplaced at "
             "the start x 100, mean over episodes (can be negative); greedy decoding",
             f"model {self.base_model()}; train = training episodes "
-            f"0..{cfg.eval_episodes - 1} of each scene, held-out = episodes {cfg.train_episodes}.."
-            f"{cfg.train_episodes + cfg.eval_episodes - 1}",
+            f"0..{cfg.train_eval_episodes - 1} of each scene, held-out = episodes "
+            f"{cfg.train_episodes}..{cfg.train_episodes + cfg.eval_episodes - 1}",
         ]
         for k in range(self.config.rounds + 1):
             data = ctx.phase_outputs(f"annotate/{k}")

@@ -32,6 +32,14 @@ def test_held_out_episodes_are_not_training_episodes():
     assert not train_seeds & {plan._seed(e, held_out=True) for e in held_out}
 
 
+def test_more_evaluation_episodes_than_training_ones_evaluate_every_training_episode():
+    plan = recipe(train_episodes=2, eval_episodes=3)
+    items = plan.eval_set()
+    assert [e for _, split, e in items if split == "train"] == [0, 1]
+    assert [e for _, split, e in items if split == "held-out"] == [2, 3, 4]
+    assert plan.config.train_eval_episodes == 2
+
+
 def test_bad_config_names_the_field():
     with pytest.raises(ConfigError, match="rounds"):
         validate_config("llm-personalize", {"data_dir": "procedural", "rounds": -1})
