@@ -5,18 +5,19 @@
         --collect-samples 8                                  # larger still
 
 Runs the `llm-personalize` recipe in embedded mode (zero-shot, bootstrap SFT on demonstrations,
-`--rounds` self-training rounds) and checks the issue's target on the mean over the scenes:
-bootstrap beats zero-shot, and round 2 is at least as good as bootstrap, in success rate, on
-the training episodes and on the held-out ones; and the issue's stricter one on held-out
-episodes, round 2 > bootstrap > zero-shot. It also prints what each self-training round
+`--rounds` self-training rounds) and checks, on the mean over the scenes, the issue's target:
+round 2 > bootstrap > zero-shot in success rate on the held-out episodes (`target_met`; null
+with fewer than 2 rounds, which cannot meet it); beside it, per split (training and held-out
+episodes), whether bootstrap beats zero-shot and the last round is at least as good as
+bootstrap (`checks`). It also prints what each self-training round
 selected (collected episodes and queries, episodes that raised correct placements, examples),
 then the counts behind the rates (`llm_personalize/analysis.py`): completed pick-ups and
 placements and the episodes that raised or lowered correct placements, per phase and split;
 the skills each SFT dataset teaches; and the held-out misplaced objects whose category training
 episodes had misplaced. The tables are printed as measured; the exit status is 0 whether or
-not the target holds (--strict: 1 when it does not). A run interrupted (Ctrl-C) resumes when
-started again with the same arguments and --out; a finished one is read back and its tables
-printed again, without running anything.
+not the target holds (--strict: 1 when it does not, or cannot be checked). A run interrupted
+(Ctrl-C) resumes when started again with the same arguments and --out; a finished one is read
+back and its tables printed again, without running anything.
 """
 
 from __future__ import annotations
@@ -78,6 +79,17 @@ def held_out_ladder(rows: list[dict], rounds: int) -> bool | None:
         if row["episodes"] == "held-out":
             return bool(row[last] > row["bootstrap"] > row["zero-shot"])
     return None
+
+
+def target_met(rows: list[dict], rounds: int) -> bool | None:
+    """The issue's target, round 2 > bootstrap > zero-shot held out; None below 2 rounds."""
+    return held_out_ladder(rows, rounds) if rounds >= 2 else None
+
+
+def target_line(met: bool | None) -> str:
+    if met is None:
+        return "not checked (it needs --rounds 2 or more)"
+    return "met" if met else "not met"
 
 
 def table(title: str, rows: list[dict]) -> str:
@@ -270,13 +282,14 @@ def main() -> int:
         return 1
     print(results.to_markdown())
     checks = verdicts(results.rows, args.rounds)
-    met = all(v for split in checks.values() for v in split.values())
-    strict = held_out_ladder(results.rows, args.rounds)
+    ladder = held_out_ladder(results.rows, args.rounds)
+    met = target_met(results.rows, args.rounds)
     last = compared_round(args.rounds) or "(no round)"
-    print(f"issue 16 target, held-out: {last} > bootstrap > zero-shot: {strict}")
+    print(f"held-out: {last} > bootstrap > zero-shot: {ladder}")
+    print(f"issue 16 target (round 2 > bootstrap > zero-shot, held out): {target_line(met)}")
     print(selection_table(args.out))
     print(behaviour_tables(args.out, run.run_id, config))
-    summary = {"target_met": met, "checks": checks, "held_out_ladder": strict}
+    summary = {"target_met": met, "checks": checks, "held_out_ladder": ladder}
     print(json.dumps({**summary, "rows": results.rows}, default=float))
     return 1 if args.strict and not met else 0
 

@@ -40,3 +40,18 @@ def test_without_rounds_only_bootstrap_against_zero_shot_is_checked():
     evaluation = script()
     rows = [row("held-out", -2.8, -3.6)]
     assert evaluation.verdicts(rows, 0) == {"held-out": {"bootstrap > zero-shot": False}}
+
+
+def test_the_target_is_the_held_out_ladder_at_round_2_and_unchecked_before():
+    evaluation = script()
+    # bootstrap above zero-shot on every split is not the target without round 2
+    rows = [row("train", -2.2, -1.9), row("held-out", -4.7, -1.4)]
+    assert evaluation.target_met(rows, 0) is None
+    one = [row("held-out", -4.7, -1.4, round_1=0.0)]
+    assert evaluation.target_met(one, 1) is None
+    assert evaluation.target_line(None).startswith("not checked")
+    met = [row("train", 0.0, -1.0, round_1=-2.0, round_2=-3.0),
+           row("held-out", -4.7, -1.4, round_1=0.0, round_2=1.0)]  # fmt: skip
+    assert evaluation.target_met(met, 2) is True
+    missed = [row("held-out", -4.7, -1.4, round_1=0.0, round_2=-1.4)]
+    assert evaluation.target_met(missed, 2) is False
