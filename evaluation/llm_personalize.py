@@ -152,6 +152,12 @@ def main() -> int:
         help="training episodes per scene (demonstrated, collected on)",
     )
     parser.add_argument(
+        "--collect-episodes",
+        type=int,
+        default=0,
+        help="training episodes per scene each round collects on, the first N (0: all)",
+    )
+    parser.add_argument(
         "--eval-episodes",
         type=int,
         default=4,
@@ -272,6 +278,7 @@ def main() -> int:
     config = {k: v for k, v in vars(args).items() if k not in RUNNER_OPTIONS}
     config["sft_steps"] = args.sft_steps or None  # 0: the recipe's default, --sft-epochs
     config["lora_layers"] = args.lora_layers or None  # 0: every layer
+    config["collect_episodes"] = args.collect_episodes or None  # 0: every training episode
     # a finished run with these settings is read back, not run again (its tables reprinted)
     run = run_embedded(
         "llm-personalize", config, out_dir=args.out, progress=True, reuse_completed=True

@@ -115,13 +115,15 @@ class CollectPhases:
         phase: str,
         policy_for: Callable[[str, int, int], dict[str, Any]],
         samples: int,
+        episodes: int,
     ) -> list[Any]:
-        """Jobs on the training episodes; `policy_for(scene, episode, sample)` is each one's
-        policy (collection seeds every episode's sampling on its own)."""
+        """Jobs on the first `episodes` training episodes of each scene; `policy_for(scene,
+        episode, sample)` is each one's policy (collection seeds every episode's sampling on
+        its own)."""
         cfg = self.config
         jobs = []
         for scene in cfg.scene_list():
-            for episode in range(cfg.train_episodes):
+            for episode in range(episodes):
                 for sample in range(samples):
                     jobs.append(
                         ctx.episode_job(
@@ -143,7 +145,9 @@ class CollectPhases:
             "kwargs": {"max_plan_length": cfg.demo_plan_length},
             "few_shot": cfg.few_shot,
         }
-        jobs = self._training_jobs(ctx, "demonstrate", lambda *_: policy, samples=1)
+        jobs = self._training_jobs(
+            ctx, "demonstrate", lambda *_: policy, samples=1, episodes=cfg.train_episodes
+        )
         records = ctx.run_episodes("demonstrate", jobs, parallel=cfg.num_envs)
         return summarize(records)
 
@@ -157,7 +161,9 @@ class CollectPhases:
                 seed = self.sampling_seed(k, scene, episode, sample)
                 return self._llm_policy(model, cfg.collect_temperature, seed=seed)
 
-            jobs = self._training_jobs(ctx, phase, policy_for, samples=cfg.collect_samples)
+            jobs = self._training_jobs(
+                ctx, phase, policy_for, cfg.collect_samples, cfg.collected_episodes
+            )
             records = ctx.run_episodes(phase, jobs, parallel=cfg.num_envs)
             return {"model": model, **summarize(records)}
 

@@ -55,6 +55,13 @@ class LlmPersonalizeConfig(RecipeConfig):
         description="Sampled episodes per training episode in each self-training round (each "
         "with its own sampling seed, at collect_temperature).",
     )
+    collect_episodes: int | None = Field(
+        None,
+        ge=1,
+        description="Training episodes per scene played while collecting in each round: the "
+        "first N (null: all train_episodes). Fewer make the rounds cheaper after a bootstrap "
+        "on many demonstrations.",
+    )
     selection: Literal["episode", "query"] = Field(
         "episode",
         description="Self-training selection. episode: every query of the collected episodes "
@@ -176,6 +183,16 @@ class LlmPersonalizeConfig(RecipeConfig):
         return self
 
     @model_validator(mode="after")
+    def _collect_episodes(self) -> LlmPersonalizeConfig:
+        if self.collect_episodes is not None and self.collect_episodes > self.train_episodes:
+            raise ValueError(
+                f"collect_episodes: {self.collect_episodes} is more than train_episodes "
+                f"({self.train_episodes}); rounds collect on training episodes only: set it "
+                "to at most train_episodes, or null for all of them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _openai(self) -> LlmPersonalizeConfig:
         if self.finetune_backend != "openai":
             return self
@@ -203,6 +220,11 @@ class LlmPersonalizeConfig(RecipeConfig):
         if self.guided is None:
             return self.finetune_backend == "local"
         return self.guided
+
+    @property
+    def collected_episodes(self) -> int:
+        """Training episodes per scene each round collects on (`collect_episodes` resolved)."""
+        return self.collect_episodes or self.train_episodes
 
     @property
     def train_eval_episodes(self) -> int:

@@ -10,7 +10,8 @@ Per run, on the Housekeep simulator (real scenes from `data_dir`, else procedura
     evaluate/0
     for k in 1..rounds:  self-training
       collect/k          the current model plans with sampling on the training episodes
-                         (`collect_samples` seeded samples each, `collect_temperature`)
+                         (the first `collect_episodes` of each scene; `collect_samples`
+                         seeded samples each, `collect_temperature`)
       annotate/k         annotator: the queries of the episodes that raised correct
                          placements (`selection=episode`; `query`: the placing queries
                          only), reward-scored and de-duplicated

@@ -22,9 +22,9 @@ CONFIG = {
 }  # fmt: skip
 
 
-def collect(tmp_path: Path, llm, seed: int) -> list[list[str]]:
+def collect(tmp_path: Path, llm, seed: int, **settings) -> list[list[str]]:
     """Round 1's collection with `seed` in a fresh run: the model's answers, per episode."""
-    config = validate_config("llm-personalize", {**CONFIG, "seed": seed})
+    config = validate_config("llm-personalize", {**CONFIG, "seed": seed, **settings})
     recipe = LlmPersonalize(config)
     out = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
     store = RunStore(out / "run.sqlite")
@@ -39,8 +39,9 @@ def collect(tmp_path: Path, llm, seed: int) -> list[list[str]]:
             executor=embedded_executor(store, resources),
         )  # fmt: skip
         (phase,) = [phase for phase in recipe.phases() if phase.name == "collect/1"]
-        assert phase.run(ctx)["episodes"] == 4
+        played = phase.run(ctx)["episodes"]
         records = store.episodes(run_id, phase="collect/1")
+        assert played == len(records)
     finally:
         store.close()
     records.sort(key=lambda record: int(record.episode_id.rpartition("/")[2]))
@@ -55,9 +56,20 @@ def test_collection_with_one_seed_repeats_and_another_seed_differs(tiny_model_di
         other = collect(tmp_path, llm, seed=6)
     finally:
         llm.close()
-    assert len(first) == 4 and all(first)  # every episode queried the model
+    assert len(first) == 4 and all(first)  # 2 training episodes x 2 samples, each queried
     assert again == first
     assert other != first
+
+
+def test_collect_episodes_plays_the_first_training_episodes_only(tiny_model_dir, tmp_path):
+    llm = connect(**tiny_gateway_settings(tiny_model_dir))
+    try:
+        first_only = collect(tmp_path, llm, seed=5, collect_episodes=1)
+        both = collect(tmp_path, llm, seed=5)
+    finally:
+        llm.close()
+    # episode 0's two samples, drawn with the same seeds as when both episodes are collected
+    assert first_only == both[:2]
 
 
 def test_collection_policies_carry_a_sampling_seed_evaluation_none():

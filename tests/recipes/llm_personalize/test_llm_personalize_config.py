@@ -49,6 +49,13 @@ def test_bad_config_names_the_field():
         validate_config("llm-personalize", {"data_dir": "/no/such/housekeep"})
     with pytest.raises(ConfigError, match="colour"):
         validate_config("llm-personalize", {"colour": "red"})
+    with pytest.raises(ConfigError, match=r"collect_episodes: 5 is more than train_episodes \(4\)"):
+        recipe(train_episodes=4, collect_episodes=5)
+
+
+def test_collect_episodes_defaults_to_every_training_episode():
+    assert recipe(train_episodes=4).config.collected_episodes == 4
+    assert recipe(train_episodes=4, collect_episodes=2).config.collected_episodes == 2
 
 
 def test_a_data_dir_without_val_scenes_needs_scenes_named(tmp_path):
