@@ -82,9 +82,6 @@ def shared_categories(config: LlmPersonalizeConfig) -> list[dict[str, Any]]:
 
 def _misplaced(data_dir: str, scene: str, episode: int) -> list[str]:
     from llmrl.simulator.envs.housekeep.data import load_house
-    from llmrl.simulator.envs.housekeep.metrics import is_correct
 
     house = load_house(data_dir, scene, episode)
-    return [
-        obj.category for o, obj in enumerate(house.objects) if not is_correct(house, house.start, o)
-    ]
+    return [house.objects[o].category for o in house.misplaced_objects()]

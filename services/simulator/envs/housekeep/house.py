@@ -94,6 +94,10 @@ class House:
     def misplaced_at_start(self) -> int:
         return len(self.objects) - self.correct_at_start()
 
+    def misplaced_objects(self) -> list[int]:
+        """Indices of the objects that start on a receptacle not allowed for them."""
+        return [o for o, r in enumerate(self.start) if not self.allowed[r, o]]
+
     def allowed_receptacles(self, object_index: int) -> list[str]:
         return [self.receptacles[r].name for r in np.flatnonzero(self.allowed[:, object_index])]
 

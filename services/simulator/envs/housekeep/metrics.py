@@ -43,7 +43,7 @@ def rearrangement_metrics(
     correct_at_start = house.correct_at_start()
     misplaced = len(house.objects) - correct_at_start
     success = 100.0 * (correct_now - correct_at_start) / misplaced if misplaced else 0.0
-    relevant = {o for o, r in enumerate(house.start) if not house.allowed[r, o]} | set(touched)
+    relevant = set(house.misplaced_objects()) | set(touched)
     if relevant:
         object_success = sum(is_correct(house, placement, o) for o in relevant) / len(relevant)
         soft = [

@@ -32,6 +32,10 @@ def test_all_scenes_load_with_their_episode_facts(data_dir):
         assert house.source == f"{split}/{scene}#3"
         assert len(house.objects) == raw["objects_count"]
         assert house.misplaced_at_start() == raw["misplaced_count"]
+        # the episode's own start and end matrices say which objects start misplaced
+        start, end = np.asarray(raw["start_matrix"]), np.asarray(raw["end_matrix"])
+        starts_allowed = (start * end).sum(axis=0) > 0
+        assert house.misplaced_objects() == np.flatnonzero(~starts_allowed).tolist()
         assert [o.category for o in house.objects] == [sanitize_name(c) for c in raw["objs_cats"]]
         rooms = {key.split("-")[0] for key in raw["recs_keys"]} - {"None"}
         assert set(house.rooms) == rooms
