@@ -88,6 +88,9 @@ def _check_number(
         raise InvalidRequestError(f"{name} must be in {bracket}{low}, {high}]; got {value!r}", name)
 
 
+GUIDED_GRAMMAR = 2  # the version of `guided.LineAutomaton`'s grammar, part of cache keys
+
+
 @dataclass
 class GuidedLines:
     """Guided decoding: every line of the answer is one of `choices`.
@@ -143,7 +146,14 @@ class GuidedLines:
         return cls(sorted(set(choices)), numbered, max_lines)
 
     def key(self) -> dict[str, Any]:
-        return {"choices": self.choices, "numbered": self.numbered, "max_lines": self.max_lines}
+        # grammar 2: any line may end the answer (1 forced a line break first); answers cached
+        # under another grammar are not this request's answers
+        return {
+            "choices": self.choices,
+            "numbered": self.numbered,
+            "max_lines": self.max_lines,
+            "grammar": GUIDED_GRAMMAR,
+        }
 
 
 @dataclass

@@ -4,8 +4,11 @@
 of line i form a trie built from the tokenizer's own encoding of the whole line
 ("3. go to room kitchen_0\\n"), so the allowed tokens are exactly those the model writes for
 that text when it writes it freely: a model fine-tuned on such plans is steered, not
-re-tokenised. The last permitted line ends with end-of-sequence instead of a line break, and
-end-of-sequence is allowed at the start of every line after the first.
+re-tokenised. Any line may end the answer with end-of-sequence in place of its line break, as
+a plan ends in fine-tuning data (lines joined by line breaks, none after the last: a grammar
+that forced a line break first would make a fine-tuned model write lines it was never taught
+after a shorter plan); the last permitted line must end so. End-of-sequence is also allowed at
+the start of every line after the first.
 
 `GuidedLinesProcessor` applies one automaton per batch row (rows without one are left alone)
 as a transformers logits processor. A row's state is re-derived from the tokens it generated
@@ -52,19 +55,25 @@ class LineAutomaton:
             return root
         last = self._is_last(line)
         prefix = f"{line + 1}. " if self.guided.numbered else ""
-        texts = [prefix + choice + ("" if last else "\n") for choice in self.guided.choices]
+        ending = [prefix + choice for choice in self.guided.choices]  # then end-of-sequence
+        going_on = [] if last else [text + "\n" for text in ending]  # then the next line
         root = _Node()
-        for tokens in self.encode(texts):
-            node = root
-            for token in tokens:
-                node = node.children.setdefault(token, _Node())
-            if last:  # the answer must end here
-                for eos in self.eos_ids:
-                    node.children.setdefault(eos, _Node()).end = True
-            else:
-                node.end = True
+        # both spellings are walked: a tokenizer may merge the line break into a token
+        for tokens in self.encode(ending):
+            node = self._walk(root, tokens)
+            for eos in self.eos_ids:
+                node.children.setdefault(eos, _Node())
+        for tokens in self.encode(going_on) if going_on else []:
+            self._walk(root, tokens).end = True
         self._lines[line] = root
         return root
+
+    @staticmethod
+    def _walk(root: _Node, tokens: Sequence[int]) -> _Node:
+        node = root
+        for token in tokens:
+            node = node.children.setdefault(token, _Node())
+        return node
 
     def allowed(self, generated: Sequence[int]) -> list[int] | None:
         """The tokens allowed after `generated`; None when the answer is over (no constraint)."""

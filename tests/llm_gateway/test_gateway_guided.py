@@ -41,13 +41,18 @@ def test_the_automaton_accepts_exactly_the_lines_of_the_choices(tiny_model_dir):
     eos = [tokenizer.eos_token_id]
     guided = GuidedLines.from_value({"choices": CHOICES, "numbered": True, "max_lines": 2})
     automaton = LineAutomaton(guided, encode, eos)
-    # walking a valid answer: every token allowed; the answer may end after line 1 only
-    first, second = encode(["1. pick up mug_1\n", "2. mission complete"])
+    # walking a valid answer: every token allowed; the answer may end where line 1 ends (in
+    # place of its line break, as fine-tuning data's plans end, or after it) and nowhere else
+    # before line 2 is complete
+    first, second, unbroken = encode(
+        ["1. pick up mug_1\n", "2. mission complete", "1. pick up mug_1"]
+    )
+    assert unbroken == first[:-1]  # SmolLM2's tokenizer: the line break is a token of its own
     generated: list[int] = []
     for token in [*first, *second]:
         allowed = automaton.allowed(generated)
         assert allowed is not None and token in allowed
-        assert (eos[0] in allowed) == (generated == first)
+        assert (eos[0] in allowed) == (generated in (first, unbroken))
         generated.append(token)
     assert automaton.allowed(generated) == eos  # max_lines reached: only the end
     assert automaton.allowed([*generated, eos[0]]) is None  # over: no constraint
