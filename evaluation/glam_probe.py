@@ -8,8 +8,9 @@ cloning of the bot with the same LoRA does better. This script separates the two
 the plateau leaves open, capacity and signal, without any RL:
 
 1. BabyAI's bot plays `--train-steps` env steps (seed `--seed`) and `--test-steps` more on the
-   held-out seeds (`--seed` + 1,000,000, the recipe's evaluation seeds); every bot step is
-   GLAM's prompt and the bot's action phrase (`recipes.glam.training.collect_demonstrations`).
+   held-out seeds (`--seed` + the recipe's `eval_seed_offset`, its evaluation seeds); every bot
+   step is GLAM's prompt and the bot's action phrase
+   (`recipes.glam.training.collect_demonstrations`).
 2. The frozen base model reads each prompt once; the last prompt token's hidden state is kept
    at several depths (`--layers`; the input of the top two layers is what a LoRA on them reads).
 3. A logistic regression per depth (scikit-learn, standardised features) is fitted on the
@@ -32,8 +33,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-EVAL_SEED_OFFSET = 1_000_000  # the glam recipe's held-out seeds: seed + this
-
 
 def read_examples(path: Path) -> list[tuple[str, str]]:
     """(prompt, bot phrase) per line of a `collect_demonstrations` file."""
@@ -44,16 +43,19 @@ def read_examples(path: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def last_token_states(policy: Any, prompts: list[str], layers: list[int], batch: int) -> Any:
+def last_token_states(
+    policy: Any, prompts: list[str], layers: list[int], batch: int, desc: str
+) -> Any:
     """[N, len(layers), H]: each prompt's last-token hidden state after each layer in `layers`
     (0: the embeddings; the model's depth: its final, normed state)."""
     import torch
+    from tqdm import tqdm
 
     from llmrl.learner.llm.scorer import pad
 
     out = []
     with torch.no_grad():
-        for start in range(0, len(prompts), batch):
+        for start in tqdm(range(0, len(prompts), batch), desc=desc, unit="batch"):
             ids, mask = pad(
                 [policy.encode(p) for p in prompts[start : start + batch]], policy.pad_id, left=True
             )
@@ -148,18 +150,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from llmrl.learner.llm.glam_prompt import action_phrases
     from llmrl.learner.llm.model import LlmPolicyModel
+    from llmrl.recipes.glam.config import GlamConfig
     from llmrl.recipes.glam.training import collect_demonstrations
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    splits = {
-        "train": (args.seed, args.train_steps),
-        "test": (args.seed + EVAL_SEED_OFFSET, args.test_steps),
-    }
+    held_out = args.seed + GlamConfig.model_fields["eval_seed_offset"].default
+    splits = {"train": (args.seed, args.train_steps), "test": (held_out, args.test_steps)}
+    # files are named by what they hold, so a rerun with other settings never reads stale ones
+    bot_name = f"{args.env}-e{args.num_envs}".replace("/", "_")
+    model_name = f"{Path(args.model).name}-L{'_'.join(map(str, args.layers))}"
     data = {}
     for split, (seed, steps) in splits.items():
-        path = args.out / f"{split}.jsonl"
+        path = args.out / f"bot-{split}-{bot_name}-s{seed}-n{steps}.jsonl"
         if not path.exists():
             with tqdm(total=steps, desc=f"bot, {split}", unit="step") as bar:
                 collect_demonstrations(
@@ -172,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             path.with_suffix(".part").rename(path)
         data[split] = read_examples(path)
+    env_phrases = list(action_phrases("babyai"))  # the policy's candidates, in its order
+    unknown = sorted({phrase for rows in data.values() for _, phrase in rows} - set(env_phrases))
+    if unknown:
+        parser.error(
+            f"--env: the bot's actions {unknown} are not BabyAI-Text's phrases {env_phrases}; "
+            "the probe reads envs with that action set"
+        )
 
     policy = LlmPolicyModel.load(args.model, lora=False, bf16=False, device="cpu")
     policy.model.eval()
@@ -181,19 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--layers: {bad} outside [0, {depth}] for {args.model}")
     states, labels = {}, {}
     for split, rows in data.items():
-        cache = args.out / f"{split}-states.npy"
+        seed, steps = splits[split]
+        cache = args.out / f"states-{split}-{bot_name}-s{seed}-n{steps}-{model_name}.npy"
         prompts = [prompt for prompt, _ in rows]
         if cache.exists():
             states[split] = np.load(cache, allow_pickle=False)
         else:
-            chunks = []
-            for start in tqdm(range(0, len(prompts), 256), desc=f"states, {split}"):
-                chunks.append(
-                    last_token_states(
-                        policy, prompts[start : start + 256], args.layers, args.batch_size
-                    )
-                )
-            states[split] = np.concatenate(chunks)
+            states[split] = last_token_states(
+                policy, prompts, args.layers, args.batch_size, desc=f"states, {split}"
+            )
             np.save(cache, states[split], allow_pickle=False)
         labels[split] = np.array([phrase for _, phrase in rows])
 
@@ -222,7 +229,6 @@ def main(argv: list[str] | None = None) -> int:
             args.probe_c,
         )
 
-    env_phrases = list(action_phrases("babyai"))  # the policy's candidates, in its order
     test_prompts = [prompt for prompt, _ in data["test"]]
     probs = zero_shot_policy(policy, test_prompts, env_phrases, args.reduction, args.batch_size)
     target = np.array([env_phrases.index(y) for y in labels["test"]])

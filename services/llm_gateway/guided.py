@@ -55,16 +55,15 @@ class LineAutomaton:
             return root
         last = self._is_last(line)
         prefix = f"{line + 1}. " if self.guided.numbered else ""
-        ending = [prefix + choice for choice in self.guided.choices]  # then end-of-sequence
-        going_on = [] if last else [text + "\n" for text in ending]  # then the next line
+        texts = [prefix + choice for choice in self.guided.choices]
         root = _Node()
-        # both spellings are walked: a tokenizer may merge the line break into a token
-        for tokens in self.encode(ending):
+        for tokens in self.encode(texts):  # the answer may end after the line
             node = self._walk(root, tokens)
             for eos in self.eos_ids:
                 node.children.setdefault(eos, _Node())
-        for tokens in self.encode(going_on) if going_on else []:
-            self._walk(root, tokens).end = True
+        if not last:  # or go on to the next; a tokenizer may merge the break into a token
+            for tokens in self.encode([text + "\n" for text in texts]):
+                self._walk(root, tokens).end = True
         self._lines[line] = root
         return root
 
