@@ -186,6 +186,13 @@ def main() -> int:
         help="round k also trains on rounds 1..k-1's selections",
     )
     parser.add_argument(
+        "--bootstrap-dedupe",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep identical demonstrated (prompt, plan) pairs once in the bootstrap data "
+        "(the default keeps every demonstrated query, so each situation weighs as often as met)",
+    )
+    parser.add_argument(
         "--replay-bootstrap",
         action=argparse.BooleanOptionalAction,
         default=True,

@@ -72,6 +72,16 @@ def test_bootstrap_dataset_then_a_local_fine_tuning_job(annotator, learner, tmp_
     assert built["data"] == str(tmp_path / "data" / "boot.jsonl")
     assert chat_jsonl_errors(built["data"]) == []
     assert built["stats"]["episodes"] == 2 and built["stats"]["examples"] > 2
+    # one episode logged twice: every query twice by default, once with `dedupe`
+    first = log.read_text().splitlines()[0]
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(f"{first}\n{first}\n")
+    counts = {}
+    for dedupe in (False, True):
+        request = {"episodes": [str(twice)], "out_dir": str(tmp_path / "data"), "dedupe": dedupe}
+        stats = annotator.post("/datasets/bootstrap", json=request).json()["stats"]
+        counts[dedupe] = stats["examples"]
+    assert counts[False] == 2 * counts[True] > 0
 
     job = annotator.post(
         "/finetune/jobs",

@@ -29,7 +29,9 @@ class AnnotatePhases:
             out = ctx.out_dir / "datasets"
             if k == 0:
                 records = ctx.store.episodes(ctx.run_id, phase="demonstrate")
-                built = build_bootstrap_dataset(records, out, "bootstrap")
+                built = build_bootstrap_dataset(
+                    records, out, "bootstrap", dedupe=self.config.bootstrap_dedupe
+                )
             else:
                 records = ctx.store.episodes(ctx.run_id, phase=f"collect/{k}")
                 cfg = self.config

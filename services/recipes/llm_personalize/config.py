@@ -97,6 +97,13 @@ class LlmPersonalizeConfig(RecipeConfig):
     demo_plan_length: int = Field(
         6, ge=1, description="Skills per demonstrator plan (the length of the SFT targets)."
     )
+    bootstrap_dedupe: bool = Field(
+        False,
+        description="Keep identical demonstrated (prompt, plan) pairs once in the bootstrap "
+        "data. Off: every demonstrated query is an example, so a situation weighs as often as "
+        "the demonstrator met it (an episode's first query is the same in every episode of a "
+        "scene; kept once, the planner hardly learns how to start).",
+    )
     replay_bootstrap: bool = Field(
         True, description="Self-training rounds also train on the bootstrap data."
     )

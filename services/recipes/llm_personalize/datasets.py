@@ -150,11 +150,15 @@ def _source(episode: EpisodeRecord, index: int) -> str:
     return f"{episode.run_id}/{episode.episode_id}#{index}"
 
 
-def bootstrap_dataset(episodes: Iterable[EpisodeRecord]) -> Dataset:
+def bootstrap_dataset(episodes: Iterable[EpisodeRecord], dedupe: bool = False) -> Dataset:
     """SFT pairs from demonstrations: each query's prompt and the demonstrator's answer.
 
-    Identical (prompt, answer) pairs are kept once; calls without messages or answer are
-    skipped (counted in the statistics).
+    Every demonstrated query is an example, so a situation weighs in the data as often as the
+    demonstrator met it: an episode's first query (nothing explored yet) has the same prompt
+    in every episode of a scene, and kept once it would be one example among hundreds, as
+    rare as any late, one-off situation. `dedupe` keeps identical (prompt, answer) pairs once
+    (counted as `duplicate` in the statistics). Calls without messages or answer are skipped
+    (counted too).
     """
     episodes = list(episodes)
     examples: list[ChatExample] = []
@@ -172,7 +176,7 @@ def bootstrap_dataset(episodes: Iterable[EpisodeRecord]) -> Dataset:
                 {"role": "assistant", "content": call.response.strip()},
             ]
             key = _prompt_key(messages)
-            if key in seen:
+            if dedupe and key in seen:
                 dropped["duplicate"] += 1
                 continue
             seen.add(key)
@@ -305,10 +309,13 @@ def _mean(values: Sequence[float]) -> float:
 
 # -- files and the annotator's builders ----------------------------------------------------
 def build_bootstrap_dataset(
-    sources: Iterable[str | Path | EpisodeRecord], out_dir: str | Path, name: str = "bootstrap"
+    sources: Iterable[str | Path | EpisodeRecord],
+    out_dir: str | Path,
+    name: str = "bootstrap",
+    dedupe: bool = False,
 ) -> dict[str, Any]:
     """Episode logs of demonstrations -> `<out_dir>/<name>.jsonl` + stats; returns paths+stats."""
-    dataset = bootstrap_dataset(load_episodes(sources))
+    dataset = bootstrap_dataset(load_episodes(sources), dedupe=dedupe)
     return {**write_dataset(dataset, out_dir, name), "stats_data": dataset.stats}
 
 
@@ -335,11 +342,21 @@ class SelfTrainingRequest(DatasetRequest):
     )
 
 
+class BootstrapRequest(DatasetRequest):
+    dedupe: bool = Field(
+        False,
+        description="keep identical (prompt, plan) pairs once (false: every demonstrated query, "
+        "so a situation weighs as often as it was met)",
+    )
+
+
 @registry.register_dataset(
-    "bootstrap", "LLM-Personalize: SFT data from demonstrations", request=DatasetRequest
+    "bootstrap", "LLM-Personalize: SFT data from demonstrations", request=BootstrapRequest
 )
-def bootstrap_builder(request: DatasetRequest) -> dict[str, Any]:
-    return build_from_episode_logs(request, "bootstrap", bootstrap_dataset)
+def bootstrap_builder(request: BootstrapRequest) -> dict[str, Any]:
+    return build_from_episode_logs(
+        request, "bootstrap", lambda episodes: bootstrap_dataset(episodes, dedupe=request.dedupe)
+    )
 
 
 @registry.register_dataset(

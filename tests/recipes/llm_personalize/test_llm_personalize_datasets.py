@@ -127,9 +127,15 @@ def test_bootstrap_from_demonstrations_gives_valid_chat_data(tmp_path):
     for demo in demos:
         assert demo.llm_calls[-1].response == "1. mission complete"
         assert demo.llm_calls[0].messages == build_messages(demo.steps[0].text)
-    dataset = bootstrap_dataset(demos + demos[:1])  # the repeated episode is de-duplicated
     calls = sum(len(d.llm_calls) for d in demos)
-    assert len(dataset.examples) <= calls and dataset.stats["dropped"]["duplicate"] >= calls // 3
+    # every demonstrated query is an example: a repeated episode weighs twice
+    every = bootstrap_dataset(demos + demos[:1])
+    assert len(every.examples) == calls + len(demos[0].llm_calls)
+    assert "duplicate" not in every.stats["dropped"]
+    # dedupe keeps identical (prompt, plan) pairs once: the repeated episode adds nothing
+    dataset = bootstrap_dataset(demos + demos[:1], dedupe=True)
+    assert len(dataset.examples) <= calls
+    assert dataset.stats["dropped"]["duplicate"] >= len(demos[0].llm_calls)
     paths = write_dataset(dataset, tmp_path, "bootstrap")
     assert chat_jsonl_errors(paths["data"]) == []
     lines = Path(paths["data"]).read_text().splitlines()
