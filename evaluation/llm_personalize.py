@@ -186,6 +186,13 @@ def main() -> int:
         help="round k also trains on rounds 1..k-1's selections",
     )
     parser.add_argument(
+        "--demo-query-every-step",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ask the demonstrator at every step (its whole plan logged, its first skill "
+        "played), so that every state of a demonstration is an example",
+    )
+    parser.add_argument(
         "--bootstrap-dedupe",
         action=argparse.BooleanOptionalAction,
         default=False,

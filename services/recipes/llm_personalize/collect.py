@@ -144,6 +144,7 @@ class CollectPhases:
             "name": "housekeep-demonstrator",
             "kwargs": {"max_plan_length": cfg.demo_plan_length},
             "few_shot": cfg.few_shot,
+            "query_every_step": cfg.demo_query_every_step,
         }
         jobs = self._training_jobs(
             ctx, "demonstrate", lambda *_: policy, samples=1, episodes=cfg.train_episodes

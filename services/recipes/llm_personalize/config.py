@@ -97,6 +97,13 @@ class LlmPersonalizeConfig(RecipeConfig):
     demo_plan_length: int = Field(
         6, ge=1, description="Skills per demonstrator plan (the length of the SFT targets)."
     )
+    demo_query_every_step: bool = Field(
+        False,
+        description="Ask the demonstrator at every step (its plan logged, its first skill "
+        "played), not only when its plan runs out: every state of a demonstration gets an "
+        "example, including the mid-plan states a planner whose plans end early is asked in. "
+        "About demo_plan_length times the bootstrap data (and its SFT steps).",
+    )
     bootstrap_dedupe: bool = Field(
         False,
         description="Keep identical demonstrated (prompt, plan) pairs once in the bootstrap "

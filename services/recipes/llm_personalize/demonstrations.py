@@ -30,6 +30,7 @@ def demonstration_episode(
     planner: str = DEMONSTRATOR,
     planner_kwargs: Mapping[str, Any] | None = None,
     few_shot: bool = True,
+    query_every_step: bool = False,
     run_id: str = "demonstrations",
     episode_id: str | None = None,
     resources: RolloutResources | None = None,
@@ -37,8 +38,9 @@ def demonstration_episode(
     """Play one Housekeep episode (`env_kwargs`: the env's settings, e.g. `data_dir`, `scene`,
     `episode`, `max_steps`) with the scripted `planner` and record it.
 
-    `resources` holds the world (reused across calls with the same `env_kwargs`); by default a
-    fresh one is made and closed.
+    `query_every_step`: the planner is asked at every step and only its plan's first skill is
+    played (every state gets a logged plan). `resources` holds the world (reused across calls
+    with the same `env_kwargs`); by default a fresh one is made and closed.
     """
     job = EpisodeJob(
         run_id=run_id,
@@ -50,6 +52,7 @@ def demonstration_episode(
             "name": planner,
             "kwargs": dict(planner_kwargs or {}),
             "few_shot": few_shot,
+            "query_every_step": query_every_step,
         },
         env_kwargs=dict(env_kwargs or {}),
     )

@@ -9,7 +9,12 @@ out, and "mission complete" ends the episode when it is executed.
 
 `housekeep-demonstration` plays the generic `planner` kind's loop (re-plan after a failed skill,
 stop when the planner says the mission is complete) with a scripted planner, by default the
-demonstrator: the demonstrations that bootstrap the planner (`demonstrations.py`).
+demonstrator: the demonstrations that bootstrap the planner (`demonstrations.py`). With
+`"query_every_step": true` the scripted planner is asked at every step and only its plan's first
+skill is played: every state of the episode gets a logged plan, not only the states where a
+plan ran out, which are the only ones a planner following whole plans is asked in. A learner
+whose plans end early is asked in the states between, and the demonstrator's plans are
+deterministic in the state, so the episode is the same.
 
 Both record the Housekeep counters with every step (`records.RECORDED`), so that each query can
 be scored (`datasets.py`), and log a scripted planner's plans as the LLM call the LLM planner
@@ -17,7 +22,8 @@ would have made (`PromptRecorder`): the prompt it would be sent and the plan in 
 answer format, which is what bootstrapping fine-tunes on.
 
 Policy specs: `{"kind": "housekeep-planner" | "housekeep-demonstration", "name": <planner>,
-"kwargs": {...}, "few_shot": bool (the recorded prompts' worked example)}`.
+"kwargs": {...}, "few_shot": bool (the recorded prompts' worked example), "query_every_step":
+bool (demonstrations only)}`.
 """
 
 from __future__ import annotations
@@ -52,10 +58,13 @@ class PromptRecorder(Planner):
     """A scripted planner whose every plan is logged as the LLM planner's call: the Housekeep
     prompt of the observation (`prompts.build_messages`) and the plan in its answer format."""
 
-    def __init__(self, planner: Planner, name: str, few_shot: bool = True) -> None:
+    def __init__(
+        self, planner: Planner, name: str, few_shot: bool = True, play_first_only: bool = False
+    ) -> None:
         self.planner = planner
         self.name = name
         self.few_shot = few_shot
+        self.play_first_only = play_first_only  # log the whole plan, play its first skill
         self.observations = tuple(dict.fromkeys(("text", *planner.observations)))
 
     def reset(self) -> None:
@@ -72,7 +81,10 @@ class PromptRecorder(Planner):
             model=self.name,
             info={"done": plan.done, "scripted": True},
         )
-        return Plan(skills=list(plan.skills), llm_calls=[call], done=plan.done)
+        skills = list(plan.skills)
+        if self.play_first_only and len(skills) > 1:
+            return Plan(skills=skills[:1], llm_calls=[call])
+        return Plan(skills=skills, llm_calls=[call], done=plan.done)
 
 
 class HousekeepPlanDriver(EpisodeDriver):
@@ -124,7 +136,12 @@ def _planner(
     )
     if getattr(planner, "uses_llm", False):
         return planner
-    return PromptRecorder(planner, str(policy["name"]), bool(policy.get("few_shot", True)))
+    return PromptRecorder(
+        planner,
+        str(policy["name"]),
+        bool(policy.get("few_shot", True)),
+        play_first_only=bool(policy.get("query_every_step", False)),
+    )
 
 
 @registry.register_driver(POLICY_KIND, "LLM-Personalize's executor: every plan line is a step")

@@ -42,3 +42,21 @@ def test_demonstrator_solves_real_validation_episodes(data_dir):
             assert int(obs["success"]) == 1
             assert 0.5 < float(obs["soft_score"]) <= 1.0
     assert rates == [100.0] * (2 * EPISODES_PER_VAL_SCENE)
+
+
+def test_asked_at_every_step_the_demonstrator_plays_the_same_episode_with_a_plan_per_state():
+    from llmrl.recipes.llm_personalize.demonstrations import demonstration_episode
+    from llmrl.recipes.llm_personalize.prompts import parse_plan
+
+    kwargs = {"max_plan_length": 4}
+    whole = demonstration_episode(seed=3, planner_kwargs=kwargs)
+    every = demonstration_episode(seed=3, planner_kwargs=kwargs, query_every_step=True)
+    assert [s.skill for s in every.steps] == [s.skill for s in whole.steps]
+    assert every.metrics["success_rate"] == whole.metrics["success_rate"] == 100.0
+    # one logged plan per step (and the final "mission complete"), each starting with the
+    # step's skill; plans are still whole (up to 4 skills), not the one skill played
+    assert len(every.llm_calls) == len(every.steps) + 1 > len(whole.llm_calls)
+    for call, step in zip(every.llm_calls, every.steps, strict=False):
+        assert parse_plan(call.response).skills[0] == step.skill
+    assert max(len(parse_plan(c.response).skills) for c in every.llm_calls) == 4
+    assert every.llm_calls[-1].response == "1. mission complete"
