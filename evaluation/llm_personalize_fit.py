@@ -40,26 +40,24 @@ def decision_kinds(answer: str, offsets: list[tuple[int, int]]) -> dict[int, str
     line: end of turn). Every other target token is `other`.
     """
     lines = answer.split("\n")
-    skill_starts: dict[int, str] = {}
-    line_ends: dict[int, str] = {}
+    decisions: dict[int, str] = {}  # character position -> the decision made there
     position = 0
     for number, line in enumerate(lines):
         prefix = NUMBERED.match(line)
-        body = line[prefix.end() :] if prefix else line
-        skill_starts[position + (prefix.end() if prefix else 0)] = body.split(" ")[0] or "?"
+        skill_at = prefix.end() if prefix else 0
+        decisions[position + skill_at] = f"skill:{line[skill_at:].split(' ')[0] or '?'}"
         position += len(line)
-        line_ends[position] = "stop" if number == len(lines) - 1 else "go on"
+        decisions[position] = "stop" if number == len(lines) - 1 else "go on"
         position += 1
-    kinds: dict[int, str] = {}
-    for index, (start, end) in enumerate(offsets):
-        for at, word in skill_starts.items():
-            if start <= at < max(end, start + 1):
-                kinds[index] = f"skill:{word}"
-        if index not in kinds:
-            for at, kind in line_ends.items():
-                if start == at:
-                    kinds[index] = kind
-    return {i: kinds.get(i, "other") for i in range(len(offsets))}
+    # a decision is the token covering its position (a tokenizer may merge a line break into
+    # the token before it); end-of-turn markers may have empty spans
+    return {
+        index: next(
+            (kind for at, kind in decisions.items() if start <= at < max(end, start + 1)),
+            "other",
+        )
+        for index, (start, end) in enumerate(offsets)
+    }
 
 
 def target_tokens(
@@ -138,10 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     from llmrl.learner.adapters import base_model_dir
     from llmrl.learner.algorithms.sft import read_chat_examples
 
+    try:
+        examples = read_chat_examples(str(args.data))
+    except ValueError as exc:  # names the file and line
+        parser.error(f"--data: {exc}")
+    try:
+        base = Path(args.model) if Path(args.model).is_dir() else base_model_dir(args.model)
+    except ValueError as exc:  # an unknown model, or one without local weights
+        parser.error(f"--model: {exc}")
+    if not examples:
+        parser.error(f"--data: {args.data} holds no examples")
+    for number, messages in enumerate(examples, 1):
+        if messages[-1].get("weight", 1) == 0:  # read_chat_examples checked it is the assistant's
+            parser.error(
+                f"--data: example {number}'s plan has weight 0 (not trained, so not read here)"
+            )
     torch.set_num_threads(args.torch_threads)
-    base = Path(args.model) if Path(args.model).is_dir() else base_model_dir(args.model)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    examples = read_chat_examples(str(args.data))
     random.Random(args.seed).shuffle(examples)
     examples = examples[: args.examples]
 

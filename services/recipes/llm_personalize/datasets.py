@@ -175,11 +175,12 @@ def bootstrap_dataset(episodes: Iterable[EpisodeRecord], dedupe: bool = False) -
                 *prompt_messages(call),
                 {"role": "assistant", "content": call.response.strip()},
             ]
-            key = _prompt_key(messages)
-            if dedupe and key in seen:
-                dropped["duplicate"] += 1
-                continue
-            seen.add(key)
+            if dedupe:
+                key = _prompt_key(messages)
+                if key in seen:
+                    dropped["duplicate"] += 1
+                    continue
+                seen.add(key)
             examples.append(ChatExample(messages, _source(episode, index)))
     stats = _stats("bootstrap", episodes, queries, examples, dropped)
     return Dataset(examples, stats)

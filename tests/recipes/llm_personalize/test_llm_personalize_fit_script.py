@@ -54,7 +54,7 @@ def test_every_plan_line_is_read_as_its_decisions(tiny_model_dir, tmp_path):
     assert figures["base"]["other"]["count"] > figures["base"]["skill"]["count"]
 
 
-def test_bad_options_are_refused_by_name(tmp_path):
+def test_bad_options_are_refused_by_name(tiny_model_dir, tmp_path):
     done = run_fit("--data", str(tmp_path / "none.jsonl"))
     assert done.returncode == 2 and "--data: no such file" in done.stderr
     data = tmp_path / "d.jsonl"
@@ -65,3 +65,21 @@ def test_bad_options_are_refused_by_name(tmp_path):
     )
     done = run_fit("--data", str(data), "--examples", "0")
     assert done.returncode == 2 and "--examples must be positive" in done.stderr
+    tiny = ["--model", str(tiny_model_dir)]
+    done = run_fit("--data", str(data), *tiny)
+    assert done.returncode == 2 and "holds no examples" in done.stderr
+    data.write_text("{not json\n")
+    done = run_fit("--data", str(data), *tiny)
+    assert done.returncode == 2 and "--data:" in done.stderr and "line 1: not JSON" in done.stderr
+    unanswered = {"messages": [{"role": "user", "content": "plan?"}]}
+    data.write_text(json.dumps(unanswered) + "\n")
+    done = run_fit("--data", str(data), *tiny)
+    assert done.returncode == 2 and "--data:" in done.stderr and "assistant" in done.stderr
+    untrained = [*unanswered["messages"], {"role": "assistant", "content": "1. go", "weight": 0}]
+    data.write_text(json.dumps({"messages": untrained}) + "\n")
+    done = run_fit("--data", str(data), *tiny)
+    assert done.returncode == 2 and "weight 0" in done.stderr
+    untrained[-1]["weight"] = 1
+    data.write_text(json.dumps({"messages": untrained}) + "\n")
+    done = run_fit("--data", str(data), "--model", "no-such-model")
+    assert done.returncode == 2 and "--model:" in done.stderr and "no-such-model" in done.stderr
