@@ -14,7 +14,11 @@ selected (collected episodes and queries, episodes that raised correct placement
 then the counts behind the rates (`llm_personalize/analysis.py`): completed pick-ups and
 placements and the episodes that raised or lowered correct placements, per phase and split;
 the skills each SFT dataset teaches; and the held-out misplaced objects whose category training
-episodes had misplaced. The tables are printed as measured; the exit status is 0 whether or
+episodes had misplaced. Every stage plays the same evaluation episodes, so each step of the
+ladder is also measured episode by episode: the mean paired difference with its 95% bootstrap
+interval, and `target_beyond_noise` says whether both of the target's steps (bootstrap over
+zero-shot, round 2 over bootstrap, held out) have intervals above 0. The tables are printed as
+measured; the exit status is 0 whether or
 not the target holds (--strict: 1 when it does not, or cannot be checked). A run interrupted
 (Ctrl-C) resumes when started again with the same arguments and --out; a finished one is read
 back and its tables printed again, without running anything.
@@ -32,10 +36,12 @@ from llmrl.llm_gateway.settings import use_patient_config
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import Results, read_results, recipe_class, validate_config
 from llmrl.recipes.llm_personalize.analysis import (
+    paired_differences,
     phase_behaviour,
     shared_categories,
     target_verbs,
 )
+from llmrl.recipes.llm_personalize.config import stage_name
 
 VERB_COLUMNS = ("go_to_room", "go_to", "look_at", "pick_up", "place", "mission_complete")
 RUNNER_OPTIONS = (
@@ -90,6 +96,46 @@ def target_line(met: bool | None) -> str:
     if met is None:
         return "not checked (it needs --rounds 2 or more)"
     return "met" if met else "not met"
+
+
+def ladder_comparisons(rounds: int) -> list[tuple[str, str]]:
+    """The stage pairs measured episode by episode: each stage against the one before it,
+    and the target's round 2 (or the last round) against bootstrap."""
+    names = ["zero-shot", "bootstrap", *(f"round {k}" for k in range(1, rounds + 1))]
+    pairs = list(zip(names[1:], names[:-1], strict=True))
+    last = compared_round(rounds)
+    if last is not None and (last, "bootstrap") not in pairs:
+        pairs.append((last, "bootstrap"))
+    return pairs
+
+
+def target_beyond_noise(differences: list[dict], rounds: int) -> bool | None:
+    """Both of the target's held-out steps gain beyond noise (intervals above 0)."""
+    if rounds < 2:
+        return None
+    wanted = {"bootstrap - zero-shot", f"{compared_round(rounds)} - bootstrap"}
+    held_out = [
+        row for row in differences if row["episodes"] == "held-out" and row["comparison"] in wanted
+    ]
+    if len(held_out) < len(wanted):
+        return None
+    return all(row["beyond_noise"] and row["mean"] > 0 for row in held_out)
+
+
+def episode_differences(out: Path, run_id: str, config: dict) -> list[dict]:
+    """Paired per-episode differences of success rate between stages (see the docstring)."""
+    recipe = recipe_class("llm-personalize")(validate_config("llm-personalize", config))
+    splits = [split for _, split, _ in recipe.eval_set()]
+    success = {}
+    store = RunStore(out / "run.sqlite")
+    try:
+        for stage in recipe.stages():
+            records = store.episodes(run_id, phase=f"evaluate/{stage}")
+            if len(records) == len(splits):  # an unfinished stage is left out
+                success[stage_name(stage)] = [r.metrics["success_rate"] for r in records]
+    finally:
+        store.close()
+    return paired_differences(success, splits, ladder_comparisons(recipe.config.rounds))
 
 
 def table(title: str, rows: list[dict]) -> str:
@@ -308,9 +354,20 @@ def main() -> int:
     last = compared_round(args.rounds) or "(no round)"
     print(f"held-out: {last} > bootstrap > zero-shot: {ladder}")
     print(f"issue 16 target (round 2 > bootstrap > zero-shot, held out): {target_line(met)}")
+    differences = episode_differences(args.out, run.run_id, config)
+    beyond = target_beyond_noise(differences, args.rounds)
+    shown = [{k: v for k, v in row.items() if k not in ("low", "high")} for row in differences]
+    print(table("Paired per-episode differences of success rate (95% bootstrap interval)", shown))
+    print(f"both held-out steps of the target beyond noise: {beyond}")
     print(selection_table(args.out))
     print(behaviour_tables(args.out, run.run_id, config))
-    summary = {"target_met": met, "checks": checks, "held_out_ladder": ladder}
+    summary = {
+        "target_met": met,
+        "target_beyond_noise": beyond,
+        "checks": checks,
+        "held_out_ladder": ladder,
+        "paired_differences": differences,
+    }
     print(json.dumps({**summary, "rows": results.rows}, default=float))
     return 1 if args.strict and not met else 0
 

@@ -7,7 +7,11 @@ counts say which ones (`evaluation/llm_personalize.py` prints them):
 - per SFT dataset: the skills its target plans teach (`target_verbs`);
 - per scene: how many of the held-out episodes' misplaced objects have a category that a
   training episode also had misplaced (`shared_categories`). This bounds what imitating the
-  training episodes can transfer.
+  training episodes can transfer;
+- per split and pair of stages: the mean per-episode difference of success rate with its 95%
+  bootstrap interval (`paired_differences`). Every stage plays the same evaluation episodes,
+  so a stage's gain is measured episode by episode, and an interval above 0 is a gain beyond
+  the noise of that many episodes.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.stats import estimate
 from llmrl.recipes.llm_personalize.config import LlmPersonalizeConfig
 from llmrl.recipes.llm_personalize.datasets import episode_placement_gain, skill_succeeded
 from llmrl.recipes.llm_personalize.prompts import parse_plan
@@ -85,3 +90,38 @@ def _misplaced(data_dir: str, scene: str, episode: int) -> list[str]:
 
     house = load_house(data_dir, scene, episode)
     return [house.objects[o].category for o in house.misplaced_objects()]
+
+
+def paired_differences(
+    success: dict[str, Sequence[float]],
+    splits: Sequence[str],
+    comparisons: Sequence[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """One row per split and (later, earlier) stage pair: the mean over episodes of
+    success[later][i] - success[earlier][i], with its 95% bootstrap interval.
+
+    `success[stage][i]` is evaluation episode i's success rate under that stage and
+    `splits[i]` its split: every stage plays the same episodes, in the same order.
+    `beyond_noise` says whether the interval lies above 0 (a gain) or below it (a loss).
+    """
+    rows = []
+    for split in dict.fromkeys(splits):
+        picked = [i for i, s in enumerate(splits) if s == split]
+        for later, earlier in comparisons:
+            if later not in success or earlier not in success:
+                continue
+            diffs = [success[later][i] - success[earlier][i] for i in picked]
+            est = estimate(diffs)
+            rows.append(
+                {
+                    "episodes": split,
+                    "comparison": f"{later} - {earlier}",
+                    "n": est.n,
+                    "mean": round(est.mean, 2),
+                    "ci95": f"[{est.low:.2f}, {est.high:.2f}]",
+                    "beyond_noise": est.n > 1 and (est.low > 0 or est.high < 0),
+                    "low": est.low,
+                    "high": est.high,
+                }
+            )
+    return rows

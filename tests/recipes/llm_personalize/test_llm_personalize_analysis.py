@@ -9,6 +9,7 @@ from pathlib import Path
 from llmrl.common.episodes import EpisodeRecord, StepRecord
 from llmrl.recipes.base import validate_config
 from llmrl.recipes.llm_personalize.analysis import (
+    paired_differences,
     phase_behaviour,
     shared_categories,
     target_verbs,
@@ -88,3 +89,28 @@ def test_shared_categories_count_held_out_misplaced_objects_seen_misplaced_in_tr
     }
     assert row["held_out_misplaced"] > 0
     assert shared_categories(validate_config("llm-personalize", {"data_dir": "procedural"})) == []
+
+
+def test_paired_differences_compare_stages_episode_by_episode_per_split():
+    splits = ["train"] * 4 + ["held-out"] * 4
+    success = {
+        "zero-shot": [0, 0, 0, 0, -10, 0, 0, -5],
+        "bootstrap": [20, 25, 30, 20, 0, 0, 0, -5],  # a gain on every training episode
+        "round 1": [20, 25, 30, 20, 10, 0, -10, -5],  # held out: +10 and -10 cancel
+    }
+    comparisons = [("bootstrap", "zero-shot"), ("round 1", "bootstrap"), ("round 2", "round 1")]
+    rows = {(r["episodes"], r["comparison"]): r for r in paired_differences(
+        success, splits, comparisons)}  # fmt: skip
+    # round 2 was not evaluated: its comparison is left out
+    assert set(rows) == {(split, pair) for split in ("train", "held-out")
+                         for pair in ("bootstrap - zero-shot", "round 1 - bootstrap")}  # fmt: skip
+    gain = rows[("train", "bootstrap - zero-shot")]
+    assert gain["n"] == 4 and gain["mean"] == 23.75
+    assert gain["low"] > 0 and gain["beyond_noise"] is True
+    held = rows[("held-out", "bootstrap - zero-shot")]
+    assert held["mean"] == 2.5 and held["low"] == 0 and held["beyond_noise"] is False
+    cancel = rows[("held-out", "round 1 - bootstrap")]
+    assert cancel["mean"] == 0 and cancel["low"] < 0 < cancel["high"]
+    assert cancel["beyond_noise"] is False
+    same = rows[("train", "round 1 - bootstrap")]
+    assert same["mean"] == 0 and same["beyond_noise"] is False  # no change is no gain

@@ -55,3 +55,34 @@ def test_the_target_is_the_held_out_ladder_at_round_2_and_unchecked_before():
     assert evaluation.target_met(met, 2) is True
     missed = [row("held-out", -4.7, -1.4, round_1=0.0, round_2=-1.4)]
     assert evaluation.target_met(missed, 2) is False
+
+
+def test_the_ladder_is_measured_step_by_step_and_round_2_against_bootstrap():
+    evaluation = script()
+    assert evaluation.ladder_comparisons(0) == [("bootstrap", "zero-shot")]
+    assert evaluation.ladder_comparisons(2) == [
+        ("bootstrap", "zero-shot"),
+        ("round 1", "bootstrap"),
+        ("round 2", "round 1"),
+        ("round 2", "bootstrap"),
+    ]
+    one_round = [("bootstrap", "zero-shot"), ("round 1", "bootstrap")]
+    assert evaluation.ladder_comparisons(1) == one_round
+
+
+def difference(comparison: str, mean: float, beyond: bool, split: str = "held-out") -> dict:
+    return {"episodes": split, "comparison": comparison, "mean": mean, "beyond_noise": beyond}
+
+
+def test_beyond_noise_needs_both_held_out_steps_of_the_target_above_zero():
+    evaluation = script()
+    both = [difference("bootstrap - zero-shot", 3.0, True),
+            difference("round 2 - bootstrap", 1.0, True),
+            difference("round 2 - bootstrap", -9.0, False, split="train")]  # fmt: skip
+    assert evaluation.target_beyond_noise(both, 2) is True
+    assert evaluation.target_beyond_noise(both, 1) is None  # no round 2: not checked
+    within = [both[0], difference("round 2 - bootstrap", 0.7, False)]
+    assert evaluation.target_beyond_noise(within, 2) is False
+    a_loss = [both[0], difference("round 2 - bootstrap", -4.0, True)]  # beyond noise, downwards
+    assert evaluation.target_beyond_noise(a_loss, 2) is False
+    assert evaluation.target_beyond_noise(both[:1], 2) is None  # round 2 not evaluated

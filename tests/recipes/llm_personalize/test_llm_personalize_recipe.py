@@ -4,6 +4,7 @@ and finishes with the per-round table and plot."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -115,3 +116,27 @@ def test_a_killed_run_resumes_after_the_bootstrap_round(tiny_model_dir: Path, tm
     )
     assert chat_jsonl_errors(out / "datasets" / "bootstrap.jsonl") == []
     assert "llm-personalize: tiny on Housekeep" in output  # the table is printed
+
+    # the evaluation script's paired differences, read back from the run's episodes: with one
+    # evaluation episode per split, each is that episode's difference in the results table
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        ((run_id, config),) = conn.execute("SELECT run_id, config FROM runs").fetchall()
+    differences = evaluation_script().episode_differences(out, run_id, json.loads(config))
+    by_split = {row["episodes"]: row for row in results["rows"]}
+    assert [(d["episodes"], d["comparison"]) for d in differences] == [
+        (split, pair) for split in ("train", "held-out")
+        for pair in ("bootstrap - zero-shot", "round 1 - bootstrap")
+    ]  # fmt: skip
+    for d in differences:
+        later, _, earlier = d["comparison"].partition(" - ")
+        row = by_split[d["episodes"]]
+        assert d["n"] == 1 and d["mean"] == round(row[later] - row[earlier], 2)
+        assert d["beyond_noise"] is False  # one episode is never beyond noise
+
+
+def evaluation_script():
+    script = Path(__file__).resolve().parents[3] / "evaluation" / "llm_personalize.py"
+    spec = importlib.util.spec_from_file_location("llm_personalize_evaluation", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
