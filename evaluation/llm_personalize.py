@@ -253,6 +253,13 @@ def main() -> int:
         "a round trains on its selections only, and keeps the previous model when it has none)",
     )
     parser.add_argument(
+        "--replay-bootstrap-examples",
+        type=int,
+        default=0,
+        help="replay at most this many bootstrap examples per round, a seeded random subset "
+        "(0: all of them; the whole bootstrap data costs every round its SFT time again)",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=2, help="self-training rounds (the target compares round 2)"
     )
     parser.add_argument("--max-steps", type=int, default=30, help="skill steps per episode")
@@ -339,6 +346,7 @@ def main() -> int:
     config["sft_steps"] = args.sft_steps or None  # 0: the recipe's default, --sft-epochs
     config["lora_layers"] = args.lora_layers or None  # 0: every layer
     config["collect_episodes"] = args.collect_episodes or None  # 0: every training episode
+    config["replay_bootstrap_examples"] = args.replay_bootstrap_examples or None  # 0: all
     # a finished run with these settings is read back, not run again (its tables reprinted)
     run = run_embedded(
         "llm-personalize", config, out_dir=args.out, progress=True, reuse_completed=True

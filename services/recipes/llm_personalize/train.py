@@ -2,14 +2,16 @@
 
 train/0 fine-tunes the base model on the bootstrap data; train/k continues from stage k-1's
 adapter on round k's selection, replaying the selections of rounds 1..k-1 (`replay_rounds`)
-and the bootstrap data (`replay_bootstrap`), so that a round adds to what the earlier ones
-taught rather than overwriting it. A round without any example keeps the previous model.
+and the bootstrap data (`replay_bootstrap`; all of it, or a seeded subset of
+`replay_bootstrap_examples`), so that a round adds to what the earlier ones taught rather than
+overwriting it. A round without any example keeps the previous model.
 Embedded runs train in-process; service runs on the learner service (the same function).
 `stage_model` is the gateway model a stage plays with.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +50,18 @@ def openai_stage_model(config: LlmPersonalizeConfig, ctx: RunContext, stage: int
     return str(ctx.phase_outputs(f"train/{stage}")["fine_tuned_model"])
 
 
+def replay_subset(source: str, limit: int, seed: int, dest: Path) -> dict[str, Any]:
+    """At most `limit` examples (lines) of a JSONL dataset, a seeded random subset kept in
+    the source's order, written to `dest`; the source itself when it holds no more."""
+    lines = [line for line in Path(source).read_text().splitlines() if line.strip()]
+    if len(lines) <= limit:
+        return {"data": source, "examples": len(lines)}
+    kept = sorted(random.Random(seed).sample(range(len(lines)), limit))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("".join(lines[i] + "\n" for i in kept))
+    return {"data": str(dest), "examples": limit}
+
+
 class TrainPhases:
     """The recipe's train/<k> phases (mixed into `LlmPersonalize`)."""
 
@@ -63,7 +77,15 @@ class TrainPhases:
             if k > 0 and cfg.replay_rounds:
                 data += [ctx.phase_outputs(f"annotate/{j}") for j in range(1, k)]
             if k > 0 and cfg.replay_bootstrap:
-                data.append(ctx.phase_outputs("annotate/0"))
+                bootstrap = ctx.phase_outputs("annotate/0")
+                if cfg.replay_bootstrap_examples is not None and bootstrap["examples"] > 0:
+                    bootstrap = replay_subset(
+                        bootstrap["data"],
+                        cfg.replay_bootstrap_examples,
+                        seed=cfg.seed + k,
+                        dest=ctx.out_dir / "datasets" / f"bootstrap-replay-{k}.jsonl",
+                    )
+                data.append(bootstrap)
             files = [d["data"] for d in data if d["examples"] > 0]
             previous = None if k == 0 else ctx.phase_outputs(f"train/{k - 1}")
             if not files:  # nothing selected: this round keeps the previous model

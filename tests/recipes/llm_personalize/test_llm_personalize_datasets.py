@@ -201,3 +201,22 @@ def test_episode_selection_drops_a_query_that_undid_a_placement():
 def test_unknown_selection_is_named():
     with pytest.raises(ValueError, match="selection must be one of episode, query"):
         self_training_dataset([], selection="best")
+
+
+def test_a_replayed_bootstrap_subset_is_seeded_in_order_and_the_whole_file_when_small(tmp_path):
+    from llmrl.recipes.llm_personalize.train import replay_subset
+
+    source = tmp_path / "bootstrap.jsonl"
+    lines = [json.dumps({"example": i}) for i in range(10)]
+    source.write_text("\n".join(lines) + "\n")
+    first = replay_subset(str(source), 4, seed=1, dest=tmp_path / "replay-1.jsonl")
+    again = replay_subset(str(source), 4, seed=1, dest=tmp_path / "again.jsonl")
+    other = replay_subset(str(source), 4, seed=2, dest=tmp_path / "replay-2.jsonl")
+    kept = Path(first["data"]).read_text().splitlines()
+    assert first["examples"] == 4 and len(kept) == 4
+    assert kept == Path(again["data"]).read_text().splitlines()  # the same seed, the same subset
+    assert kept != Path(other["data"]).read_text().splitlines()  # another round, another one
+    assert [lines.index(line) for line in kept] == sorted(lines.index(line) for line in kept)
+    whole = replay_subset(str(source), 10, seed=1, dest=tmp_path / "unused.jsonl")
+    assert whole == {"data": str(source), "examples": 10}
+    assert not (tmp_path / "unused.jsonl").exists()

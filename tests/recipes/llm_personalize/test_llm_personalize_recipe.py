@@ -22,7 +22,7 @@ from llmrl.annotator.chat_format import chat_jsonl_errors
 CONFIG = [
     "model=tiny", "data_dir=procedural", "train_episodes=2", "eval_episodes=1", "rounds=1",
     "collect_samples=2", "max_steps=6", "max_tokens=16", "sft_steps=4", "sft_lr=0.01",
-    "lora_r=4", "num_envs=2", "seed=3",
+    "lora_r=4", "num_envs=2", "seed=3", "replay_bootstrap_examples=2",
 ]  # fmt: skip
 BEFORE_ROUND_1 = ["evaluate/zero-shot", "demonstrate", "annotate/0", "train/0", "evaluate/0"]
 
@@ -115,6 +115,12 @@ def test_a_killed_run_resumes_after_the_bootstrap_round(tiny_model_dir: Path, tm
         for n in results["notes"]
     )
     assert chat_jsonl_errors(out / "datasets" / "bootstrap.jsonl") == []
+    # round 1 replayed 2 of the bootstrap examples beside its own selection
+    bootstrap = (out / "datasets" / "bootstrap.jsonl").read_text().splitlines()
+    replayed = (out / "datasets" / "bootstrap-replay-1.jsonl").read_text().splitlines()
+    assert len(bootstrap) > 2 and len(replayed) == 2 and set(replayed) <= set(bootstrap)
+    selected = (out / "datasets" / "round-1.jsonl").read_text().splitlines()
+    assert train_1["examples"] == len(selected) + 2
     assert "llm-personalize: tiny on Housekeep" in output  # the table is printed
 
     # the evaluation script's paired differences, read back from the run's episodes: with one
