@@ -38,7 +38,14 @@ from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.runner import execute_run
-from llmrl.recipes.base import NullProgress, Results, format_cell, read_results, validate_config
+from llmrl.recipes.base import (
+    ConfigError,
+    NullProgress,
+    Results,
+    format_cell,
+    read_results,
+    validate_config,
+)
 
 
 class RichProgress(NullProgress):
@@ -159,9 +166,23 @@ class RunFailed(RuntimeError):
         self.run_id, self.status, self.error, self.out = run_id, status, error, out
 
 
+def _same_settings(run: RunRow, recipe: str, config: dict[str, Any]) -> bool:
+    """Whether a stored run has this recipe and validated config. A run stored before a
+    config key was added lacks it: read with today's schema it has the key's default, which
+    leaves the behaviour it ran with unchanged, so it still matches."""
+    if run.recipe != recipe:
+        return False
+    if run.config == config:
+        return True
+    try:
+        return validate_config(recipe, run.config).model_dump(mode="json") == config
+    except ConfigError:  # a config today's schema refuses (a key since removed): not the same
+        return False
+
+
 def _find_resumable(store: RunStore, recipe: str, config: dict[str, Any]) -> RunRow | None:
     for run in reversed(store.list_runs()):
-        if run.recipe == recipe and run.config == config and run.status in states.ACTIVE_STATES:
+        if run.status in states.ACTIVE_STATES and _same_settings(run, recipe, config):
             return run
     return None
 
@@ -173,7 +194,7 @@ def _find_completed(store: RunStore, recipe: str, config: dict[str, Any]) -> Run
     latest = runs[-1] if runs else None
     if latest is None or latest.status != states.COMPLETED:
         return None
-    return latest if latest.recipe == recipe and latest.config == config else None
+    return latest if _same_settings(latest, recipe, config) else None
 
 
 def run_embedded(

@@ -4,6 +4,7 @@ config errors, and resuming an interrupted run without replaying stored episodes
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -138,6 +139,29 @@ def test_reuse_completed_returns_the_dirs_latest_matching_run_unplayed(tmp_path:
     # Without reuse_completed a completed run is run again, as before.
     plain = run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
     assert plain.run_id != rerun.run_id
+
+
+def test_a_run_stored_before_a_config_key_existed_is_still_reused(tmp_path: Path):
+    config = {"env": "SimpleDoorKey", "planner": "test-interrupting-oracle", "episodes": 2}
+    InterruptingOracle.episodes_started, InterruptingOracle.stop_at = 0, None
+    first = run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
+    stored = json.loads(first_config(tmp_path))
+    added = next(key for key in stored if key not in config)  # a key left at its default
+    older = {key: value for key, value in stored.items() if key != added}
+    with sqlite3.connect(tmp_path / "run.sqlite") as conn:  # as an older version stored it
+        conn.execute("UPDATE runs SET config = ?", (json.dumps(older),))
+    again = run_embedded("evaluate", config, out_dir=tmp_path, progress=False, reuse_completed=True)
+    assert again.run_id == first.run_id and InterruptingOracle.episodes_started == 2
+    # a stored value that differs from today's is another config: run again
+    with sqlite3.connect(tmp_path / "run.sqlite") as conn:
+        conn.execute("UPDATE runs SET config = ?", (json.dumps({**older, "episodes": 1}),))
+    other = run_embedded("evaluate", config, out_dir=tmp_path, progress=False, reuse_completed=True)
+    assert other.run_id != first.run_id and InterruptingOracle.episodes_started == 4
+
+
+def first_config(out: Path) -> str:
+    with sqlite3.connect(out / "run.sqlite") as conn:
+        return conn.execute("SELECT config FROM runs").fetchone()[0]
 
 
 def read_episodes(out: Path) -> list[tuple[str, float, int]]:
