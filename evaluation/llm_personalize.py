@@ -298,6 +298,13 @@ def main() -> int:
     )
     parser.add_argument("--sft-lr", type=float, default=5e-4, help="SFT learning rate (LoRA)")
     parser.add_argument(
+        "--round-sft-lr",
+        type=float,
+        default=0.0,
+        help="SFT learning rate of the self-training rounds, which continue from a fitted "
+        "adapter (0: --sft-lr)",
+    )
+    parser.add_argument(
         "--sft-steps",
         type=int,
         default=0,
@@ -347,6 +354,7 @@ def main() -> int:
     config["lora_layers"] = args.lora_layers or None  # 0: every layer
     config["collect_episodes"] = args.collect_episodes or None  # 0: every training episode
     config["replay_bootstrap_examples"] = args.replay_bootstrap_examples or None  # 0: all
+    config["round_sft_lr"] = args.round_sft_lr or None  # 0: --sft-lr
     # a finished run with these settings is read back, not run again (its tables reprinted)
     run = run_embedded(
         "llm-personalize", config, out_dir=args.out, progress=True, reuse_completed=True

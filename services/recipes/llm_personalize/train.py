@@ -134,7 +134,7 @@ class TrainPhases:
             steps=cfg.sft_steps,
             epochs=cfg.sft_epochs,
             batch_size=cfg.sft_batch_size,
-            learning_rate=cfg.sft_lr,
+            learning_rate=cfg.round_sft_lr if k > 0 and cfg.round_sft_lr else cfg.sft_lr,
             lora_r=cfg.lora_r,
             lora_targets=list(cfg.lora_targets),
             lora_layers=cfg.lora_layers,
@@ -155,6 +155,7 @@ class TrainPhases:
             "model": result["model"],
             **{key: result[key] for key in keys},
             "last_loss": result["last_loss"],
+            "learning_rate": request.learning_rate,
             "seconds": round(result["seconds"], 1),
         }
 

@@ -23,6 +23,7 @@ CONFIG = [
     "model=tiny", "data_dir=procedural", "train_episodes=2", "eval_episodes=1", "rounds=1",
     "collect_samples=2", "max_steps=6", "max_tokens=16", "sft_steps=4", "sft_lr=0.01",
     "lora_r=4", "num_envs=2", "seed=3", "replay_bootstrap_examples=2",
+    "round_sft_lr=0.005",
 ]  # fmt: skip
 BEFORE_ROUND_1 = ["evaluate/zero-shot", "demonstrate", "annotate/0", "train/0", "evaluate/0"]
 
@@ -120,6 +121,9 @@ def test_a_killed_run_resumes_after_the_bootstrap_round(tiny_model_dir: Path, tm
     replayed = (out / "datasets" / "bootstrap-replay-1.jsonl").read_text().splitlines()
     assert len(bootstrap) > 2 and len(replayed) == 2 and set(replayed) <= set(bootstrap)
     selected = (out / "datasets" / "round-1.jsonl").read_text().splitlines()
+    # the round continued at its own learning rate, the bootstrap at sft_lr
+    assert json.loads(after["train/0"][2])["learning_rate"] == 0.01
+    assert train_1["learning_rate"] == 0.005
     assert train_1["examples"] == len(selected) + 2
     assert "llm-personalize: tiny on Housekeep" in output  # the table is printed
 
