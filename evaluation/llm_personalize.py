@@ -372,7 +372,17 @@ def main() -> int:
     print(f"issue 16 target (round 2 > bootstrap > zero-shot, held out): {target_line(met)}")
     differences = episode_differences(args.out, run.run_id, config)
     beyond = target_beyond_noise(differences, args.rounds)
-    shown = [{k: v for k, v in row.items() if k not in ("low", "high")} for row in differences]
+    shown = [
+        {
+            "episodes": row["episodes"],
+            "comparison": row["comparison"],
+            "n": row["n"],
+            "mean": row["mean"],
+            "ci95": f"[{row['low']:.2f}, {row['high']:.2f}]",
+            "beyond_noise": row["beyond_noise"],
+        }
+        for row in differences
+    ]
     print(table("Paired per-episode differences of success rate (95% bootstrap interval)", shown))
     print(f"both held-out steps of the target beyond noise: {beyond}")
     print(selection_table(args.out))

@@ -118,10 +118,9 @@ def paired_differences(
                     "comparison": f"{later} - {earlier}",
                     "n": est.n,
                     "mean": round(est.mean, 2),
-                    "ci95": f"[{est.low:.2f}, {est.high:.2f}]",
-                    "beyond_noise": est.n > 1 and (est.low > 0 or est.high < 0),
                     "low": est.low,
                     "high": est.high,
+                    "beyond_noise": est.n > 1 and (est.low > 0 or est.high < 0),
                 }
             )
     return rows

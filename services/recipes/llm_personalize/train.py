@@ -85,6 +85,8 @@ class TrainPhases:
                         seed=cfg.seed + k,
                         dest=ctx.out_dir / "datasets" / f"bootstrap-replay-{k}.jsonl",
                     )
+                    name = f"datasets/{Path(bootstrap['data']).name}"
+                    ctx.add_artifact(name, bootstrap["data"], "dataset")
                 data.append(bootstrap)
             files = [d["data"] for d in data if d["examples"] > 0]
             previous = None if k == 0 else ctx.phase_outputs(f"train/{k - 1}")
