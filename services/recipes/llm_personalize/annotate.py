@@ -42,8 +42,13 @@ class AnnotatePhases:
                     min_placement_gain=cfg.min_placement_gain,
                     selection=cfg.selection,
                 )
-            ctx.add_artifact(f"datasets/{Path(built['data']).name}", built["data"], "dataset")
+            add_dataset_artifact(ctx, built["data"])
             stats = built["stats_data"]
             return {"data": built["data"], "examples": stats["examples"], "stats": stats}
 
         return run
+
+
+def add_dataset_artifact(ctx: RunContext, data: str) -> None:
+    """Register a dataset file the run wrote as its artifact `datasets/<file name>`."""
+    ctx.add_artifact(f"datasets/{Path(data).name}", data, "dataset")

@@ -263,6 +263,11 @@ class LlmPersonalizeConfig(RecipeConfig):
         """Training episodes also evaluated (the "train" split): the first eval_episodes."""
         return min(self.eval_episodes, self.train_episodes)
 
+    def round_learning_rate(self, k: int) -> float:
+        """SFT learning rate of train/<k>: the bootstrap's `sft_lr`, a round's `round_sft_lr`
+        where set."""
+        return (self.round_sft_lr or self.sft_lr) if k > 0 else self.sft_lr
+
     def scene_list(self) -> list[str]:
         if self.data_dir is None:
             return [PROCEDURAL]

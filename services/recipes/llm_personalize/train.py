@@ -20,6 +20,7 @@ from typing import Any
 from llmrl.common.providers import provider, provider_named_by
 from llmrl.recipes.base import RunContext, tracked
 from llmrl.recipes.llm_personalize import openai_models
+from llmrl.recipes.llm_personalize.annotate import add_dataset_artifact
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig
 
 
@@ -85,8 +86,7 @@ class TrainPhases:
                         seed=cfg.seed + k,
                         dest=ctx.out_dir / "datasets" / f"bootstrap-replay-{k}.jsonl",
                     )
-                    name = f"datasets/{Path(bootstrap['data']).name}"
-                    ctx.add_artifact(name, bootstrap["data"], "dataset")
+                    add_dataset_artifact(ctx, bootstrap["data"])
                 data.append(bootstrap)
             files = [d["data"] for d in data if d["examples"] > 0]
             previous = None if k == 0 else ctx.phase_outputs(f"train/{k - 1}")
@@ -136,7 +136,7 @@ class TrainPhases:
             steps=cfg.sft_steps,
             epochs=cfg.sft_epochs,
             batch_size=cfg.sft_batch_size,
-            learning_rate=cfg.round_sft_lr if k > 0 and cfg.round_sft_lr else cfg.sft_lr,
+            learning_rate=cfg.round_learning_rate(k),
             lora_r=cfg.lora_r,
             lora_targets=list(cfg.lora_targets),
             lora_layers=cfg.lora_layers,
