@@ -93,7 +93,7 @@ def run(
 
     OVERRIDES are key=value pairs of the recipe's configuration, e.g.
     `llmrl run evaluate env=SimpleDoorKey planner=oracle episodes=20`.
-    `llmrl recipes` lists the recipes and their keys.
+    `llmrl recipes RECIPE` lists the recipe's keys.
     """
     run_embedded = _load("llmrl.orchestrator.embedded", "run_embedded")
     run_failed = _load("llmrl.orchestrator.embedded", "RunFailed")
@@ -106,7 +106,7 @@ def run(
     except run_failed as exc:  # a phase raised: its error, already logged, without a traceback
         raise click.ClickException(
             f"{exc}\nThe run's log and stored phases are in {exc.out}; change what the error "
-            "names (`llmrl recipes` lists the recipe's keys) and run the command again."
+            "names (`llmrl recipes RECIPE` lists the recipe's keys) and run the command again."
         ) from exc
     except KeyboardInterrupt:
         click.echo("\ninterrupted: run it again with the same --out DIR to resume", err=True)
@@ -410,18 +410,35 @@ def envs() -> None:
 
 
 @main.command()
-def recipes() -> None:
-    """List the registered recipes, what each runs, and their configuration keys."""
+@click.argument("names", nargs=-1, metavar="[RECIPE]...")
+def recipes(names: tuple[str, ...]) -> None:
+    """List the registered recipes, what each runs, and their configuration keys.
+
+    With RECIPE names, only those recipes' keys, e.g. `llmrl recipes glam`.
+    """
     from rich.table import Table
 
     from llmrl.common.console import output_console
-
-    _print_entries("recipe")
-    config_fields = _load("llmrl.recipes.base", "config_fields")
     from llmrl.common.registry import registry
 
-    for name, entry in registry.entries("recipe").items():
-        if not entry.available:  # listed above with its install hint
+    config_fields = _load("llmrl.recipes.base", "config_fields")
+    try:
+        entries = registry.entries("recipe")
+    except ImportError as exc:  # e.g. LLMRL_PLUGINS names a module that does not exist
+        raise click.ClickException(str(exc)) from exc
+    unknown = [name for name in names if name not in entries]
+    if unknown:
+        raise click.UsageError(
+            f"unknown recipe {', '.join(map(repr, unknown))}; registered: {', '.join(entries)}"
+        )
+    if not names:
+        _print_entries("recipe")
+    for name, entry in entries.items():
+        if names and name not in names:
+            continue
+        if not entry.available:  # its install hint says what is missing
+            if names:
+                output_console().print(f"{name}: not available here ({entry.install_hint})")
             continue
         table = Table(title=f"{name}: configuration (key=value)")
         for column in ("key", "type", "default", "description"):
