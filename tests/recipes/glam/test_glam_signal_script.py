@@ -1,0 +1,55 @@
+"""evaluation/glam_signal.py: the bot's turn is worth more than the other one, a view-blind
+policy that moves beats one that never does, and bad options are refused by name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[3] / "evaluation" / "glam_signal.py"
+
+
+def run_signal(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_bots_turn_pays_and_a_moving_blind_policy_succeeds(tmp_path):
+    done = run_signal("--behaviour", "uniform", "--states", "60", "--rollouts", "16",
+                      "--blind-episodes", "30", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures == json.loads((tmp_path / "signal.json").read_text())
+    (uniform,) = figures["results"]
+    assert uniform["turn_states"] == 60
+    # the bot's turn reaches the goal sooner more often than not: the signal PPO could use
+    assert uniform["mean_return_right_turn"] > uniform["mean_return_wrong_turn"]
+    assert uniform["share_of_states_right_turn_better"] > 0.5
+    assert 0 < uniform["noise_within_state"] <= uniform["noise_over_states"] * 1.5
+    assert all(v > 0 for v in uniform["labelled_examples_per_turn_decision"].values())
+    blind = {row["forward"]: row["success"] for row in figures["view_blind_search"]}
+    assert len(blind) == 9 and all(0.0 <= s <= 1.0 for s in blind.values())
+    assert max(blind.values()) > 0.2
+
+
+def test_a_policy_that_never_moves_never_arrives():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from glam_signal import blind_success
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    toggling = blind_success("GoToLocalS5N2", [0, 0, 0, 0, 0, 1.0], 20, 1_000_000)
+    walking = blind_success("GoToLocalS5N2", [0.25, 0.25, 0.5, 0, 0, 0], 20, 1_000_000)
+    assert toggling < walking and walking > 0.2
+
+
+def test_bad_options_are_refused_by_name(tmp_path):
+    done = run_signal("--rollouts", "1", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--rollouts must be at least 2" in done.stderr
+    done = run_signal("--gamma", "1.5", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--gamma must be in (0, 1]" in done.stderr
+    done = run_signal("--behaviour", "greedy", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--behaviour" in done.stderr
