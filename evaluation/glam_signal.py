@@ -28,8 +28,9 @@ against the bot's turn labels that BC learned from (`--bc-turn-labels`: 2,592 in
 5,120-step BC run) and the turn decisions an update of `--num-envs` x `--rollout-steps` env
 steps holds, this gives the PPO updates that carry as much turn signal as BC had.
 
-Last, the best a view-blind policy can do: success on the held-out seeds of policies that go
-forward with probability f and turn either way with the rest (`--blind-episodes` each). Prints
+Last, what a view-blind policy can do: success on the held-out seeds (`--blind-episodes` each)
+of each behaviour, and of policies that go forward with probability f and turn either way with
+the rest. Prints
 two tables and, last, one JSON object with every figure.
 """
 
@@ -148,6 +149,7 @@ def blind_success(level: str, probs: Any, episodes: int, seed: int) -> float:
 
     from llmrl.simulator.envs.babyai_text.env import BabyAITextEnv
 
+    probs = np.asarray(probs, dtype=np.float64) / np.sum(probs)
     env, rng, successes = BabyAITextEnv(level=level), np.random.default_rng(seed), 0
     for episode in range(episodes):
         env.reset(seed=seed + episode)
@@ -224,12 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     blind = []
     if args.blind_episodes > 0:
         held_out = args.seed + 1_000_000  # the recipe's held-out seeds (eval_seed_offset)
-        print("\n| view-blind policy: go forward / each turn | held-out success |\n|---|---|")
+        print(
+            "\n| view-blind policy | turn left / turn right / go forward / pick up / drop / toggle"
+            " | held-out success |\n|---|---|---|"
+        )
+        policies = [(name, None, list(BEHAVIOURS[name])) for name in args.behaviour]
         for forward in [round(0.1 * k, 1) for k in range(1, 10)]:
-            probs = [(1 - forward) / 2, (1 - forward) / 2, forward, 0.0, 0.0, 0.0]
+            turn = (1 - forward) / 2
+            policies.append((f"forward {forward:.1f}", forward, [turn, turn, forward, 0, 0, 0]))
+        for name, forward, probs in policies:
             success = blind_success(args.level, probs, args.blind_episodes, held_out)
-            blind.append({"forward": forward, "success": success})
-            print(f"| {forward:.1f} / {(1 - forward) / 2:.2f} | {success:.3f} |")
+            blind.append({"policy": name, "forward": forward, "probs": probs, "success": success})
+            shown = " / ".join(f"{p:.2f}" for p in probs)
+            print(f"| {name} | {shown} | {success:.3f} |")
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {
         "settings": {k: str(v) for k, v in vars(args).items()},

@@ -30,7 +30,9 @@ def test_the_bots_turn_pays_and_a_moving_blind_policy_succeeds(tmp_path):
     assert uniform["share_of_states_right_turn_better"] > 0.5
     assert 0 < uniform["noise_within_state"] <= uniform["noise_over_states"] * 1.5
     assert all(v > 0 for v in uniform["labelled_examples_per_turn_decision"].values())
-    blind = {row["forward"]: row["success"] for row in figures["view_blind_search"]}
+    rows = figures["view_blind_search"]
+    assert [row["policy"] for row in rows][:1] == ["uniform"]  # each behaviour, then the grid
+    blind = {row["forward"]: row["success"] for row in rows if row["forward"] is not None}
     assert len(blind) == 9 and all(0.0 <= s <= 1.0 for s in blind.values())
     assert max(blind.values()) > 0.2
 
