@@ -29,8 +29,9 @@ against the bot's turn labels that BC learned from (`--bc-turn-labels`: 2,592 in
 steps holds, this gives the PPO updates that carry as much turn signal as BC had.
 
 Last, what a view-blind policy can do: success on the held-out seeds (`--blind-episodes` each)
-of each behaviour, and of policies that go forward with probability f and turn either way with
-the rest. Prints
+of each behaviour, of each `--blind-policy` (e.g. a trained GLAM's mean policy, as its report
+prints it), and of policies that go forward with probability f and turn either way with the
+rest. Prints
 two tables and, last, one JSON object with every figure.
 """
 
@@ -162,6 +163,21 @@ def blind_success(level: str, probs: Any, episodes: int, seed: int) -> float:
     return successes / episodes
 
 
+def parse_blind_policy(text: str, parser: argparse.ArgumentParser) -> tuple[str, list[float]]:
+    """NAME=P1,...,P6 -> (name, probabilities); a clear error otherwise."""
+    name, _, numbers = text.partition("=")
+    try:
+        probs = [float(n) for n in numbers.split(",")]
+    except ValueError:
+        probs = []
+    if not name or len(probs) != 6 or min(probs) < 0 or sum(probs) <= 0:
+        parser.error(
+            f"--blind-policy {text!r}: expected NAME=P1,...,P6, six non-negative numbers "
+            "(turn left, turn right, go forward, pick up, drop, toggle), not all zero"
+        )
+    return name, probs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--level", default="GoToLocalS5N2", help="BabyAI level of BabyAI-Text")
@@ -190,6 +206,15 @@ def main(argv: list[str] | None = None) -> int:
         default=400,
         help="held-out episodes per view-blind policy of the search (0: no search)",
     )
+    parser.add_argument(
+        "--blind-policy",
+        nargs="*",
+        default=[],
+        metavar="NAME=P1,...,P6",
+        help="more view-blind policies to play on the held-out seeds: a name and the six "
+        "actions' probabilities (turn left, turn right, go forward, pick up, drop, toggle), "
+        "e.g. a trained policy's mean over its held-out steps from the GLAM report",
+    )
     parser.add_argument("--seed", type=int, default=0, help="first episode seed; RNG seed")
     parser.add_argument("--out", type=Path, default=Path("runs/glam-signal"), help="JSON here")
     args = parser.parse_args(argv)
@@ -198,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")
     if not 0 < args.gamma <= 1:
         parser.error("--gamma must be in (0, 1]")
+    extra = [parse_blind_policy(text, parser) for text in args.blind_policy]
 
     results = [measure(args, name) for name in args.behaviour]
     print(
@@ -231,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             " | held-out success |\n|---|---|---|"
         )
         policies = [(name, None, list(BEHAVIOURS[name])) for name in args.behaviour]
+        policies += [(name, None, probs) for name, probs in extra]
         for forward in [round(0.1 * k, 1) for k in range(1, 10)]:
             turn = (1 - forward) / 2
             policies.append((f"forward {forward:.1f}", forward, [turn, turn, forward, 0, 0, 0]))

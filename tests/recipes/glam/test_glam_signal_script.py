@@ -19,7 +19,8 @@ def run_signal(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_bots_turn_pays_and_a_moving_blind_policy_succeeds(tmp_path):
     done = run_signal("--behaviour", "uniform", "--states", "60", "--rollouts", "16",
-                      "--blind-episodes", "30", "--out", str(tmp_path))  # fmt: skip
+                      "--blind-episodes", "30", "--blind-policy", "still=0,0,0,0,1,1",
+                      "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures == json.loads((tmp_path / "signal.json").read_text())
@@ -31,7 +32,8 @@ def test_the_bots_turn_pays_and_a_moving_blind_policy_succeeds(tmp_path):
     assert 0 < uniform["noise_within_state"] <= uniform["noise_over_states"] * 1.5
     assert all(v > 0 for v in uniform["labelled_examples_per_turn_decision"].values())
     rows = figures["view_blind_search"]
-    assert [row["policy"] for row in rows][:1] == ["uniform"]  # each behaviour, then the grid
+    assert [row["policy"] for row in rows][:2] == ["uniform", "still"]  # then the grid
+    assert rows[1]["success"] < max(row["success"] for row in rows)  # never moving loses
     blind = {row["forward"]: row["success"] for row in rows if row["forward"] is not None}
     assert len(blind) == 9 and all(0.0 <= s <= 1.0 for s in blind.values())
     assert max(blind.values()) > 0.2
@@ -53,5 +55,7 @@ def test_bad_options_are_refused_by_name(tmp_path):
     assert done.returncode == 2 and "--rollouts must be at least 2" in done.stderr
     done = run_signal("--gamma", "1.5", "--out", str(tmp_path))
     assert done.returncode == 2 and "--gamma must be in (0, 1]" in done.stderr
+    done = run_signal("--blind-policy", "mine=0.5,0.5", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--blind-policy 'mine=0.5,0.5': expected NAME=" in done.stderr
     done = run_signal("--behaviour", "greedy", "--out", str(tmp_path))
     assert done.returncode == 2 and "--behaviour" in done.stderr
