@@ -31,8 +31,7 @@ steps holds, this gives the PPO updates that carry as much turn signal as BC had
 Last, what a view-blind policy can do: success on the held-out seeds (`--blind-episodes` each)
 of each behaviour, of each `--blind-policy` (e.g. a trained GLAM's mean policy, as its report
 prints it), and of policies that go forward with probability f and turn either way with the
-rest. Prints
-two tables and, last, one JSON object with every figure.
+rest. Prints two tables and, last, one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -54,6 +53,14 @@ BEHAVIOURS = {
 TURNS = (0, 1)  # minigrid's left, right
 
 
+def normalised(probs: Any) -> Any:
+    """`probs` as float64 probabilities that sum to 1 (what `Generator.choice` requires)."""
+    import numpy as np
+
+    probs = np.asarray(probs, dtype=np.float64)
+    return probs / probs.sum()
+
+
 def play_out(level: Any, first: int, probs: Any, rng: Any, gamma: float, scale: float) -> float:
     """The discounted, scaled return of `first` then the behaviour policy, to the episode's end."""
     total, discount, action = 0.0, 1.0, first
@@ -73,8 +80,7 @@ def measure(args: argparse.Namespace, name: str) -> dict[str, Any]:
 
     from llmrl.simulator.envs.babyai_text.env import BabyAITextEnv
 
-    probs = np.asarray(BEHAVIOURS[name], dtype=np.float64)
-    probs /= probs.sum()
+    probs = normalised(BEHAVIOURS[name])
     rng = np.random.default_rng(args.seed)
     env = BabyAITextEnv(level=args.level, expert=True)
     discounting = (args.gamma, args.reward_scale)
@@ -150,7 +156,7 @@ def blind_success(level: str, probs: Any, episodes: int, seed: int) -> float:
 
     from llmrl.simulator.envs.babyai_text.env import BabyAITextEnv
 
-    probs = np.asarray(probs, dtype=np.float64) / np.sum(probs)
+    probs = normalised(probs)
     env, rng, successes = BabyAITextEnv(level=level), np.random.default_rng(seed), 0
     for episode in range(episodes):
         env.reset(seed=seed + episode)
@@ -218,12 +224,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="first episode seed; RNG seed")
     parser.add_argument("--out", type=Path, default=Path("runs/glam-signal"), help="JSON here")
     args = parser.parse_args(argv)
-    for name, least in (("states", 1), ("rollouts", 2), ("num_envs", 1), ("rollout_steps", 1)):
+
+    from llmrl.recipes.glam.config import GlamConfig
+    from llmrl.simulator.envs.babyai_text.env import make_level
+
+    numbers = (("states", 1), ("rollouts", 2), ("num_envs", 1), ("rollout_steps", 1),
+               ("bc_turn_labels", 1))  # fmt: skip
+    for name, least in numbers:
         if getattr(args, name) < least:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")
     if not 0 < args.gamma <= 1:
         parser.error("--gamma must be in (0, 1]")
     extra = [parse_blind_policy(text, parser) for text in args.blind_policy]
+    try:
+        make_level(args.level)
+    except ValueError as exc:  # names the mixes and BabyAI's levels
+        parser.error(f"--level: {exc}")
 
     results = [measure(args, name) for name in args.behaviour]
     print(
@@ -251,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     # either way with (1 - f) / 2, never the three actions that do nothing on a go-to level
     blind = []
     if args.blind_episodes > 0:
-        held_out = args.seed + 1_000_000  # the recipe's held-out seeds (eval_seed_offset)
+        held_out = args.seed + GlamConfig.model_fields["eval_seed_offset"].default
         print(
             "\n| view-blind policy | turn left / turn right / go forward / pick up / drop / toggle"
             " | held-out success |\n|---|---|---|"

@@ -3,6 +3,7 @@ policy that moves beats one that never does, and bad options are refused by name
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -40,11 +41,10 @@ def test_the_bots_turn_pays_and_a_moving_blind_policy_succeeds(tmp_path):
 
 
 def test_a_policy_that_never_moves_never_arrives():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from glam_signal import blind_success
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("glam_signal", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    blind_success = script.blind_success
     toggling = blind_success("GoToLocalS5N2", [0, 0, 0, 0, 0, 1.0], 20, 1_000_000)
     walking = blind_success("GoToLocalS5N2", [0.25, 0.25, 0.5, 0, 0, 0], 20, 1_000_000)
     assert toggling < walking and walking > 0.2
@@ -57,5 +57,9 @@ def test_bad_options_are_refused_by_name(tmp_path):
     assert done.returncode == 2 and "--gamma must be in (0, 1]" in done.stderr
     done = run_signal("--blind-policy", "mine=0.5,0.5", "--out", str(tmp_path))
     assert done.returncode == 2 and "--blind-policy 'mine=0.5,0.5': expected NAME=" in done.stderr
+    done = run_signal("--bc-turn-labels", "0", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--bc-turn-labels must be at least 1" in done.stderr
+    done = run_signal("--level", "GoToNowhere", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--level: unknown level 'GoToNowhere'" in done.stderr
     done = run_signal("--behaviour", "greedy", "--out", str(tmp_path))
     assert done.returncode == 2 and "--behaviour" in done.stderr
