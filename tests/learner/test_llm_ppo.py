@@ -7,6 +7,7 @@ near-uniform LM prefers the shortest phrase by orders of magnitude.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,12 @@ from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import adapter_versions
-from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step, setting_help
+from llmrl.learner.algorithms.llm_ppo import (
+    LlmPpoConfig,
+    explained_variance,
+    ppo_minibatch_step,
+    setting_help,
+)
 from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
@@ -197,8 +203,17 @@ def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Pat
         "losses/approx_kl",
         "losses/clipfrac",
         "losses/grad_norm",
+        "losses/explained_variance",
     ):
         assert tag in tags
+
+
+def test_explained_variance_says_how_much_of_the_returns_the_values_account_for() -> None:
+    returns = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    assert explained_variance(returns.clone(), returns) == pytest.approx(1.0)
+    assert explained_variance(torch.full((4,), 1.5), returns) == pytest.approx(0.0)
+    assert explained_variance(returns.flip(0), returns) == pytest.approx(-3.0)
+    assert math.isnan(explained_variance(returns, torch.ones(4)))
 
 
 class Killed(Exception):

@@ -361,6 +361,11 @@ def train_llm_ppo(
                 for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl"):
                     writer.add_scalar(f"losses/{name}", stats[name], global_step)
                 writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
+                writer.add_scalar(
+                    "losses/explained_variance",
+                    explained_variance(b_values, b_returns),
+                    global_step,
+                )
                 for name, norms in grad_norms.items():  # the update's mean over minibatches
                     writer.add_scalar(f"losses/{name}", float(np.mean(norms)), global_step)
                 writer.add_scalar("charts/SPS", sps, global_step)
@@ -429,6 +434,14 @@ def gae(
         last_gae = delta + config.gamma * config.gae_lambda * not_done * last_gae
         advantages[t] = last_gae
     return advantages, advantages + values
+
+
+def explained_variance(values: Any, returns: Any) -> float:
+    """1 - Var(returns - values) / Var(returns), as CleanRL logs it: how much of the
+    returns' spread the rollout's value estimates account for (1: all, 0: no better than a
+    constant, below 0: worse). NaN when the returns do not vary."""
+    spread = float(returns.var())
+    return float("nan") if spread == 0 else 1.0 - float((returns - values).var()) / spread
 
 
 def ppo_minibatch_step(
