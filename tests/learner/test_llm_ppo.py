@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
 import torch
@@ -19,12 +20,7 @@ from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import adapter_versions
-from llmrl.learner.algorithms.llm_ppo import (
-    LlmPpoConfig,
-    explained_variance,
-    ppo_minibatch_step,
-    setting_help,
-)
+from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step, setting_help
 from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
@@ -209,11 +205,14 @@ def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Pat
 
 
 def test_explained_variance_says_how_much_of_the_returns_the_values_account_for() -> None:
-    returns = torch.tensor([0.0, 1.0, 2.0, 3.0])
-    assert explained_variance(returns.clone(), returns) == pytest.approx(1.0)
-    assert explained_variance(torch.full((4,), 1.5), returns) == pytest.approx(0.0)
-    assert explained_variance(returns.flip(0), returns) == pytest.approx(-3.0)
-    assert math.isnan(explained_variance(returns, torch.ones(4)))
+    """The contract llm-ppo's `losses/explained_variance` relies on (Stable-Baselines3's)."""
+    from stable_baselines3.common.utils import explained_variance
+
+    returns = np.array([0.0, 1.0, 2.0, 3.0])
+    assert explained_variance(returns.copy(), returns) == pytest.approx(1.0)
+    assert explained_variance(np.full(4, 1.5), returns) == pytest.approx(0.0)
+    assert explained_variance(returns[::-1].copy(), returns) == pytest.approx(-3.0)
+    assert math.isnan(explained_variance(returns, np.ones(4)))
 
 
 class Killed(Exception):

@@ -180,6 +180,7 @@ def train_llm_ppo(
     on_progress: Progress | None = None,
 ) -> Checkpoint:
     import torch
+    from stable_baselines3.common.utils import explained_variance
 
     from llmrl.learner.llm.model import LlmPolicyModel
     from llmrl.learner.llm.scorer import score_candidates, score_from_frozen
@@ -361,9 +362,10 @@ def train_llm_ppo(
                 for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl"):
                     writer.add_scalar(f"losses/{name}", stats[name], global_step)
                 writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
+                # how much of the returns' spread the rollout's values account for
                 writer.add_scalar(
                     "losses/explained_variance",
-                    explained_variance(b_values, b_returns),
+                    explained_variance(b_values.numpy(), b_returns.numpy()),
                     global_step,
                 )
                 for name, norms in grad_norms.items():  # the update's mean over minibatches
@@ -434,14 +436,6 @@ def gae(
         last_gae = delta + config.gamma * config.gae_lambda * not_done * last_gae
         advantages[t] = last_gae
     return advantages, advantages + values
-
-
-def explained_variance(values: Any, returns: Any) -> float:
-    """1 - Var(returns - values) / Var(returns), as CleanRL logs it: how much of the
-    returns' spread the rollout's value estimates account for (1: all, 0: no better than a
-    constant, below 0: worse). NaN when the returns do not vary."""
-    spread = float(returns.var())
-    return float("nan") if spread == 0 else 1.0 - float((returns - values).var()) / spread
 
 
 def ppo_minibatch_step(
