@@ -6,8 +6,12 @@ the `kalm` recipe end to end, the issue's target checked.
         --imagined-per-level 2000 --offline-steps 50000 --scripted-episodes 2000  # full
     python evaluation/kalm.py --env MetaWorld --algorithms bc iql --seeds 1
     python evaluation/kalm.py --imagined-filter goal   # keep only goal-reaching imagined data
-    python evaluation/kalm.py --grounding-from runs/eval-kalm-ClevrRobot/grounding/1 \
+    python evaluation/kalm.py --grounding-from runs/eval-kalm-ClevrRobot/grounding/1 \\
         --imagined-weight 10 --out runs/eval-kalm-w10   # an ablation without re-grounding
+    python evaluation/kalm.py --algorithms cql bc --data scripted --scripted-episodes 300 \\
+        --goals-per-start 4 --grounding-tasks trajectory --grounding-steps 3000 \\
+        --grounding-layers 4 --state-target delta --imagined-per-level 16384 \\
+        --imagined-filter goal --seed 0   # scarce real data: the target met (README, seeds 0-2)
 
 Runs the recipe in embedded mode and prints its table (success per algorithm x level x data,
 the gain of imagined data) with the paper's figures beside it, and whether the target holds:
