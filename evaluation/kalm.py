@@ -11,7 +11,8 @@ the `kalm` recipe end to end, the issue's target checked.
     python evaluation/kalm.py --algorithms cql bc --data scripted --scripted-episodes 300 \\
         --goals-per-start 4 --grounding-tasks trajectory --grounding-steps 3000 \\
         --grounding-layers 4 --state-target delta --imagined-per-level 16384 \\
-        --imagined-filter goal --seed 0   # scarce real data: the target met (README, seeds 0-2)
+        --imagined-weight 1 --imagined-filter goal --offline-steps 5000 --seed 0
+        # scarce real data: the target met (README "Scarce real data", seeds 0-4)
 
 Runs the recipe in embedded mode and prints its table (success per algorithm x level x data,
 the gain of imagined data) with the paper's figures beside it, and whether the target holds:
