@@ -1,9 +1,10 @@
 """What every HTTP service shares to bound its work and never answer 500 to bad input.
 
 - `RequestBodyGuard`: ASGI middleware that reads a request's body before the app does: over
-  `max_bytes` it is a 413 naming the limit; a JSON body holding a lone surrogate ("\\ud800",
-  valid JSON but not encodable text) is a 400 naming the field, so no handler, cache key or
-  file name ever meets it.
+  `max_bytes` it is a 413 naming the limit; a JSON body nested too deep, holding an integer
+  beyond int64, a non-finite number or a lone surrogate ("\\ud800", valid JSON but not
+  encodable text) is a 400 naming the field (`llmrl.common.json_limits`), so no parser,
+  handler, cache key, database or file name ever meets it.
 - `install_error_handlers`: a 422 for a request the schema refuses whose errors never echo
   what cannot be encoded, and a logged 500 without internals for a programming error.
 - `configured_max_body_bytes`: the limit: a setting, else $LLMRL_MAX_BODY_BYTES, else 4 MiB.
@@ -15,17 +16,21 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import Any
+
+from llmrl.common.json_limits import (
+    JsonLimitError,
+    check_json_body,
+    first_violation,
+    lone_surrogate,
+)
 
 log = logging.getLogger("llmrl.http")
 
 DEFAULT_MAX_BODY_BYTES = 4 << 20
 MAX_BODY_VAR = "LLMRL_MAX_BODY_BYTES"
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
-# A JSON escape of a UTF-16 surrogate: only then can json.loads produce an unencodable string.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 # The error answers every route may give, declared so that clients and fuzzers know them.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -60,24 +65,10 @@ def configured_max_body_bytes(value: Any = None, default: int = DEFAULT_MAX_BODY
 
 
 def lone_surrogate_field(value: Any, path: str = "body") -> str | None:
-    """The path ("body.messages[0].content") of the first string holding a lone surrogate."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = lone_surrogate_field(key, path) or lone_surrogate_field(item, f"{path}.{key}")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = lone_surrogate_field(item, f"{path}[{i}]")
-            if found:
-                return found
-    return None
+    """The path ("body.messages[0].content") of the first string holding a lone surrogate
+    (iterative: any depth is safe)."""
+    found = first_violation(value, path, check=lone_surrogate)
+    return None if found is None else found[0]
 
 
 def _safe_text(text: str) -> str:
@@ -114,10 +105,10 @@ class RequestBodyGuard:
                 await self._too_large(send)
                 return
         body, replayed = b"".join(chunks), False
-        field = _lone_surrogate_in(body)
-        if field:
-            message = f"{field}: invalid Unicode (a lone surrogate); send well-formed UTF-8 text"
-            await _send_json(send, 400, self.error_body(400, message, field))
+        try:
+            check_json_body(body)
+        except JsonLimitError as exc:
+            await _send_json(send, 400, self.error_body(400, str(exc), exc.field))
             return
 
         async def replay() -> dict:
@@ -132,16 +123,6 @@ class RequestBodyGuard:
     async def _too_large(self, send: Callable) -> None:
         message = f"request body too large: the limit is {self.max_bytes} bytes (max_body_bytes)"
         await _send_json(send, 413, self.error_body(413, message, "body"))
-
-
-def _lone_surrogate_in(body: bytes) -> str | None:
-    if not _SURROGATE_ESCAPE.search(body):
-        return None  # the common case: no parse here
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None  # not JSON: the app's own parsing answers
-    return lone_surrogate_field(value)
 
 
 async def _send_json(send: Callable, status: int, payload: dict[str, Any]) -> None:
