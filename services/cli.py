@@ -357,6 +357,23 @@ def runs(url: str | None) -> None:
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+def trust(paths: tuple[Path, ...]) -> None:
+    """Vouch for model files llmrl did not save here (a checkpoint from another machine).
+
+    Stable-Baselines3 zips, d3rlpy models and other pickle-based files run code when loaded,
+    so llmrl loads only files it saved under LLMRL_HOME (their digests are recorded in
+    LLMRL_HOME/trusted). PATHS (files, or checkpoint folders: every file in them) are recorded
+    the same way; trust only files whose origin you know. No service offers this over its API.
+    """
+    from llmrl.common import trusted
+
+    for path in paths:
+        digests = trusted.record_tree(path) if path.is_dir() else [trusted.record(path)]
+        click.echo(f"trusted {path} ({len(digests)} file{'s' * (len(digests) != 1)})")
+
+
+@main.command()
 @click.option(
     "--print",
     "print_only",

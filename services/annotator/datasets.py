@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmrl.annotator.chat_format import write_chat_jsonl
 from llmrl.common.episodes import EpisodeRecord, LlmCall, read_jsonl
+from llmrl.common.names import Name
 from llmrl.common.paths import confined_field
 
 
@@ -35,7 +36,7 @@ class DatasetRequest(BaseModel):
 
     episodes: list[str] = Field(..., min_length=1, description="episode logs (JSONL files)")
     out_dir: str = Field(..., min_length=1, description="where to write the dataset")
-    name: str = Field("dataset", pattern=r"^[A-Za-z0-9_.-]+$", description="file name stem")
+    name: Name = Field("dataset", description="file name stem")
 
     # a request reads and writes only under LLMRL_HOME or a configured data root
     _paths_confined = field_validator("episodes", "out_dir")(confined_field)

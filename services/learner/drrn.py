@@ -145,6 +145,9 @@ def load_drrn(path: str) -> Any:
     """A DQN saved with `DrrnPolicy` (its class given here, not unpickled from the file)."""
     from stable_baselines3 import DQN
 
+    from llmrl.common import trusted
+
+    trusted.require_file(path, "model")  # an SB3 zip is a pickle: only the project's own
     return DQN.load(path, device="cpu", custom_objects={"policy_class": DrrnPolicy})
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmrl.common import trusted
 from llmrl.common.config import home_dir
 
 METADATA_FILE = "llmrl_checkpoint.json"
@@ -82,6 +83,7 @@ def save_version(
             "result": result or {},
         }
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+        trusted.record_tree(staging)  # only files the project wrote are ever loaded back
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
@@ -178,6 +180,7 @@ def publish(source: str | Path, destination: str | Path) -> Path:
     staging = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
     try:
         shutil.copyfile(source, staging)
+        trusted.record(staging)  # a copy of a saved file, so its drivers may load it
         os.replace(staging, destination)
     finally:
         staging.unlink(missing_ok=True)

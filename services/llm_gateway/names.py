@@ -7,17 +7,10 @@ before anything is looked up on disk: a reference cannot walk out of that folder
 
 from __future__ import annotations
 
-import re
-
+from llmrl.common.names import is_safe_name
 from llmrl.llm_gateway.errors import InvalidRequestError
 
-NAME_PART = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 ADAPTER_FORMAT = "<model>:<adapter>@<version> (each part letters, digits, '_', '.', '-')"
-
-
-def is_safe_name(part: str) -> bool:
-    """True when `part` matches NAME_PART and holds no `..` (so it is one plain folder name)."""
-    return bool(NAME_PART.fullmatch(part)) and ".." not in part and part != "."
 
 
 def check_adapter(adapter: str, field: str = "model") -> tuple[str, str]:

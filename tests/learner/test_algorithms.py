@@ -100,7 +100,7 @@ def test_a_checkpoint_loads_only_with_its_own_algorithm(tmp_path: Path):
     checkpoint = ppo.train(cartpole(), tmp_path, total_timesteps=32, n_steps=32, batch_size=32)
     with pytest.raises(ValueError, match=r"written by 'ppo'.*not 'a2c'"):
         registry.get_algorithm("a2c").load(checkpoint.path)
-    with pytest.raises(FileNotFoundError, match="no SB3 model"):
+    with pytest.raises(ValueError, match="names no artifact llmrl saved"):
         ppo.load(tmp_path / "missing.zip")
 
 

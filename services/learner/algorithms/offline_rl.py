@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common import trusted
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -309,9 +310,7 @@ class OfflineRLAlgorithm(Algorithm):
     def load(self, checkpoint: Checkpoint | str | Path) -> OfflinePolicy:
         found = find_checkpoint(checkpoint)
         self.check_written_by_me(found)
-        path = found.path / POLICY_FILE
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint: no d3rlpy policy at {path}")
+        path = trusted.require_file(found.path / POLICY_FILE)  # d3rlpy's file is a pickle
         learnable = _d3rlpy().load_learnable(str(path), device="cpu")
         return OfflinePolicy(learnable, found)
 

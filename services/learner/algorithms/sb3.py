@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from llmrl.common import trusted
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import Algorithm, Progress
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
@@ -141,6 +142,7 @@ def train_sb3(
     if save_path is not None:
         Path(save_path).parent.mkdir(parents=True, exist_ok=True)
         model.save(str(save_path))
+        trusted.record(save_path)
     return model
 
 
@@ -190,8 +192,7 @@ class SB3Algorithm(Algorithm):
             path = found.path / MODEL_FILE
         elif path.name == MODEL_FILE and path.parent.is_dir():  # a checkpoint's own zip
             self.check_written_by_me(Checkpoint.read(path.parent))
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint: no SB3 model at {path}")
+        trusted.require_file(path)  # an SB3 zip is a pickle: only the project's own
         return _algorithm_class(self.name).load(str(path), device="cpu")
 
 

@@ -44,8 +44,11 @@ class DqnDriver(EpisodeDriver):
         return Decision(action=int(action))
 
 
-@registry.register_driver(ELLM_DQN, "a trained ELLM agent (dqn-ellm) on CrafterText")
+@registry.register_driver(
+    ELLM_DQN, "a trained ELLM agent (dqn-ellm) on CrafterText", artifacts=("checkpoint",)
+)
 def _dqn_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    from llmrl.common import trusted
     from llmrl.learner.algorithms import load_cached
 
     if not policy.get("checkpoint"):
@@ -53,4 +56,5 @@ def _dqn_driver(policy: dict[str, Any], resources: RolloutResources, job: Episod
     epsilon = float(policy.get("epsilon", 0.0))
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"policy.epsilon: expected a number in [0, 1], got {epsilon}")
-    return DqnDriver(load_cached("dqn-ellm", policy["checkpoint"]), epsilon, seed=job.seed)
+    checkpoint = trusted.policy_artifacts(policy)["checkpoint"]
+    return DqnDriver(load_cached("dqn-ellm", checkpoint), epsilon, seed=job.seed)

@@ -207,6 +207,7 @@ def train_ppo_ellm(
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
+    from llmrl.common import trusted
     from llmrl.learner.algorithms.base import resumable_version
     from llmrl.learner.algorithms.sb3 import _cleanrl_callback
     from llmrl.learner.versions import find_checkpoint
@@ -220,7 +221,8 @@ def train_ppo_ellm(
     common = {"device": "cpu", "tensorboard_log": tensorboard_dir}
     if previous is not None:
         # this job's settings, as for init_from: a resubmitted job's changes are not ignored
-        model = PPO.load(str(previous.path / MODEL_FILE), env=vec_env, **common, **settings)
+        resumed = trusted.require_file(previous.path / MODEL_FILE, "model_path")
+        model = PPO.load(str(resumed), env=vec_env, **common, **settings)
         if (previous.path / SOURCE_FILE).is_file():
             wrapper.load_state_dict(torch.load(previous.path / SOURCE_FILE, weights_only=True))
         if model.num_timesteps >= total_timesteps:
@@ -232,7 +234,8 @@ def train_ppo_ellm(
                 f"init_from: {start.path} was trained by {start.algorithm}, not {ALGORITHM} "
                 "(fine-tune with the agent that pretrained it)"
             )
-        model = PPO.load(str(start.path / MODEL_FILE), env=vec_env, **common, **settings)
+        pretrained = trusted.require_file(start.path / MODEL_FILE, "init_from")
+        model = PPO.load(str(pretrained), env=vec_env, **common, **settings)
         model.num_timesteps = 0
     else:
         model = PPO(POLICY, vec_env, seed=seed, verbose=0, **common, **settings)

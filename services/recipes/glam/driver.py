@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
+from llmrl.common import trusted
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
@@ -246,12 +247,14 @@ def _glam_driver(policy: dict[str, Any], resources: RolloutResources, job: Episo
     )
 
 
-@registry.register_driver(CHECKPOINT, "GLAM's policy from an LLM-PPO checkpoint, in-process")
+@registry.register_driver(
+    CHECKPOINT, "GLAM's policy from an LLM-PPO checkpoint, in-process", artifacts=("checkpoint",)
+)
 def _checkpoint_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
     if not policy.get("checkpoint"):
         raise ValueError("policy.checkpoint: an llm-ppo checkpoint directory is required")
     return CheckpointGlamDriver(
-        str(policy["checkpoint"]),
+        str(trusted.policy_artifacts(policy)["checkpoint"]),
         str(policy.get("reduction", "sum")),
         bool(policy.get("greedy", True)),
         seed=job.seed,
@@ -259,7 +262,9 @@ def _checkpoint_driver(policy: dict[str, Any], resources: RolloutResources, job:
     )
 
 
-@registry.register_driver(SYMBOLIC, "Symbolic-PPO: an SB3 policy on BabyAI's grid (GLAM)")
+@registry.register_driver(
+    SYMBOLIC, "Symbolic-PPO: an SB3 policy on BabyAI's grid (GLAM)", artifacts=("model",)
+)
 def _symbolic_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.learner.algorithms import load_cached
     from llmrl.recipes.glam.training import SYMBOLIC_KEYS
@@ -267,21 +272,23 @@ def _symbolic_driver(policy: dict[str, Any], resources: RolloutResources, job: E
     if not policy.get("model"):
         raise ValueError("policy.model: the path of an SB3 model (.zip) is required")
     return SymbolicDriver(
-        load_cached("ppo", str(policy["model"])),
+        load_cached("ppo", trusted.policy_artifacts(policy)["model"]),
         SYMBOLIC_KEYS,
         greedy=bool(policy.get("greedy", True)),
         seed=job.seed,
     )
 
 
-@registry.register_driver(DRRN, "DRRN: a text Q-network's choice among the phrases (GLAM)")
+@registry.register_driver(
+    DRRN, "DRRN: a text Q-network's choice among the phrases (GLAM)", artifacts=("model",)
+)
 def _drrn_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.recipes.glam.drrn import DrrnDriver, cached_drrn
 
     if not policy.get("model"):
         raise ValueError("policy.model: the path of a DRRN model (.zip) is required")
     return DrrnDriver(
-        cached_drrn(str(policy["model"])),
+        cached_drrn(str(trusted.policy_artifacts(policy)["model"])),
         greedy=bool(policy.get("greedy", True)),
         seed=job.seed,
     )

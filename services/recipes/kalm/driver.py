@@ -49,13 +49,18 @@ class OfflinePolicyDriver(EpisodeDriver):
         return Decision(action=[float(x) for x in np.ravel(action)])
 
 
-@registry.register_driver(OFFLINE, "KALM: an offline RL policy on state + instruction embedding")
+@registry.register_driver(
+    OFFLINE,
+    "KALM: an offline RL policy on state + instruction embedding",
+    artifacts=("checkpoint",),
+)
 def _offline_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+    from llmrl.common import trusted
     from llmrl.learner.algorithms import load_cached
 
     for key in ("algorithm", "checkpoint"):
         if not policy.get(key):
             raise ValueError(f"policy.{key}: required for a {OFFLINE} policy")
-    model = load_cached(str(policy["algorithm"]), str(policy["checkpoint"]))
+    model = load_cached(str(policy["algorithm"]), trusted.policy_artifacts(policy)["checkpoint"])
     llm = resources.llm if model.embedding_dim else None
     return OfflinePolicyDriver(model, llm, policy.get("embed_model"), job.run_id)

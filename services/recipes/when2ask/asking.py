@@ -146,8 +146,10 @@ def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
     if method == "random":
         return RandomAsk(float(spec.get("p", 0.5)), seed=seed)
     if method == "learned":
+        from llmrl.common import trusted
         from llmrl.learner.algorithms import load_cached
 
-        return LearnedAsk(load_cached("ppo", spec["model"]))  # one load per process
+        model = trusted.resolve_artifact(spec.get("model", ""), "policy.ask.model")
+        return LearnedAsk(load_cached("ppo", model))  # one load per process
     known = ", ".join((*METHODS, *REFERENCE_RULES))
     raise ValueError(f"unknown asking method {spec.get('method')!r}; methods: {known}")

@@ -64,7 +64,9 @@ class MediatorDriver(EpisodeDriver):
         return Decision(skill=choice.skill, llm_calls=choice.llm_calls, info=info)
 
 
-@registry.register_driver("when2ask", "When2Ask: a mediator decides when to ask the planner")
+@registry.register_driver(
+    "when2ask", "When2Ask: a mediator decides when to ask the planner", artifacts=("ask.model",)
+)
 def _mediator_driver(
     policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
 ) -> MediatorDriver:
@@ -121,10 +123,14 @@ class SB3ActionDriver(EpisodeDriver):
         return Decision(action=int(np.asarray(action).reshape(-1)[0]))
 
 
-@registry.register_driver("sb3")
+@registry.register_driver("sb3", artifacts=("model",))
 def _sb3_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    """`{"kind": "sb3", "model": <.zip path>, "algorithm": "ppo", "keys": [...]}`."""
+    """`{"kind": "sb3", "model": <a saved .zip or checkpoint>, "algorithm": "ppo", "keys":
+    [...]}`."""
+    from llmrl.common import trusted
     from llmrl.learner.algorithms import load_cached
 
-    model = load_cached(policy.get("algorithm", "ppo"), policy["model"])
+    if not policy.get("model"):
+        raise ValueError("policy.model: a saved SB3 model (.zip or checkpoint) is required")
+    model = load_cached(policy.get("algorithm", "ppo"), trusted.policy_artifacts(policy)["model"])
     return SB3ActionDriver(model, list(policy["keys"]))

@@ -1,0 +1,171 @@
+"""The files this project wrote itself: the only pickles it opens, the only artifacts a request
+may name.
+
+Stable-Baselines3 zips, d3rlpy models and other pickle-based formats run code when loaded, so
+a process loads one only when the project itself saved it: whenever llmrl writes a checkpoint
+(`llmrl.learner.versions.save_version`, `publish`, a bare SB3 `.zip`) it records each file's
+SHA-256 digest as a marker under its home:
+
+    $LLMRL_HOME/trusted/<sha256>          (the file's first path and time, for audits)
+
+and every load of such a format first checks the file's digest against those markers
+(`require_file`). A marker is content-addressed, so a copy of a saved file (a recipe's
+`models/<name>.zip`) is trusted too, and anything else (a file a client placed, a model from
+another machine) is refused until the user who runs llmrl vouches for it (`llmrl trust PATH`).
+
+`resolve_artifact` is the one place a reference a request names (a policy spec's `model` or
+`checkpoint`, a job's `init_from`...) becomes a path: it must lie under LLMRL_HOME or a
+configured root (`llmrl.common.paths`), be a file the project recorded or a checkpoint version
+(or line) whose metadata it recorded. Every refusal reads the same whether the path is missing,
+elsewhere or foreign, so an error never tells a caller whether some file exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from llmrl.common.config import home_dir
+
+TRUSTED_DIR = "trusted"
+METADATA_FILE = "llmrl_checkpoint.json"  # a checkpoint version's metadata (learner.versions)
+# formats that hold no code: not worth hashing (a fully fine-tuned model's weights are GBs)
+_SAFE_SUFFIXES = (".safetensors",)
+_CHUNK = 1 << 20
+
+_digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256, per process
+_digests_lock = threading.Lock()
+
+
+class UntrustedArtifactError(ValueError):
+    """A reference names nothing this project saved (or a file it did not write); names the
+    field. The message is the same whatever the path holds."""
+
+    def __init__(self, field: str, reference: object) -> None:
+        shown = str(reference)[:200]
+        super().__init__(
+            f"{field}: {shown!r} names no artifact llmrl saved under this LLMRL_HOME; name a "
+            "file or checkpoint a run or job wrote (a run's models/ or checkpoints/ folder, a "
+            "checkpoint line or one of its versions). A model from elsewhere is loaded only "
+            "after the user who runs llmrl vouches for it: `llmrl trust PATH`"
+        )
+        self.field = field
+
+
+def trusted_dir() -> Path:
+    return home_dir() / TRUSTED_DIR
+
+
+def digest(path: str | Path) -> str:
+    """The SHA-256 of file `path` (remembered per size and modification time)."""
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    with _digests_lock:
+        known = _digests.get(key)
+    if known is not None:
+        return known
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(_CHUNK):
+            sha.update(block)
+    value = sha.hexdigest()
+    with _digests_lock:
+        _digests[key] = value
+    return value
+
+
+def record(path: str | Path) -> str:
+    """Mark file `path` as written by the project; returns its digest."""
+    path = Path(path)
+    value = digest(path)
+    marker = trusted_dir() / value
+    if not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        staging = marker.with_name(f".{value}.{os.getpid()}.{threading.get_ident()}")
+        staging.write_text(json.dumps({"path": str(path.resolve()), "recorded": time.time()}))
+        os.replace(staging, marker)
+    return value
+
+
+def record_tree(folder: str | Path) -> list[str]:
+    """Mark every file under `folder` (a checkpoint version being saved), safe formats aside."""
+    return [record(path) for path in _files(Path(folder))]
+
+
+def is_recorded(path: str | Path) -> bool:
+    try:
+        return (trusted_dir() / digest(path)).is_file()
+    except OSError:
+        return False
+
+
+def require_file(path: str | Path, field: str = "checkpoint") -> Path:
+    """`path` when it is a file the project recorded, else UntrustedArtifactError naming
+    `field`: call it right before loading any pickle-based format."""
+    path = Path(path)
+    if not path.is_file() or not is_recorded(path):
+        raise UntrustedArtifactError(field, path)
+    return path
+
+
+def resolve_artifact(reference: str | Path, field: str) -> Path:
+    """The path of the saved artifact `reference` names (a file the project recorded, or a
+    checkpoint version or line with recorded metadata), inside the allowed roots; else
+    UntrustedArtifactError naming `field` (one message for missing, elsewhere and foreign)."""
+    from llmrl.common.paths import PathOutsideRootsError, confine
+
+    if not isinstance(reference, (str, Path)) or not str(reference).strip():
+        raise UntrustedArtifactError(field, reference)
+    try:
+        path = confine(reference, field)
+    except PathOutsideRootsError:
+        raise UntrustedArtifactError(field, reference) from None
+    if path.is_file() and is_recorded(path):
+        return path
+    if path.is_dir() and _is_saved_checkpoint(path):
+        return path
+    raise UntrustedArtifactError(field, reference)
+
+
+def _is_saved_checkpoint(folder: Path) -> bool:
+    """A version directory whose metadata the project recorded, or a line holding one."""
+    if (folder / METADATA_FILE).is_file():
+        return is_recorded(folder / METADATA_FILE)
+    try:
+        versions = [child for child in folder.iterdir() if child.is_dir()]
+    except OSError:
+        return False
+    return any(
+        (child / METADATA_FILE).is_file() and is_recorded(child / METADATA_FILE)
+        for child in versions
+        if not child.name.startswith(".")
+    )
+
+
+def _files(folder: Path) -> Iterable[Path]:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.name.endswith(_SAFE_SUFFIXES):
+            yield path
+
+
+def policy_artifacts(policy: dict, field: str = "policy") -> dict[str, Path]:
+    """The saved artifacts policy spec `policy` names: each field its kind's driver declares
+    (`registry.register_driver(..., artifacts=("model",))`), resolved by `resolve_artifact`
+    with its full key (`policy.model`). Run at submission and by the driver before it loads."""
+    from llmrl.common.registry import registry
+
+    entry = registry.entry("driver", str(policy.get("kind")))
+    found = {}
+    for key in entry.metadata.get("artifacts", ()):  # "model", or nested: "ask.model"
+        value: object = policy
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            found[key] = resolve_artifact(str(value), f"{field}.{key}")
+    return found
