@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from support.tiny_llm import tiny_gateway_settings
+from support.service_apps import SERVICES, service_apps
 
 EXAMPLES_PER_OPERATION = 12
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
@@ -27,54 +27,12 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 TOLERATED = {("annotator", 503)}
 
 
-def gateway_app(tiny_model_dir: Path, tmp_path: Path) -> Any:
-    from llmrl.llm_gateway.gateway import Gateway
-    from llmrl.llm_gateway.rest import create_app
-
-    config = tiny_gateway_settings(
-        tiny_model_dir,
-        cache={"backend": "sqlite", "sqlite_path": str(tmp_path / "cache.sqlite")},
-    )
-    config["ledger"] = {"backend": "sqlite", "sqlite_path": str(tmp_path / "ledger.sqlite")}
-    config["models"]["tiny"]["max_context_tokens"] = 48  # generated max_tokens stay cheap
-    config["limits"] = {"max_prompt_tokens": 256, "max_embed_chars": 2000}
-    return create_app(Gateway(config, mode="embedded"))
-
-
-def orchestrator_app(tmp_path: Path) -> Any:
-    from llmrl.common.queues import make_broker
-    from llmrl.common.store import RunStore
-    from llmrl.orchestrator.manager import RunManager
-    from llmrl.orchestrator.service import create_app
-
-    store = RunStore(tmp_path / "orchestrator.sqlite")
-    manager = RunManager(store, make_broker(None), tmp_path, simulator=None, llm_gateway=None)
-    return create_app(manager, token=None, max_body_bytes=1 << 20)
-
-
-def learner_app(tmp_path: Path) -> Any:
-    from llmrl.learner.service import create_app
-
-    return create_app(tmp_path / "learner-jobs")
-
-
-def annotator_app(tmp_path: Path) -> Any:
-    from llmrl.annotator.service import create_app
-
-    return create_app(tmp_path / "annotator-jobs", learner_url="http://127.0.0.1:9")
-
-
 @pytest.fixture(scope="module")
 def apps(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     home = tmp_path_factory.mktemp("fuzz-home")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LLMRL_HOME", str(home))
-        yield {
-            "llm_gateway": gateway_app(tiny_model_dir, home),
-            "orchestrator": orchestrator_app(home),
-            "learner": learner_app(home),
-            "annotator": annotator_app(home),
-        }
+        yield service_apps(tiny_model_dir, home)
 
 
 def fuzz(service: str, app: Any) -> tuple[list[str], list[str]]:
@@ -109,7 +67,7 @@ def fuzz(service: str, app: Any) -> tuple[list[str], list[str]]:
     return tried, failures
 
 
-@pytest.mark.parametrize("service", ["llm_gateway", "orchestrator", "learner", "annotator"])
+@pytest.mark.parametrize("service", SERVICES)
 def test_no_generated_request_gets_a_5xx_or_an_undeclared_answer(apps, service):
     tried, failures = fuzz(service, apps[service])
     assert any(label.startswith("POST") for label in tried)

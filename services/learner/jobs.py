@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.common.paths import confined_field
 from llmrl.common.providers import DEFAULT_PROVIDER, provider
 from llmrl.llm_gateway.names import is_safe_name
@@ -57,7 +58,7 @@ class FineTuneRequest(BaseModel):
     gradient_checkpointing: bool = Field(
         True, description="local: recompute activations in backward (far less memory)"
     )
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     provider: str = Field(
         DEFAULT_PROVIDER,
         description="openai: a configured provider (its URL and key variable are server "

@@ -80,7 +80,9 @@ def _check_number(
     name: str, value: Any, low: float, high: float, *, integer: bool = False, low_open=False
 ) -> None:
     ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(value)):
+    # isfinite only of floats: a huge int (10**400) overflows the conversion; the range says no
+    nonfinite = isinstance(value, float) and not math.isfinite(value)
+    if isinstance(value, bool) or not ok_type or nonfinite:
         kind = "an integer" if integer else "a number"
         raise InvalidRequestError(f"{name} must be {kind}; got {value!r}", name)
     if value < low or value > high or (low_open and value == low):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import math
 import random
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from llmrl.common.bounds import MAX_USD
 from llmrl.common.config import home_dir, redis_url
 from llmrl.common.logs import log_event, redact
 from llmrl.common.registry import registry
@@ -406,10 +406,9 @@ class Gateway:
         expires: (its record, the key, which is not kept and cannot be shown again)."""
         if isinstance(budget_usd, bool) or not isinstance(budget_usd, int | float):
             raise InvalidRequestError("budget_usd must be a number of USD ≥ 0", "budget_usd")
-        if not 0 <= budget_usd < math.inf:
-            raise InvalidRequestError(
-                f"budget_usd must be a finite number ≥ 0; got {budget_usd!r}", "budget_usd"
-            )
+        if not 0 <= budget_usd <= MAX_USD:
+            message = f"budget_usd must be a number of USD in [0, {MAX_USD:g}]"
+            raise InvalidRequestError(message, "budget_usd")
         if expires_in_s is not None and (
             isinstance(expires_in_s, bool)
             or not isinstance(expires_in_s, int | float)

@@ -17,6 +17,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmrl.common.bounds import MAX_INT64, MAX_USD
 from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError
 from llmrl.llm_gateway.ledger_store import LedgerStore
 
@@ -134,13 +135,18 @@ class Ledger:
     # -- budgets --------------------------------------------------------------------------
     def set_budget(self, run_id: str, usd: float | None = None, calls: int | None = None) -> None:
         """Cap a run's spending (None: no cap on that measure)."""
-        if usd is not None and (isinstance(usd, bool) or not usd >= 0):
-            raise InvalidRequestError(f"usd must be a number ≥ 0 or null; got {usd!r}", "usd")
-        if calls is not None and (
-            isinstance(calls, bool) or not isinstance(calls, int) or calls < 0
+        # bounded, so that no budget is infinite (no cap) or overflows a float or a column
+        if usd is not None and (
+            isinstance(usd, bool) or not isinstance(usd, int | float) or not 0 <= usd <= MAX_USD
         ):
             raise InvalidRequestError(
-                f"calls must be an integer ≥ 0 or null; got {calls!r}", "calls"
+                f"usd must be a number in [0, {MAX_USD:g}] or null (no cap)", "usd"
+            )
+        if calls is not None and (
+            isinstance(calls, bool) or not isinstance(calls, int) or not 0 <= calls <= MAX_INT64
+        ):
+            raise InvalidRequestError(
+                f"calls must be an integer in [0, {MAX_INT64}] or null (no cap)", "calls"
             )
         with self._lock:
             self._run(run_id).budget = Budget(None if usd is None else float(usd), calls)

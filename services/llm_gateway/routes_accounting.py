@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from llmrl.common.bounds import MAX_INT64, MAX_USD
 from llmrl.llm_gateway.errors import InvalidRequestError, InvalidValueError
 from llmrl.llm_gateway.rest_requests import GatewayDep, declared_body, json_body
 
@@ -22,8 +23,8 @@ def usage(run_id: str, gateway: GatewayDep) -> dict[str, Any]:
     "/v1/budgets/{run_id}",
     openapi_extra=declared_body(
         {
-            "usd": {"type": ["number", "null"], "minimum": 0},
-            "calls": {"type": ["integer", "null"], "minimum": 0},
+            "usd": {"type": ["number", "null"], "minimum": 0, "maximum": MAX_USD},
+            "calls": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_INT64},
         }
     ),
 )

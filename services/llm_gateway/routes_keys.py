@@ -9,7 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from llmrl.common.bounds import MAX_USD
 from llmrl.llm_gateway.errors import InvalidRequestError
+from llmrl.llm_gateway.gateway import MAX_KEY_LIFETIME_S
 from llmrl.llm_gateway.rest_requests import GatewayDep, declared_body, json_body
 
 router = APIRouter()
@@ -21,8 +23,12 @@ FIELDS = ("budget_usd", "expires_in_s", "models", "name")
     status_code=201,
     openapi_extra=declared_body(
         {
-            "budget_usd": {"type": "number", "minimum": 0},
-            "expires_in_s": {"type": ["number", "null"], "exclusiveMinimum": 0},
+            "budget_usd": {"type": "number", "minimum": 0, "maximum": MAX_USD},
+            "expires_in_s": {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "maximum": MAX_KEY_LIFETIME_S,
+            },
             "models": {"type": ["array", "null"], "items": {"type": "string"}},
             "name": {"type": "string", "maxLength": 200},
         },

@@ -13,7 +13,15 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from llmrl.llm_gateway.api_types import ChatResult, EmbedRequest, GenerateRequest, GuidedLines
+from llmrl.common.bounds import MAX_INT64
+from llmrl.llm_gateway.api_types import (
+    MAX_N,
+    MAX_TOKENS_LIMIT,
+    ChatResult,
+    EmbedRequest,
+    GenerateRequest,
+    GuidedLines,
+)
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.rest_requests import (
@@ -35,12 +43,12 @@ from llmrl.llm_gateway.rest_requests import (
 router = APIRouter()
 GENERATION = {
     "model": STRING,
-    "max_tokens": {"type": "integer", "minimum": 1},
-    "n": {"type": "integer", "minimum": 1},
-    "temperature": {"type": "number", "minimum": 0},
+    "max_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS_LIMIT},
+    "n": {"type": "integer", "minimum": 1, "maximum": MAX_N},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
     "top_p": {"type": "number", "minimum": 0, "maximum": 1},
     "stop": {"type": "array", "items": STRING},
-    "seed": {"type": "integer"},
+    "seed": {"type": "integer", "minimum": 0, "maximum": MAX_INT64},
     "metadata": METADATA,
 }
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from llmrl.common.bounds import MAX_SEED, Seed
 from llmrl.common.config import env_int
 from llmrl.recipes.base import ConfigError, recipe_class, validate_config
 
@@ -69,7 +70,7 @@ class ExperimentSpec(BaseModel):
         default_factory=dict,
         description="Config key → values; every combination is a grid point (method).",
     )
-    seeds: list[int] = Field(
+    seeds: list[Seed] = Field(
         default_factory=lambda: [0],
         description="Seeds of every grid point: a list, or an inclusive range 'a..b'.",
     )
@@ -148,6 +149,11 @@ def parse_seeds(value: Any) -> Any:
         low, high = int(match.group(1)), int(match.group(2))
         if high < low:
             raise ValueError(f"seeds {value!r} is an empty range: {high} < {low}")
+        if high > MAX_SEED or high - low >= max_runs():  # checked before the list is built
+            raise ValueError(
+                f"seeds {value!r}: seeds are at most {MAX_SEED} and a range at most "
+                f"{max_runs()} long ({MAX_RUNS_VAR})"
+            )
         return list(range(low, high + 1))
     return value
 

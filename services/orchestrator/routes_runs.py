@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmrl.common import store as states
+from llmrl.common.bounds import MAX_INT64
 from llmrl.common.store import RunRow
 from llmrl.orchestrator.manager import RunManager
 from llmrl.orchestrator.rest_access import GUARDED, ManagerDep
@@ -91,7 +92,7 @@ def cancel_run(run_id: str, manager: ManagerDep) -> dict[str, Any]:
 def list_episodes(
     run_id: str,
     manager: ManagerDep,
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=MAX_INT64, description="episodes to skip"),
     limit: int = Query(100, ge=1, le=1000),
     phase: str | None = Query(None, description="only this phase's episodes"),
 ) -> dict[str, Any]:

@@ -44,9 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from llmrl.agents.episode import EpisodeJob
+from llmrl.common.bounds import BoundedModel
 from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
@@ -54,8 +55,9 @@ from llmrl.common.store import RunStore
 log = logging.getLogger("llmrl.recipes")
 
 
-class RecipeConfig(BaseModel):
-    """Base of every recipe's config: unknown keys are errors, field descriptions are docs."""
+class RecipeConfig(BoundedModel):
+    """Base of every recipe's config: unknown keys are errors, field descriptions are docs,
+    numbers are finite and int64 (seeds take `llmrl.common.bounds.Seed`)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 

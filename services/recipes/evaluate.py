@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
@@ -43,7 +44,7 @@ class EvaluateConfig(RecipeConfig):
         "registered policy kind (e.g. a recipe's trained policy); overrides planner.",
     )
     episodes: int = Field(20, ge=1, le=100_000, description="Episodes to play.")
-    seed: int = Field(0, ge=0, description="Seed of episode 0; episode i uses seed + i.")
+    seed: Seed = Field(0, description="Seed of episode 0; episode i uses seed + i.")
     num_envs: int = Field(
         1,
         ge=1,

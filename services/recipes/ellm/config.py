@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.ellm.intrinsic import (
     CONDITIONING,
@@ -99,7 +100,7 @@ class EllmConfig(RecipeConfig):
     checkpoint_every: int = Field(
         20_000, ge=1, description="Frames between checkpoints (a killed run resumes there)."
     )
-    seed: int = Field(0, ge=0, description="Seed of the worlds, the agents and the evaluations.")
+    seed: Seed = Field(0, description="Seed of the worlds, the agents and the evaluations.")
 
     @field_validator("env")
     @classmethod

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
 from llmrl.recipes.ellm.intrinsic import (
@@ -96,7 +97,7 @@ class EllmEnvSettings(BaseModel):
             raise ValueError(f"unknown fine-tune task {value!r}; tasks: {', '.join(TASKS)}")
         return value
 
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     run_id: str = Field("default", description="the run LLM calls are billed to")
     tag: str = Field(TAG_ROOT, description="the ledger tag of the LLM calls (ellm or ellm/...)")
 

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from llmrl.common.bounds import Seed, SeedOffset
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.glam.training import PpoSettings
 
@@ -90,8 +91,8 @@ class GlamConfig(RecipeConfig, PpoSettings):
         "policy, seeded by the episode.",
     )
     eval_episodes: int = Field(50, ge=1, description="Episodes per evaluation.")
-    eval_seed_offset: int = Field(
-        1_000_000, ge=0, description="Seed offset of the held-out evaluation episodes."
+    eval_seed_offset: SeedOffset = Field(
+        1_000_000, description="Seed offset of the held-out evaluation episodes."
     )
     variants: list[str] = Field(
         default_factory=list,
@@ -99,7 +100,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
         f"mixes ({', '.join(TEST_MIXES)}), each evaluated on held-out seeds.",
     )
     max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
-    seed: int = Field(0, ge=0, description="Seed of the training and of the evaluations.")
+    seed: Seed = Field(0, description="Seed of the training and of the evaluations.")
 
     def full_finetune(self, method: str) -> bool:
         """Whether `method` trains every weight (NPAE always; GLAM with finetune=full), so is

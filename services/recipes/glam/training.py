@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, setting_help
@@ -91,7 +92,7 @@ class GlamTrainingJob(PpoSettings):
         "pretrained", description="the LLM's weights: pretrained, or random (NPAE)"
     )
     checkpoint_every: int = Field(1, ge=1, description="a version every this many updates")
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     tensorboard_dir: str | None = None
     simulator: str | None = Field(None, description="simulator address; None: in-process")
 

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed, SeedOffset
 from llmrl.recipes.base import RecipeConfig
 
 ENVS = ("ClevrRobot", "MetaWorld")
@@ -161,13 +162,13 @@ class KalmConfig(RecipeConfig):
         "simulator world (fast); episodes: one episode job each, played by the `kalm-offline` "
         "driver (rollout workers in service mode; stored episode records).",
     )
-    eval_seed_offset: int = Field(
-        1_000_000, ge=0, description="Seed offset of the evaluation episodes."
+    eval_seed_offset: SeedOffset = Field(
+        1_000_000, description="Seed offset of the evaluation episodes."
     )
     embed_model: str | None = Field(
         None, description="Gateway embedding model of the instructions (None: its default)."
     )
-    seed: int = Field(0, ge=0, description="Seed of data collection, SFT, imagination, RL.")
+    seed: Seed = Field(0, description="Seed of data collection, SFT, imagination, RL.")
 
     @field_validator("env")
     @classmethod

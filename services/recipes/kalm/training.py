@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
 
@@ -76,7 +77,7 @@ class KalmGroundingJob(BaseModel):
     tasks: list[str] | None = Field(
         None, description="grounding tasks mixed in SFT (default: all four, KALM's)"
     )
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     tensorboard_dir: str | None = None
 
     _paths_confined = field_validator("datasets")(confined_field)
@@ -111,7 +112,7 @@ class KalmOfflineJob(BaseModel):
     steps: int = Field(5000, ge=1, le=10_000_000)
     batch_size: int = Field(256, ge=1, le=65536)
     action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     tensorboard_dir: str | None = None
     offline: dict[str, Any] = Field(
         default_factory=dict,

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.learner.sft import LLAMA_LINEAR_LAYERS
 from llmrl.recipes.base import RecipeConfig
 
@@ -180,7 +181,7 @@ class LlmPersonalizeConfig(RecipeConfig):
         10.0, gt=0, le=3600, description="openai: seconds between fine-tuning job polls."
     )
     num_envs: int = Field(4, ge=1, le=64, description="Episodes played at once.")
-    seed: int = Field(0, ge=0, description="Seed of houses, sampling and SFT.")
+    seed: Seed = Field(0, description="Seed of houses, sampling and SFT.")
 
     @field_validator("data_dir")
     @classmethod

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from llmrl.common.bounds import Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
 from llmrl.common.threads import torch_threads
@@ -175,7 +176,7 @@ class When2AskConfig(RecipeConfig):
         description="Random-ask's probability of asking per step (default: the learned "
         "policy's measured ask rate; required when 'learned' is not among the methods).",
     )
-    seed: int = Field(0, ge=0, description="Seed of training and evaluation.")
+    seed: Seed = Field(0, description="Seed of training and evaluation.")
 
     @model_validator(mode="after")
     def _random_ask_has_a_rate(self) -> When2AskConfig:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmrl.common.bounds import Seed
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.sb3 import LrSchedule, learning_rate_schedule
 
@@ -63,7 +64,7 @@ class PolicyTrainingJob(BaseModel):
     learning_rate: float = Field(3e-4, gt=0)
     lr_schedule: LrSchedule = Field("constant", description="constant, or linear to 0")
     ent_coef: float = Field(0.01, ge=0)
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     model_path: str = Field(..., description="where the trained model (.zip) is written")
     tensorboard_dir: str | None = None
     run_id: str = Field("default", description="the run LLM calls are billed to")
