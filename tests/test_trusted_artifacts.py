@@ -220,3 +220,31 @@ def test_a_fine_tune_continues_only_an_adapter_the_project_saved(tmp_path):
             FineTuneRequest(data=[str(data)], init_adapter=adapter)
     with pytest.raises(ValidationError, match="adapter"):
         FineTuneRequest(data=[str(data)], adapter="../x")
+
+
+def test_a_run_id_and_file_name_resolve_to_that_runs_file(tmp_path, marker):
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from llmrl.orchestrator import catalog
+    from llmrl.recipes.base import ConfigError, validate_config
+
+    out = tmp_path / "runs" / "trained"
+    line = out / "models" / "cartpole"
+    env = make_vec_env(lambda: gym.make("CartPole-v1"), n_envs=1)
+    registry.get_algorithm("ppo").train(env, line, total_timesteps=32, n_steps=32, batch_size=32)
+    catalog.record("run-abc", catalog.RUN, "when2ask", out / "run.sqlite", out)
+    evil_sb3_zip(out / "models" / "planted.zip", marker)
+
+    def evaluate(model: str) -> dict:
+        policy = {"kind": "sb3", "model": model, "keys": ["image"]}
+        config = {"env": "SimpleDoorKey", "episodes": 1, "policy": policy}
+        return validate_config("evaluate", config).model_dump()["policy"]
+
+    assert evaluate("run:run-abc/models/cartpole") == {
+        "kind": "sb3", "model": str(line.resolve()), "keys": ["image"]}  # fmt: skip
+    for reference in ("run:run-abc/models/planted.zip", "run:run-abc/../trained/models",
+                      "run:nope/models/cartpole", "run:run-abc/", "run:/etc/passwd"):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"policy\.model: .*names no artifact"):
+            evaluate(reference)
+    assert not marker.exists()

@@ -14,14 +14,19 @@ and every load of such a format first checks the file's digest against those mar
 another machine) is refused until the user who runs llmrl vouches for it (`llmrl trust PATH`).
 
 `resolve_artifact` is the one place a reference a request names (a policy spec's `model` or
-`checkpoint`, a job's `init_from`...) becomes a path: it must lie under LLMRL_HOME or a
-configured root (`llmrl.common.paths`), be a file the project recorded or a checkpoint version
-(or line) whose metadata it recorded. Every refusal reads the same whether the path is missing,
-elsewhere or foreign, so an error never tells a caller whether some file exists.
+`checkpoint`, a job's `init_from`...) becomes a path. A reference is a run's id and a file of
+that run, `run:<run_id>/<name>/...` (e.g. `run:3f2a9c1b/models/SimpleDoorKey-never_ask.zip`,
+the names `GET /runs/{id}/artifacts` lists, or a checkpoint folder such as
+`run:<id>/checkpoints/pretrain/ellm`: each part a plain name, joined to the folder the run's
+store records), or a path under LLMRL_HOME or a configured root (`llmrl.common.paths`). Either
+way it must be a file the project recorded, or a checkpoint version (or line) whose metadata
+it recorded. Every refusal reads the same whether the path is missing, elsewhere or foreign,
+so an error never tells a caller whether some file exists.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -33,6 +38,7 @@ from pathlib import Path
 from llmrl.common.config import home_dir
 
 TRUSTED_DIR = "trusted"
+RUN_PREFIX = "run:"  # `run:<run_id>/<file of that run>`
 METADATA_FILE = "llmrl_checkpoint.json"  # a checkpoint version's metadata (learner.versions)
 # formats that hold no code: not worth hashing (a fully fine-tuned model's weights are GBs)
 _SAFE_SUFFIXES = (".safetensors",)
@@ -122,8 +128,9 @@ def resolve_artifact(reference: str | Path, field: str) -> Path:
 
     if not isinstance(reference, (str, Path)) or not str(reference).strip():
         raise UntrustedArtifactError(field, reference)
+    named = _run_file(str(reference), field) if str(reference).startswith(RUN_PREFIX) else None
     try:
-        path = confine(reference, field)
+        path = confine(named or reference, field)
     except PathOutsideRootsError:
         raise UntrustedArtifactError(field, reference) from None
     if path.is_file() and is_recorded(path):
@@ -131,6 +138,40 @@ def resolve_artifact(reference: str | Path, field: str) -> Path:
     if path.is_dir() and _is_saved_checkpoint(path):
         return path
     raise UntrustedArtifactError(field, reference)
+
+
+def _run_file(reference: str, field: str) -> Path:
+    """`run:<run_id>/<part>/...` joined to that run's folder (an embedded run's, from the
+    catalog, or a service run's, from the orchestrator's store under LLMRL_HOME)."""
+    from llmrl.common.names import is_safe_name
+
+    run_id, _, rest = reference.removeprefix(RUN_PREFIX).partition("/")
+    parts = rest.split("/")
+    if not is_safe_name(run_id) or not all(is_safe_name(part) for part in parts):
+        raise UntrustedArtifactError(field, reference)
+    folder = _run_folder(run_id)
+    if folder is None:
+        raise UntrustedArtifactError(field, reference)
+    return Path(folder, *parts)
+
+
+def _run_folder(run_id: str) -> str | None:
+    # imported here: the run stores belong to the orchestrator layer, above this module
+    from llmrl.common.store import RunStore
+    from llmrl.orchestrator import catalog
+
+    entry = catalog.find(run_id)
+    if entry is not None:
+        return str(entry["out_dir"])
+    store_path = catalog.orchestrator_store_path()
+    if store_path is None:
+        return None
+    store = RunStore(store_path)
+    try:
+        run = store.get_run(run_id, with_phases=False)
+    finally:
+        store.close()
+    return run.out_dir if run is not None else None
 
 
 def _is_saved_checkpoint(folder: Path) -> bool:
@@ -169,3 +210,16 @@ def policy_artifacts(policy: dict, field: str = "policy") -> dict[str, Path]:
         if value is not None:
             found[key] = resolve_artifact(str(value), f"{field}.{key}")
     return found
+
+
+def with_resolved_artifacts(policy: dict, field: str = "policy") -> dict:
+    """A copy of `policy` whose artifact references (`run:<id>/...` included) are the paths
+    they resolve to, so that whoever plays it (a rollout worker) needs no run store."""
+    resolved = copy.deepcopy(policy)
+    for key, path in policy_artifacts(policy, field).items():
+        *parents, last = key.split(".")
+        target = resolved
+        for part in parents:
+            target = target[part]
+        target[last] = str(path)
+    return resolved

@@ -79,7 +79,10 @@ class EvaluateConfig(RecipeConfig):
             raise ValueError(
                 f"policy.kind must be one of {', '.join(kinds)}, got {value.get('kind')!r}"
             )
-        return value
+        from llmrl.common import trusted
+
+        # a file the project did not save is refused here; `run:<id>/...` becomes its path
+        return trusted.with_resolved_artifacts(value)
 
     @model_validator(mode="after")
     def _env_kwargs_are_accepted(self) -> EvaluateConfig:
