@@ -8,7 +8,10 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
   At most `max_envs_per_world` envs (default MAX_ENVS_PER_WORLD) and MAX_WORKERS workers
   per world; a world's cost (sizes, envs × room cells, episode lengths) is bounded
   (`world.check_world_cost`); settings that name a missing directory or exhaust memory are
-  INVALID_ARGUMENT naming the setting.
+  INVALID_ARGUMENT naming the setting. A connection creates at most
+  `max_worlds_per_connection` worlds (default MAX_WORLDS_PER_CONNECTION) and the server hosts
+  at most `max_envs_total` envs (default MAX_ENVS_TOTAL) in all; beyond either, CreateWorld is
+  RESOURCE_EXHAUSTED naming the setting and its limit (destroy a world first).
 * JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
@@ -25,7 +28,8 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
   env and ignores all actions (dm_env_rpc's rule). Reset and ResetWorld accept a `seed`
   setting (env i then gets seed + i); CreateWorld's `seed` seeds each env's first episode.
 * Worlds live as long as the connection that created them: when a client disconnects, its
-  joined world is left and the worlds it created are destroyed.
+  joined world is left and the worlds it created are destroyed, and their memory is handed
+  back to the OS (`memory.release_memory`).
 
 Bad input (unknown env id or setting, wrong action dtype/shape, an action out of bounds or not
 finite, unknown skill, unknown uid, a destroyed world) gets a dm_env_rpc error whose message
@@ -54,6 +58,7 @@ from llmrl.common.logs import log_event
 from llmrl.common.registry import UnavailableError
 from llmrl.common.tls import add_grpc_port
 from llmrl.simulator.actions import describe_action_space
+from llmrl.simulator.memory import release_memory
 from llmrl.simulator.specs import ACTION_UIDS, unpack_tensor, world_specs
 from llmrl.simulator.world import World, WorldError
 
@@ -64,6 +69,12 @@ _RESET_SETTINGS = ("seed",)
 # Guards against requests that would exhaust the host (memory, processes).
 MAX_ENVS_PER_WORLD = 4096
 MAX_WORKERS = 2 * (os.cpu_count() or 1)
+# Issue 52: one stream took 2.1 GB with eight worlds of 4,096 envs; these bound a connection's
+# worlds and the process's envs (SimpleDoorKey: about 60 MB per 1,000 envs).
+MAX_WORLDS_PER_CONNECTION = 8
+MAX_ENVS_TOTAL = 16384
+# Destroying at least this many envs at once is worth a gc pass and a malloc_trim.
+RELEASE_AFTER_ENVS = 256
 
 
 class RequestError(Exception):
@@ -78,12 +89,16 @@ class Metrics(Protocol):
     """What the server reports (service.py backs it with Prometheus)."""
 
     def world_count(self, count: int) -> None: ...
+    def env_count(self, count: int) -> None: ...
     def env_steps(self, count: int) -> None: ...
     def error(self, request: str, field: str) -> None: ...
 
 
 class _NoMetrics:
     def world_count(self, count: int) -> None:
+        pass
+
+    def env_count(self, count: int) -> None:
         pass
 
     def env_steps(self, count: int) -> None:
@@ -114,6 +129,7 @@ class _Session:
 
     id: int
     joined: _WorldHandle | None = None
+    created: int = 0  # worlds this connection created and has not destroyed
 
 
 def _unpack_settings(settings: Any) -> dict[str, Any]:
@@ -138,11 +154,18 @@ def _setting_naming(settings: dict[str, Any], exc: OSError) -> str:
 
 class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     def __init__(
-        self, metrics: Metrics | None = None, max_envs_per_world: int = MAX_ENVS_PER_WORLD
+        self,
+        metrics: Metrics | None = None,
+        max_envs_per_world: int = MAX_ENVS_PER_WORLD,
+        max_worlds_per_connection: int = MAX_WORLDS_PER_CONNECTION,
+        max_envs_total: int = MAX_ENVS_TOTAL,
     ) -> None:
         self.metrics: Metrics = metrics or _NoMetrics()
         self.max_envs_per_world = max_envs_per_world
+        self.max_worlds_per_connection = max_worlds_per_connection
+        self.max_envs_total = max_envs_total
         self._worlds: dict[str, _WorldHandle] = {}
+        self._envs = 0  # envs of every hosted world, plus those of worlds being built
         self._lock = threading.Lock()
         self._session_ids = itertools.count(1)
         self._world_ids = itertools.count(1)
@@ -217,22 +240,12 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             value = settings.get(name)
             if isinstance(value, int) and value > limit:
                 raise WorldError(name, f"at most {limit} on this server, got {value}")
+        reserved = self._reserve(session, settings.get("num_envs", 1))
         try:
-            world = World(env, **settings)
-        except WorldError:
+            world = self._build(env, settings)
+        except BaseException:
+            self._unreserve(session, reserved)
             raise
-        except (ValueError, TypeError) as exc:  # the env's constructor refused a setting
-            raise WorldError("settings", f"env {env!r} refused its settings: {exc}") from None
-        except UnavailableError as exc:  # registered, but its optional package is missing here
-            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, f"env: {exc}") from None
-        except MemoryError:
-            raise WorldError(
-                "settings",
-                f"env {env!r}: a world with these settings needs more memory than "
-                "this server has; use fewer envs (num_envs) or smaller settings",
-            ) from None
-        except OSError as exc:  # a setting names a missing or unreadable file or directory
-            raise WorldError(_setting_naming(settings, exc), f"env {env!r}: {exc}") from None
         specs = world_specs(
             world.observation_space,
             world.action_space,
@@ -258,6 +271,56 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         log_event(logger, "world created", world=name, env=env, num_envs=world.num_envs)
         return dm_env_rpc_pb2.CreateWorldResponse(world_name=name)
 
+    def _reserve(self, session: _Session, num_envs: Any) -> int:
+        """Count a world about to be built against the connection's and the server's limits
+        (before building it, so that concurrent streams cannot overshoot); returns its envs."""
+        # a bad num_envs is World's to refuse, naming it; it would build no env
+        envs = num_envs if isinstance(num_envs, int) and not isinstance(num_envs, bool) else 0
+        if session.created >= self.max_worlds_per_connection:
+            raise RequestError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"max_worlds_per_connection: this connection already created "
+                f"{session.created} worlds, at most {self.max_worlds_per_connection} per "
+                "connection on this server; destroy one of them (DestroyWorld) first",
+            )
+        with self._lock:
+            if self._envs + envs > self.max_envs_total:
+                raise RequestError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"max_envs_total: this server hosts {self._envs} envs; {envs} more would "
+                    f"pass its limit of {self.max_envs_total}; destroy worlds (DestroyWorld) "
+                    "or ask for fewer envs (num_envs)",
+                )
+            self._envs += envs
+            self.metrics.env_count(self._envs)
+        session.created += 1
+        return envs
+
+    def _unreserve(self, session: _Session | None, envs: int) -> None:
+        with self._lock:
+            self._envs -= envs
+            self.metrics.env_count(self._envs)
+        if session is not None:
+            session.created -= 1
+
+    def _build(self, env: str, settings: dict[str, Any]) -> World:
+        try:
+            return World(env, **settings)
+        except WorldError:
+            raise
+        except (ValueError, TypeError) as exc:  # the env's constructor refused a setting
+            raise WorldError("settings", f"env {env!r} refused its settings: {exc}") from None
+        except UnavailableError as exc:  # registered, but its optional package is missing here
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, f"env: {exc}") from None
+        except MemoryError:
+            raise WorldError(
+                "settings",
+                f"env {env!r}: a world with these settings needs more memory than "
+                "this server has; use fewer envs (num_envs) or smaller settings",
+            ) from None
+        except OSError as exc:  # a setting names a missing or unreadable file or directory
+            raise WorldError(_setting_naming(settings, exc), f"env {env!r}: {exc}") from None
+
     def _find_world(self, name: str) -> _WorldHandle:
         with self._lock:
             handle = self._worlds.get(name)
@@ -271,18 +334,26 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     def _destroy_world(
         self, session: _Session, request: dm_env_rpc_pb2.DestroyWorldRequest
     ) -> dm_env_rpc_pb2.DestroyWorldResponse:
-        self._destroy(self._find_world(request.world_name))
+        handle = self._find_world(request.world_name)
+        if self._destroy(handle, session) >= RELEASE_AFTER_ENVS:
+            release_memory()
         return dm_env_rpc_pb2.DestroyWorldResponse()
 
-    def _destroy(self, handle: _WorldHandle) -> None:
+    def _destroy(self, handle: _WorldHandle, session: _Session | None = None) -> int:
+        """Destroy a world (its owner's count goes down when `session` owns it); returns the
+        envs freed (0 when another call destroyed it first)."""
         with self._lock:
             if self._worlds.pop(handle.name, None) is None:
-                return
+                return 0
             self.metrics.world_count(len(self._worlds))
         with handle.lock:
             handle.destroyed = True
-            handle.world.close()
+            envs = handle.world.num_envs
+            handle.world.close()  # drops its envs too: a lingering handle holds no memory
+        owner = session if session is not None and session.id == handle.owner else None
+        self._unreserve(owner, envs)
         log_event(logger, "world destroyed", world=handle.name)
+        return envs
 
     def _reset_world(
         self, session: _Session, request: dm_env_rpc_pb2.ResetWorldRequest
@@ -303,6 +374,12 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     def world_count(self) -> int:
         with self._lock:
             return len(self._worlds)
+
+    @property
+    def env_count(self) -> int:
+        """Envs of the hosted worlds (and of worlds being built)."""
+        with self._lock:
+            return self._envs
 
     # -- a connection's world -----------------------------------------------------------
     def _join_world(
@@ -444,8 +521,10 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         self._leave_world(session, dm_env_rpc_pb2.LeaveWorldRequest())
         with self._lock:
             owned = [h for h in self._worlds.values() if h.owner == session.id]
-        for handle in owned:
-            self._destroy(handle)
+        freed = sum(self._destroy(handle, session) for handle in owned)
+        del owned  # the last references to the worlds, before the memory is handed back
+        if freed >= RELEASE_AFTER_ENVS:
+            release_memory()
 
 
 def create_server(

@@ -2,7 +2,9 @@
 the HTTP port, JSON logs on stderr, graceful shutdown on SIGTERM/SIGINT.
 
 Settings (`--set key=value` or a YAML file): `max_connections` (concurrent client streams,
-default 64), `grace_s` (seconds open streams get to finish at shutdown, default 1).
+default 64), `grace_s` (seconds open streams get to finish at shutdown, default 1),
+`max_envs_per_world` (default 4096), `max_worlds_per_connection` (worlds one client stream may
+hold, default 8) and `max_envs_total` (envs of all worlds together, default 16384).
 """
 
 from __future__ import annotations
@@ -20,15 +22,26 @@ from llmrl.common.auth import configured_token
 from llmrl.common.label_values import BoundedLabelValues
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
-from llmrl.simulator.server import MAX_ENVS_PER_WORLD, SimulatorServicer, create_server
+from llmrl.simulator.server import (
+    MAX_ENVS_PER_WORLD,
+    MAX_ENVS_TOTAL,
+    MAX_WORLDS_PER_CONNECTION,
+    SimulatorServicer,
+    create_server,
+)
 
 SETTINGS_DEFAULTS: dict[str, Any] = {
     "max_connections": 64,
     "grace_s": 1.0,
     "max_envs_per_world": MAX_ENVS_PER_WORLD,
+    "max_worlds_per_connection": MAX_WORLDS_PER_CONNECTION,
+    "max_envs_total": MAX_ENVS_TOTAL,
 }
+_COUNT_SETTINGS = ("max_connections", "max_envs_per_world", "max_worlds_per_connection",
+                   "max_envs_total")  # fmt: skip
 
 _WORLDS = Gauge("llmrl_simulator_worlds", "Worlds currently hosted by the simulator")
+_ENVS = Gauge("llmrl_simulator_envs", "Envs of the worlds currently hosted by the simulator")
 _ENV_STEPS = Counter(
     "llmrl_simulator_env_steps", "Env steps taken (a world step of N envs counts N)"
 )
@@ -45,6 +58,9 @@ class PrometheusMetrics:
     def world_count(self, count: int) -> None:
         _WORLDS.set(count)
 
+    def env_count(self, count: int) -> None:
+        _ENVS.set(count)
+
     def env_steps(self, count: int) -> None:
         _ENV_STEPS.inc(count)
 
@@ -60,7 +76,7 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
             f"{', '.join(SETTINGS_DEFAULTS)}"
         )
     merged = {**SETTINGS_DEFAULTS, **settings}
-    for name in ("max_connections", "max_envs_per_world"):
+    for name in _COUNT_SETTINGS:
         if not isinstance(merged[name], int) or merged[name] < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {merged[name]!r}")
     return merged
@@ -73,7 +89,12 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         options = _check_settings(settings)
     except ValueError as exc:
         raise SystemExit(f"simulator: {exc}") from None
-    servicer = SimulatorServicer(PrometheusMetrics(), options["max_envs_per_world"])
+    servicer = SimulatorServicer(
+        PrometheusMetrics(),
+        options["max_envs_per_world"],
+        options["max_worlds_per_connection"],
+        options["max_envs_total"],
+    )
     token = configured_token()
     try:
         grpc_server, bound_grpc = create_server(
@@ -83,7 +104,11 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         raise SystemExit(f"simulator: {exc}") from None
     try:
         http_server = serve_health_and_metrics(
-            port, "simulator", lambda: {"worlds": servicer.world_count}, host, token
+            port,
+            "simulator",
+            lambda: {"worlds": servicer.world_count, "envs": servicer.env_count},
+            host,
+            token,
         )
     except OSError as exc:
         grpc_server.stop(grace=None)
@@ -122,15 +147,22 @@ _DIE_WITH_PARENT = (
 
 
 def start_subprocess(
-    port: int, grpc_port: int, host: str = "127.0.0.1", **popen_kwargs: Any
+    port: int,
+    grpc_port: int,
+    host: str = "127.0.0.1",
+    settings: dict[str, Any] | None = None,
+    **popen_kwargs: Any,
 ) -> subprocess.Popen:
-    """`llmrl serve simulator` as a child process (tests, benchmarks).
+    """`llmrl serve simulator` as a child process (tests, benchmarks), with `settings` as
+    `--set` overrides.
 
     On Linux the child is stopped when this process dies, even by SIGKILL, so that a killed
     test run leaves no server behind.
     """
     command = [str(Path(sys.executable).with_name("llmrl")), "serve", "simulator"]
     command += ["--host", host, "--port", str(port), "--grpc-port", str(grpc_port)]
+    for name, value in (settings or {}).items():
+        command += ["--set", f"{name}={value}"]
     if sys.platform == "linux":
         command = [sys.executable, "-c", _DIE_WITH_PARENT, *command]
     return subprocess.Popen(command, **popen_kwargs)

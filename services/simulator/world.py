@@ -293,6 +293,8 @@ class EnvBatch:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+        # a closed batch holds nothing: whoever still refers to its world keeps no envs alive
+        self.envs, self.last_obs = [], []
 
 
 def _entry_kind(space: spaces.Space) -> tuple[str, np.dtype | None]:

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from llmrl.simulator.service import start_subprocess
 from support.net import free_port
@@ -45,7 +45,8 @@ class Server:
             return response.read().decode()
 
 
-def start_server() -> Server:
+def start_server(settings: dict[str, Any] | None = None) -> Server:
+    """A healthy server; `settings`: the simulator's (`--set`), e.g. its limits."""
     http_port, grpc_port = free_port(), free_port()
     env = dict(
         os.environ,
@@ -56,7 +57,9 @@ def start_server() -> Server:
     # Files, not pipes: nobody reads a pipe while the server runs, and a full one blocks it.
     stdout = tempfile.TemporaryFile("w+")  # noqa: SIM115  closed by stop_server
     stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115
-    process = start_subprocess(http_port, grpc_port, env=env, stdout=stdout, stderr=stderr)
+    process = start_subprocess(
+        http_port, grpc_port, settings=settings, env=env, stdout=stdout, stderr=stderr
+    )
     server = Server(
         f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}", process, stdout, stderr
     )
