@@ -176,6 +176,9 @@ class GenerateRequest:
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
     guided_lines: GuidedLines | None = None  # constrain the answer's lines (local models)
+    # whose cached answers this request may see (set by the REST layer from an issued key;
+    # "": the shared namespace of service-token and in-process callers)
+    cache_namespace: str = ""
     # set when the caller is gone (a REST client disconnected): local generation stops
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
@@ -229,8 +232,9 @@ class ScoreRequest:
     tag: str = ""
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
-    # set when the caller is gone (disconnect, cancelled RPC): local scoring stops at its next
-    # chunk, or never starts
+    cache_namespace: str = ""  # as GenerateRequest's
+    # set when the caller is gone (disconnect, cancelled RPC, timeout): local scoring stops
+    # after its forward pass in progress, or never starts
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     def validate(self, max_candidates: int) -> ScoreRequest:
@@ -266,6 +270,7 @@ class EmbedRequest:
     tag: str = ""
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
+    cache_namespace: str = ""  # as GenerateRequest's
 
     def validate(self, max_texts: int) -> EmbedRequest:
         if isinstance(self.texts, str):

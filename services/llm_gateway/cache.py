@@ -2,10 +2,11 @@
 
 The key is the SHA-256 of a canonical JSON document (sorted keys, no whitespace, numbers
 normalised so 0 and 0.0 are the same) holding the operation, backend, model, adapter version,
-every generation parameter and the prompt. Parameters that change the answer are always in the
-key; a request that differs in any of them gets a different key. SQLite backs embedded mode,
-Redis service mode; both expire entries after a TTL, and a small in-process LRU in front of
-either serves repeated hits without a round trip.
+every generation parameter and the prompt, and the caller's namespace (`cache.share`: by
+default each gateway-issued key has its own; service-token callers share one). Parameters
+that change the answer are always in the key; a request that differs in any of them gets a
+different key. SQLite backs embedded mode, Redis service mode; both expire entries after a
+TTL, and a small in-process LRU in front of either serves repeated hits without a round trip.
 """
 
 from __future__ import annotations
@@ -36,9 +37,16 @@ def _canonical(value: Any) -> Any:
     raise TypeError(f"cannot put a {type(value).__name__} in a cache key")
 
 
-def cache_key(op: str, backend: str, model: str, adapter: str, **params: Any) -> str:
-    """The canonical hash of everything that determines a response."""
-    document = {
+SHARED_NAMESPACE = ""  # the service token's callers (and every caller with cache.share: global)
+
+
+def cache_key(
+    op: str, backend: str, model: str, adapter: str, *, namespace: str = SHARED_NAMESPACE,
+    **params: Any,
+) -> str:
+    """The canonical hash of everything that determines a response, within `namespace`: an
+    answer is only ever served to callers of the namespace that paid for it (tenancy)."""
+    document: dict[str, Any] = {
         "v": KEY_VERSION,
         "op": op,
         "backend": backend,
@@ -46,10 +54,20 @@ def cache_key(op: str, backend: str, model: str, adapter: str, **params: Any) ->
         "adapter": adapter,
         "params": params,
     }
+    if namespace != SHARED_NAMESPACE:  # absent otherwise: the shared cache's keys stay valid
+        document["namespace"] = namespace
     text = json.dumps(
         _canonical(document), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cache_namespace(key_id: str | None, share: str) -> str:
+    """The cache namespace of a caller: with `share` "per_key" its issued key's own (`key_id`),
+    else (the service token, in-process and gRPC callers, or `share` "global") the shared one."""
+    if key_id is None or share == "global":
+        return SHARED_NAMESPACE
+    return f"key:{key_id}"
 
 
 class ResponseCache(ABC):
@@ -182,3 +200,4 @@ class FrontedCache(ResponseCache):
 
     def close(self) -> None:
         self.store.close()
+

@@ -298,6 +298,7 @@ class Gateway:
         request.validate(self.settings.limits.max_candidates)
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, "score")
         self._check_prompt_size(request, backend, "candidates")
+        self._check_score_work(request, backend)
         key_params = {"prompt": request.prompt, "candidates": request.candidates}
 
         def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
@@ -376,6 +377,22 @@ class Gateway:
                 f"{field}: the request's prompt has {tokens} tokens (candidates included) over "
                 f"the gateway's limit of {limit} (limits.max_prompt_tokens)",
                 field,
+            )
+
+    def _check_score_work(self, request: ScoreRequest, backend: Backend) -> None:
+        """Refuse (413) a score whose padded work (prompt + candidates × the longest candidate,
+        in tokens) is over `limits.max_score_tokens`: within every other limit, 64 long
+        candidates still hold a CPU model for minutes."""
+        limit = self.settings.limits.max_score_tokens
+        prompt, longest = backend.score_shape(request)
+        work = prompt + len(request.candidates) * longest
+        if work > limit:
+            raise RequestTooLargeError(
+                f"candidates: {len(request.candidates)} candidates of up to {longest} tokens "
+                f"after a {prompt}-token prompt are {work} tokens of scoring work (prompt + "
+                f"candidates × longest candidate), over the gateway's limit of {limit} "
+                "(limits.max_score_tokens)",
+                "candidates",
             )
 
     def count_tokens(self, text: str | list[dict[str, str]], model: str | None = None) -> int:
@@ -488,7 +505,10 @@ class Gateway:
         backend_name = backend.config.backend
         key = None
         if request.cache == "always" or (request.cache == "auto" and not sampled):
-            key = cache_key(op, backend_name, backend.identity, adapter, **key_params)
+            key = cache_key(
+                op, backend_name, backend.identity, adapter,
+                namespace=request.cache_namespace, **key_params,
+            )  # fmt: skip
             hit = self._cache_get(key)
             if hit is not None:
                 latency = time.perf_counter() - started

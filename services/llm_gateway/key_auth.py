@@ -3,7 +3,8 @@
 The shared-token check (`llmrl.common.auth.BearerAuth`) leaves such requests to this
 middleware, which serves them only if the key is usable (known, right secret, not expired,
 not revoked; else the same 401 as a wrong token) and only on the model endpoints (else 403:
-keys never manage budgets or other keys). The key's record then rides in the request's state,
+keys never manage budgets or other keys); `/health`, open to everyone, is served as without
+a credential. The key's record then rides in the request's state,
 where `rest_requests.request_context` binds the request to the key's ledger run and models.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from llmrl.common.auth import presented_bearer, refuse
+from llmrl.common.auth import ALWAYS_OPEN, presented_bearer, refuse
 from llmrl.llm_gateway.keys import KeyStore, looks_like_key
 
 # What a key may call: the model operations, and the read-only helpers around them.
@@ -45,8 +46,10 @@ class GatewayKeyAuth:
             await self.app(scope, receive, send)
             return
         presented = presented_bearer(dict(scope.get("headers") or []).get(b"authorization"))
-        if presented is None or not looks_like_key(presented):
-            await self.app(scope, receive, send)  # the shared token (or an open gateway)
+        if presented is None or not looks_like_key(presented) or scope["path"] in ALWAYS_OPEN:
+            # the shared token (or an open gateway); /health is open to every caller, so a
+            # key there is as good as none (as a wrong token is for the shared-token check)
+            await self.app(scope, receive, send)
             return
         record = await run_in_threadpool(self.keys.verify, presented.decode("utf-8", "replace"))
         if record is None:

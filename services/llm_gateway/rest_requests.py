@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest, cache_policy
+from llmrl.llm_gateway.cache import cache_namespace
 from llmrl.llm_gateway.errors import InvalidRequestError, PermissionDeniedError
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.key_auth import STATE_FIELD
@@ -62,7 +63,8 @@ def request_context(
 ) -> dict[str, Any]:
     """run_id, tag, cache policy and timeout: X-LLMRL-* headers first, then the body. A request
     made with an issued key runs as the key's run (its budget), on the models it allows
-    (`default_model`: the model the route uses when the body names none)."""
+    (`default_model`: the model the route uses when the body names none), and sees only its
+    own cached answers (`cache.share`)."""
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidRequestError("metadata must be an object", "metadata")
@@ -74,7 +76,15 @@ def request_context(
     tag = request.headers.get("x-llmrl-tag") or metadata.get("tag") or ""
     cache: Any = request.headers.get("x-llmrl-cache") or body.get("cache", True)
     timeout = _timeout_header(request)
-    return {"run_id": run_id, "tag": tag, "cache": cache_policy(cache), "timeout_s": timeout}
+    share = gateway_of(request).settings.cache.share
+    return {
+        "run_id": run_id,
+        "tag": tag,
+        "cache": cache_policy(cache),
+        "timeout_s": timeout,
+        # never from the request itself: a caller cannot read another tenant's answers
+        "cache_namespace": cache_namespace(None if key is None else key.id, share),
+    }
 
 
 def _timeout_header(request: Request) -> float | None:
@@ -163,8 +173,8 @@ async def unless_disconnected(
 ) -> Any:
     """`operation(model_request)` (a gateway's generate or score) off the event loop; when the
     client disconnects first, the request is marked abandoned, so a local model drops it from
-    its queue, or stops it at its next decoding step or scoring chunk, instead of holding the
-    model for a caller that is gone."""
+    its queue, or stops it at its next decoding step or scoring forward pass, instead of
+    holding the model for a caller that is gone."""
     call = asyncio.ensure_future(in_thread(operation, model_request))
     while not call.done():
         await asyncio.wait({call}, timeout=DISCONNECT_POLL_S)

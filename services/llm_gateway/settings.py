@@ -76,6 +76,17 @@ class ModelConfig(_Strict):
     # hf scoring: candidate rows × (prompt + candidate) tokens per forward pass (bounds memory;
     # a cancelled score stops between passes)
     score_chunk_tokens: int = Field(32_768, ge=16)
+    score_forward_tokens: int | None = Field(
+        None,
+        ge=16,
+        description=(
+            "hf scoring: the most tokens one forward pass computes (rows x columns; a long "
+            "prompt or candidate runs in segments on its KV cache). A cancelled or timed-out "
+            "score stops after the forward in progress, so this bounds how long it holds the "
+            "model. None: 512 on a CPU (SmolLM2-135M: about a second on 2 idle cores), "
+            "8192 on a GPU"
+        ),
+    )
     # LoRA adapters: name -> version -> directory (peft save_pretrained output)
     adapters: dict[str, dict[str, str]] = Field(default_factory=dict)
 
@@ -92,6 +103,15 @@ class CacheSettings(_Strict):
     redis_url: str | None = None
     prefix: str = "llmrl:llm_cache:"
     memory_entries: int = Field(10_000, ge=0)  # in-process LRU in front (0: none)
+    share: Literal["per_key", "global"] = Field(
+        "per_key",
+        description=(
+            "who shares cached answers. per_key: each gateway-issued key has its own namespace "
+            "(one tenant never receives an answer another paid for, nor learns what it asked); "
+            "callers with the service token (and in-process or gRPC callers) share one. "
+            "global: every caller shares one cache"
+        ),
+    )
 
 
 class LedgerSettings(_Strict):
@@ -108,6 +128,14 @@ class Limits(_Strict):
     # bounded work: a request over these is refused before any model sees it
     max_body_bytes: int = Field(4 << 20, ge=1024)  # REST request bodies (413)
     max_prompt_tokens: int = Field(32_768, ge=16)  # prompt + candidates of one score/chat (413)
+    max_score_tokens: int = Field(
+        16_384,
+        ge=16,
+        description=(
+            "the compute cap of one score request (413): prompt tokens + candidates x the "
+            "longest candidate's tokens, the padded work its candidate pass computes"
+        ),
+    )
     max_embed_chars: int = Field(1 << 20, ge=1)  # all texts of one embedding request (413)
     # the longest timeout a request may ask for (X-LLMRL-Timeout, timeout_s, a gRPC deadline)
     max_timeout_s: float = Field(600.0, gt=0, le=3600)

@@ -63,6 +63,11 @@ class Backend:
     def count_tokens(self, text: str) -> int:
         raise self._unsupported("count_tokens")
 
+    def score_shape(self, request: ScoreRequest) -> tuple[int, int]:
+        """(prompt tokens, the longest candidate's tokens) of a score request: what the
+        gateway's compute cap for scoring (`limits.max_score_tokens`) counts."""
+        raise self._unsupported("score")
+
     def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
         raise self._unsupported(request.op)
 

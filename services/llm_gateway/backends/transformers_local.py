@@ -39,6 +39,12 @@ CANCEL_POLL_S = 0.05  # how often a waiting caller checks whether its request wa
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
+def default_forward_tokens(device: torch.device) -> int:
+    """Tokens per scoring forward pass when the model's settings name none: about a second's
+    work on a small CPU (what a cancelled score may still cost), far more on a GPU."""
+    return 512 if device.type == "cpu" else 8192
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if native_bf16(device) else torch.float32
@@ -70,7 +76,8 @@ class _GenGroup(NamedTuple):
 class _ScoreJob:
     prompt_ids: list[int]
     candidate_ids: list[list[int]]
-    # set when its caller is gone (timeout, disconnect): its remaining chunks are skipped
+    # set when its caller is gone (timeout, disconnect): its remaining forward passes are
+    # skipped
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
@@ -90,12 +97,21 @@ class _StopAbandonedRows:
 class LocalCausalLM:
     """A model and its tokenizer, with the two batched primitives the backend needs."""
 
-    def __init__(self, model: Any, tokenizer: Any, score_chunk_tokens: int = 32_768) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        score_chunk_tokens: int = 32_768,
+        score_forward_tokens: int = 512,
+    ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
-        # candidate rows × (prompt + candidate) tokens per scoring pass: bounds its memory, and
-        # a cancelled job stops between passes
+        # candidate rows × (prompt + candidate) tokens per chunk of scoring rows: bounds the
+        # memory of their KV caches
         self.score_chunk_tokens = score_chunk_tokens
+        # tokens per scoring forward pass: a cancelled job stops after the pass in progress
+        self.score_forward_tokens = score_forward_tokens
+        self.score_forwards = 0  # forward passes scoring has run (tests, bench)
         self.closing = threading.Event()  # set on close: every generation stops at its next step
         eos = model.generation_config.eos_token_id
         if eos is None:
@@ -204,22 +220,54 @@ class LocalCausalLM:
         """Log-probabilities of each candidate's tokens after its prompt.
 
         Pass 1 runs every distinct prompt once (left-padded) and keeps its KV cache; pass 2
-        runs all candidates of all jobs in one batch on top of their prompt's cache (right
-        padded). Positions are given explicitly so padding never shifts them. A lone prompt
-        that shares a prefix with a recent one (a planner's system prompt and few-shot
-        examples) only runs its new suffix in pass 1 (`PrefixCache`; `cache_key` keeps
-        adapters apart).
+        runs the candidates on top of their prompt's cache (right padded). Positions are given
+        explicitly so padding never shifts them. A lone prompt that shares a prefix with a
+        recent one (a planner's system prompt and few-shot examples) only runs its new suffix
+        in pass 1 (`PrefixCache`; `cache_key` keeps adapters apart).
 
-        Pass 2 runs in chunks of candidate rows (`score_chunk_tokens`); before each chunk the
-        rows of abandoned jobs are dropped, so a caller that left stops costing work at the
-        next chunk (its result is left empty: nobody reads it).
+        Work is bounded per forward pass, so that a caller that left (timeout, disconnect,
+        cancelled RPC: its job is `abandoned`) stops costing work within one pass: prompts
+        batch only while their padded tokens fit `score_forward_tokens` (a longer lone prompt
+        runs in segments on its cache); pass 2 runs in chunks of candidate rows
+        (`score_chunk_tokens` bounds a chunk's KV memory) and each chunk in column segments
+        of at most `score_forward_tokens`. Between passes the rows of abandoned jobs are
+        dropped (their results are left incomplete: nobody reads them).
         """
+        results: list[list[list[float]]] = [[] for _ in jobs]
+        for group in self._prompt_groups(jobs):
+            scored = self._score_group([jobs[i] for i in group], cache_key)
+            for i, rows in zip(group, scored, strict=True):
+                results[i] = rows
+        return results
+
+    def _stopped(self, jobs: list[_ScoreJob]) -> bool:
+        return self.closing.is_set() or all(job.abandoned.is_set() for job in jobs)
+
+    def _prompt_groups(self, jobs: list[_ScoreJob]) -> list[list[int]]:
+        """Consecutive jobs whose left-padded prompts fit one pass of `score_forward_tokens`."""
+        groups: list[list[int]] = []
+        widest = 0
+        for i, job in enumerate(jobs):
+            width = max(widest, len(job.prompt_ids))
+            if groups and width * (len(groups[-1]) + 1) <= self.score_forward_tokens:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+                width = len(job.prompt_ids)
+            widest = width
+        return groups
+
+    def _score_group(self, jobs: list[_ScoreJob], cache_key: str) -> list[list[list[float]]]:
+        """`score` for jobs whose prompts run in one pass (or a lone prompt, in segments)."""
         results: list[list[list[float]]] = [[] for _ in jobs]
         if self._stopped(jobs):
             return results
         prompt_len = torch.tensor([len(job.prompt_ids) for job in jobs])
         if len(jobs) == 1:
-            first_logits, cache = self._prompt_pass_reusing_prefix(jobs[0].prompt_ids, cache_key)
+            prompt = self._prompt_pass_reusing_prefix(jobs[0], cache_key)
+            if prompt is None:  # abandoned between its segments
+                return results
+            first_logits, cache = prompt
             prompt_mask = torch.ones((1, len(jobs[0].prompt_ids)), dtype=torch.long)
         else:
             first_logits, cache, prompt_mask = self._prompt_pass(jobs)
@@ -233,26 +281,24 @@ class LocalCausalLM:
                 continue
             # the last chunk may take the prompt cache; the others expand a copy of it
             chunk_cache = cache if number == len(chunks) - 1 else copy.deepcopy(cache)
-            logprobs = self._candidate_pass(chunk, chunk_cache, prompt_len, prompt_mask)
-            for row, (i, tokens) in enumerate(chunk):
-                target = torch.tensor(tokens, device=logprobs.device)
-                head = next_logprobs[i, target[0]].unsqueeze(0)
-                tail = logprobs[row, : len(tokens) - 1].gather(1, target[1:, None]).squeeze(1)
-                results[i].append(torch.cat([head, tail]).tolist())
+            tails = self._candidate_pass(chunk, chunk_cache, prompt_len, prompt_mask, jobs)
+            for (i, tokens), tail in zip(chunk, tails, strict=True):
+                if tail is not None:
+                    head = float(next_logprobs[i, tokens[0]])
+                    results[i].append([head, *tail[: len(tokens) - 1]])
         return results
-
-    def _stopped(self, jobs: list[_ScoreJob]) -> bool:
-        return self.closing.is_set() or all(job.abandoned.is_set() for job in jobs)
 
     def _score_chunks(
         self, rows: list[tuple[int, list[int]]], jobs: list[_ScoreJob]
     ) -> list[list[tuple[int, list[int]]]]:
-        """Consecutive candidate rows, as many per chunk as `score_chunk_tokens` allows."""
+        """Consecutive candidate rows, as many per chunk as `score_chunk_tokens` allows (and
+        at most `score_forward_tokens`: one column of a chunk is one forward pass's rows)."""
         chunks: list[list[tuple[int, list[int]]]] = [[]]
         widest = 0
         for owner, tokens in rows:
             width = max(widest, len(jobs[owner].prompt_ids) + len(tokens))
-            if chunks[-1] and width * (len(chunks[-1]) + 1) > self.score_chunk_tokens:
+            full = len(chunks[-1]) + 1 > self.score_forward_tokens
+            if chunks[-1] and (full or width * (len(chunks[-1]) + 1) > self.score_chunk_tokens):
                 chunks.append([])
                 width = len(jobs[owner].prompt_ids) + len(tokens)
             chunks[-1].append((owner, tokens))
@@ -265,20 +311,66 @@ class LocalCausalLM:
         cache: Any,
         prompt_len: torch.Tensor,
         prompt_mask: torch.Tensor,
-    ) -> torch.Tensor:
-        """One forward pass of candidate rows on their prompt's KV cache: log-probs [R, C, V]."""
-        owner_index = torch.tensor([i for i, _ in chunk])
-        cache.reorder_cache(owner_index.to(self.device))  # one copy of the prompt per row
+        jobs: list[_ScoreJob],
+    ) -> list[list[float] | None]:
+        """Candidate rows on their prompt's KV cache, in column segments of at most
+        `score_forward_tokens` tokens: per row, the log-probs of its tokens after the first
+        (padding included; None for a row whose job was abandoned before it was done)."""
+        owner = torch.tensor([i for i, _ in chunk])
+        cache.reorder_cache(owner.to(self.device))  # one copy of the prompt per row
         cand_ids, cand_mask = pad([tokens for _, tokens in chunk], self.pad_id, left=False)
-        cand_positions = prompt_len[owner_index].unsqueeze(1) + torch.arange(cand_ids.shape[1])
-        second = self.model(
-            input_ids=cand_ids.to(self.device),
-            attention_mask=torch.cat([prompt_mask[owner_index], cand_mask], dim=1).to(self.device),
-            position_ids=cand_positions.to(self.device),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        return torch.log_softmax(second.logits.float(), dim=-1)
+        tails: list[list[float] | None] = [[] for _ in chunk]
+        alive = list(range(len(chunk)))  # the rows the cache holds, in its order
+        inputs = cand_ids.shape[1] - 1  # the last token predicts nothing we score
+        step = max(1, self.score_forward_tokens // len(chunk))
+        for start in range(0, inputs, step):
+            if start:
+                alive = self._drop_abandoned(alive, chunk, cache, jobs, tails)
+                if not alive:
+                    break
+            end = min(start + step, inputs)
+            rows = torch.tensor(alive)
+            positions = prompt_len[owner[rows]].unsqueeze(1) + torch.arange(start, end)
+            out = self.model(
+                input_ids=cand_ids[rows, start:end].to(self.device),
+                attention_mask=torch.cat(
+                    [prompt_mask[owner[rows]], cand_mask[rows, :end]], dim=1
+                ).to(self.device),
+                position_ids=positions.to(self.device),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            self.score_forwards += 1
+            logprobs = torch.log_softmax(out.logits.float(), dim=-1)
+            targets = cand_ids[rows, start + 1 : end + 1].to(logprobs.device)
+            picked = logprobs.gather(2, targets.unsqueeze(2)).squeeze(2).tolist()
+            for row, values in zip(alive, picked, strict=True):
+                tails[row].extend(values)  # type: ignore[union-attr]
+        return tails
+
+    def _drop_abandoned(
+        self,
+        alive: list[int],
+        chunk: list[tuple[int, list[int]]],
+        cache: Any,
+        jobs: list[_ScoreJob],
+        tails: list[list[float] | None],
+    ) -> list[int]:
+        """The rows still wanted (none once the model is closing); the others leave the cache."""
+        closing = self.closing.is_set()
+        keep = [
+            k
+            for k, row in enumerate(alive)
+            if not closing and not jobs[chunk[row][0]].abandoned.is_set()
+        ]
+        if len(keep) == len(alive):
+            return alive
+        for k, row in enumerate(alive):
+            if k not in keep:
+                tails[row] = None
+        if keep:
+            cache.reorder_cache(torch.tensor(keep, device=self.device))
+        return [alive[k] for k in keep]
 
     def _prompt_pass(self, jobs: list[_ScoreJob]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Every prompt of the batch, left-padded: (last logits, KV cache, attention mask)."""
@@ -291,20 +383,30 @@ class LocalCausalLM:
             use_cache=True,
             logits_to_keep=1,
         )
+        self.score_forwards += 1
         return out.logits[:, -1, :], out.past_key_values, prompt_mask
 
-    def _prompt_pass_reusing_prefix(self, ids: list[int], cache_key: str) -> tuple[Any, Any]:
-        """One prompt: run only what follows the longest cached prefix; remember the result."""
+    def _prompt_pass_reusing_prefix(self, job: _ScoreJob, cache_key: str) -> tuple[Any, Any] | None:
+        """One prompt: run only what follows the longest cached prefix, in segments of at most
+        `score_forward_tokens`; remember the result. None: its job was abandoned meanwhile."""
+        ids = job.prompt_ids
         start, cache = self.prefix_cache.lookup(cache_key, ids)  # (0, None) when none
-        out = self.model(
-            input_ids=torch.tensor([ids[start:]], device=self.device),
-            position_ids=torch.arange(start, len(ids), device=self.device)[None],
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.prefix_cache.store(cache_key, ids, out.past_key_values)
-        return out.logits[:, -1, :], out.past_key_values
+        logits = None
+        for begin in range(start, len(ids), self.score_forward_tokens):
+            if begin > start and self._stopped([job]):
+                return None
+            end = min(begin + self.score_forward_tokens, len(ids))
+            out = self.model(
+                input_ids=torch.tensor([ids[begin:end]], device=self.device),
+                position_ids=torch.arange(begin, end, device=self.device)[None],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            self.score_forwards += 1
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+        self.prefix_cache.store(cache_key, ids, cache)
+        return logits, cache
 
 
 def pad(rows: list[list[int]], pad_id: int, left: bool = True) -> tuple[Any, Any]:
@@ -451,7 +553,8 @@ class TransformersBackend(Backend):
         tokenizer = AutoTokenizer.from_pretrained(path)
         dtype = resolve_dtype(config.dtype, device)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        self.lm = LocalCausalLM(model, tokenizer, config.score_chunk_tokens)
+        forward_tokens = config.score_forward_tokens or default_forward_tokens(device)
+        self.lm = LocalCausalLM(model, tokenizer, config.score_chunk_tokens, forward_tokens)
         self.adapters = Adapters(model, name, config.adapters)
         self.batcher = DynamicBatcher(
             self._run_group, config.max_batch_size, config.max_wait_ms / 1000, f"hf-{name}"
@@ -481,6 +584,10 @@ class TransformersBackend(Backend):
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.encode(text))
+
+    def score_shape(self, request: ScoreRequest) -> tuple[int, int]:
+        longest = max(len(ids) for ids in self.lm.encode_batch(list(request.candidates)))
+        return len(self._prompt_ids(request)), longest
 
     def _check_context(self, tokens: int, field_name: str) -> None:
         limit = self.config.max_context_tokens
@@ -537,7 +644,7 @@ class TransformersBackend(Backend):
     def _wait(self, future: Any, timeout_s: float, abandoned: threading.Event) -> Any:
         """The job's result. When it times out or its caller leaves (`abandoned` is set by the
         REST or gRPC layer), a queued job is dropped from the queue and a running one stops
-        at its next decoding step or scoring chunk, so it cannot hold the model."""
+        at its next decoding step or scoring forward pass, so it cannot hold the model."""
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
