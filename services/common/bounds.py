@@ -23,12 +23,15 @@ MAX_INT64 = MAX_JSON_INT
 # A seed plus an episode index or seed offset stays below 2**32: numpy's, SB3's and gym's limit.
 MAX_SEED = 2**31 - 1
 MAX_SEED_OFFSET = 2**30
+# Episodes of one evaluation or collection (what the evaluate recipe has always allowed).
+MAX_EPISODES = 100_000
 # A count of episodes, steps, examples, items: more than a service could do anyway.
 MAX_COUNT = 10**9
 # A budget in USD: far above any spend, low enough that a sum or product stays exact.
 MAX_USD = 1e9
 
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+Episodes = Annotated[int, Field(ge=1, le=MAX_EPISODES)]
 SeedOffset = Annotated[int, Field(ge=0, le=MAX_SEED_OFFSET)]
 Offset = Annotated[int, Field(ge=0, le=MAX_INT64)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]

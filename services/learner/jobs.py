@@ -51,7 +51,7 @@ class FineTuneRequest(BaseModel):
         None, description="local: module names LoRA adapts (default: every linear layer)"
     )
     lora_layers: int | None = Field(
-        None, ge=1, description="local: adapt only the top N decoder layers (None: all)"
+        None, ge=1, le=1024, description="local: adapt only the top N decoder layers (None: all)"
     )
     max_length: int = Field(1024, ge=16, le=65536, description="local: longer examples dropped")
     bf16: bool | None = Field(None, description="local: bf16 autocast (None: where native)")

@@ -6,6 +6,7 @@ the service keeps answering."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -86,12 +87,15 @@ def test_deep_nesting_is_a_400_naming_where_on_every_body_route(clients, service
     assert client.get("/health").status_code == 200
 
 
+OUT_OF_BOUNDS = [(BIG, "integer out of range"), ("-" + BIG, "integer out of range"),
+                 ("1e400", "finite"), ("NaN", "finite"), ("-Infinity", "finite")]  # fmt: skip
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_big_and_non_finite_numbers_are_a_400_naming_the_field(clients, service):
     client = clients[service]
     for method, path in body_routes(client):
-        for literal, words in ((BIG, "integer out of range"), ("-" + BIG, "integer out of range"),
-                               ("1e400", "finite"), ("NaN", "finite"), ("-Infinity", "finite")):  # fmt: skip
+        for literal, words in OUT_OF_BOUNDS:
             body = f'{{"x": {{"items": [1, {literal}]}}}}'.encode()
             assert_refused(send(client, method, path, body), "body.x.items[1]", words)
     assert client.get("/health").status_code == 200
@@ -144,8 +148,6 @@ def test_the_check_is_linear_on_hostile_bodies():
     )
     for body in hostile:
         started = time.perf_counter()
-        try:
+        with contextlib.suppress(JsonLimitError):
             check_json_body(body)
-        except JsonLimitError:
-            pass
         assert time.perf_counter() - started < 2.0

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import Episodes, Seed
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.ellm.intrinsic import (
     CONDITIONING,
@@ -60,7 +60,7 @@ class EllmConfig(RecipeConfig):
         200_000, ge=1, description="Pretraining budget per method, in frames (env steps)."
     )
     num_envs: int = Field(8, ge=1, le=256, description="Envs stepped together.")
-    eval_episodes: int = Field(20, ge=1, description="Episodes per evaluation.")
+    eval_episodes: Episodes = Field(20, description="Episodes per evaluation.")
     eval_epsilon: float = Field(0.05, ge=0, le=1, description="Epsilon of evaluation episodes.")
     finetune_task: str | None = Field(
         None,

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from llmrl.common.bounds import Seed, SeedOffset
+from llmrl.common.bounds import Episodes, Seed, SeedOffset
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.glam.training import PpoSettings
 
@@ -90,7 +90,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
         description="Evaluate greedily (argmax); False (the original's tests): sample from the "
         "policy, seeded by the episode.",
     )
-    eval_episodes: int = Field(50, ge=1, description="Episodes per evaluation.")
+    eval_episodes: Episodes = Field(50, description="Episodes per evaluation.")
     eval_seed_offset: SeedOffset = Field(
         1_000_000, description="Seed offset of the held-out evaluation episodes."
     )

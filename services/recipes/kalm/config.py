@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Seed, SeedOffset
+from llmrl.common.bounds import Episodes, Seed, SeedOffset
 from llmrl.recipes.base import RecipeConfig
 
 ENVS = ("ClevrRobot", "MetaWorld")
@@ -43,7 +43,7 @@ class KalmConfig(RecipeConfig):
         None,
         description="KALM's released .npy (default: $LLMRL_KALM_DATA or ../shared/data/kalm/).",
     )
-    scripted_episodes: int = Field(400, ge=1, description="Episodes the scripted collector plays.")
+    scripted_episodes: Episodes = Field(400, description="Episodes the scripted collector plays.")
     scripted_noise: float = Field(
         0.2, ge=0, le=1, description="Share of random actions of the scripted collector."
     )
@@ -155,7 +155,7 @@ class KalmConfig(RecipeConfig):
     imagined_weight: int = Field(
         1, ge=1, le=10, description="Times each kept imagined rollout appears in the data."
     )
-    eval_episodes: int = Field(100, ge=1, description="Evaluation episodes per level.")
+    eval_episodes: Episodes = Field(100, description="Evaluation episodes per level.")
     eval_mode: str = Field(
         "world",
         description="world: every evaluation episode of a level at once in one batched "

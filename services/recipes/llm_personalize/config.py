@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import MAX_EPISODES, Episodes, Seed
 from llmrl.learner.sft import LLAMA_LINEAR_LAYERS
 from llmrl.recipes.base import RecipeConfig
 
@@ -48,8 +48,8 @@ class LlmPersonalizeConfig(RecipeConfig):
     scenes: list[str] | None = Field(
         None, description="Scenes to personalise to (default: the data's val scenes)."
     )
-    train_episodes: int = Field(10, ge=1, description="Training episodes per scene.")
-    eval_episodes: int = Field(5, ge=1, description="Evaluation episodes per scene and split.")
+    train_episodes: Episodes = Field(10, description="Training episodes per scene.")
+    eval_episodes: Episodes = Field(5, description="Evaluation episodes per scene and split.")
     collect_samples: int = Field(
         4,
         ge=1,
@@ -59,6 +59,7 @@ class LlmPersonalizeConfig(RecipeConfig):
     collect_episodes: int | None = Field(
         None,
         ge=1,
+        le=MAX_EPISODES,
         description="Training episodes per scene played while collecting in each round: the "
         "first N (null: all train_episodes). Fewer make the rounds cheaper after a bootstrap "
         "on many demonstrations.",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import Episodes, Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
 from llmrl.common.threads import torch_threads
@@ -145,7 +145,7 @@ class When2AskConfig(RecipeConfig):
         20_000, ge=0, description="PPO timesteps for the never-ask baseline (0: skip it)."
     )
     n_envs: int = Field(8, ge=1, le=256, description="Mediator envs trained in parallel.")
-    eval_episodes: int = Field(50, ge=1, description="Evaluation episodes per method and task.")
+    eval_episodes: Episodes = Field(50, description="Evaluation episodes per method and task.")
     methods: list[str] = Field(
         [*METHODS, NEVER_ASK],
         min_length=1,
