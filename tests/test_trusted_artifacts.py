@@ -128,14 +128,13 @@ def test_refusals_read_the_same_whether_a_file_exists_or_not(orchestrator, forei
 
 def test_a_driver_refuses_a_foreign_model_even_past_submission(foreign, marker):
     """A job that reaches a worker some other way (the queue) still loads nothing foreign."""
-    from llmrl.agents import EpisodeJob, RolloutResources
+    from llmrl.agents import EpisodeJob, RolloutResources, make_driver
 
     resources = RolloutResources(simulator=None, llm_gateway=None)
     for policy in policies(str(foreign["zip"])) + policies(str(foreign["dir"])):
         job = EpisodeJob(run_id="r", episode_id="e", env="SimpleDoorKey", seed=0, policy=policy)
-        build = registry.get("driver", policy["kind"])
         with pytest.raises(ValueError, match="names no artifact llmrl saved"):
-            build(policy, resources, job)
+            make_driver(policy, resources, job)
     assert not marker.exists()
 
 
@@ -155,7 +154,7 @@ def test_what_the_project_saved_loads_and_llmrl_trust_vouches_for_the_rest(tmp_p
     from click.testing import CliRunner
     from stable_baselines3.common.env_util import make_vec_env
 
-    from llmrl.agents import EpisodeJob, RolloutResources
+    from llmrl.agents import EpisodeJob, RolloutResources, make_driver
     from llmrl.cli import main
     from llmrl.learner.versions import publish
 
@@ -178,7 +177,7 @@ def test_what_the_project_saved_loads_and_llmrl_trust_vouches_for_the_rest(tmp_p
     assert ppo.load(outsider) is not None
     job = EpisodeJob(run_id="r", episode_id="e", env="CartPole", seed=0,
                      policy={"kind": "sb3", "model": str(outsider), "keys": ["obs"]})  # fmt: skip
-    driver = registry.get("driver", "sb3")(job.policy, RolloutResources(None, None), job)
+    driver = make_driver(job.policy, RolloutResources(None, None), job)
     assert driver.observations == ("obs",)
     assert not marker.exists()
 

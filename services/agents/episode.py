@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmrl.agents.policy_spec import PolicySpec, parse_policy_spec
 from llmrl.common.episodes import LlmCall
-from llmrl.common.registry import UnknownNameError, registry
+from llmrl.common.registry import registry
 
 if TYPE_CHECKING:
     from llmrl.agents.resources import RolloutResources
 
-DEFAULT_KIND = "planner"
 
 
 @dataclass
@@ -92,18 +92,15 @@ class EpisodeDriver:
         raise NotImplementedError
 
 
-# How policy specs of one kind become drivers: build(policy, resources, job) -> driver.
-DriverBuilder = Callable[[dict[str, Any], "RolloutResources", EpisodeJob], EpisodeDriver]
+# How policy specs of one kind become drivers: build(spec, resources, job) -> driver.
+DriverBuilder = Callable[[PolicySpec, "RolloutResources", EpisodeJob], EpisodeDriver]
 
 
 def make_driver(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+    policy: dict[str, Any] | PolicySpec, resources: RolloutResources, job: EpisodeJob
 ) -> EpisodeDriver:
-    """The driver of a policy spec, by its kind (default "planner"), built for `job`."""
-    kind = policy.get("kind", DEFAULT_KIND)
-    try:
-        build: DriverBuilder = registry.get_driver(kind)
-    except UnknownNameError:
-        known = ", ".join(registry.names("driver"))
-        raise ValueError(f"unknown policy kind {kind!r}; known kinds: {known}") from None
-    return build(policy, resources, job)
+    """The driver of a policy spec, by its kind (default "planner"), built for `job` from the
+    spec validated against its kind's model (a ValueError naming each bad key)."""
+    spec = parse_policy_spec(policy)
+    build: DriverBuilder = registry.get_driver(spec.kind)
+    return build(spec, resources, job)

@@ -5,12 +5,15 @@ Policy spec: `{"kind": "planner", "name": <registered planner>, "kwargs": {...}}
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrl.agents.episode import Decision, EpisodeDriver, EpisodeJob
+from llmrl.agents.policy_spec import PolicySpec
 from llmrl.agents.resources import RolloutResources
 from llmrl.common.episodes import LlmCall
-from llmrl.common.registry import registry
+from llmrl.common.registry import UnknownNameError, registry
 from llmrl.planners.base import Planner, make_planner
 
 SKILL_RUNNING, SKILL_INFEASIBLE = 1, 3  # the simulator's SkillStatus values
@@ -60,11 +63,46 @@ class PlannerDriver(EpisodeDriver):
         return Decision(skill=self._current, llm_calls=calls)
 
 
-@registry.register_driver("planner", "Follows a registered planner's plans of skills")
+class PlannerRef(BaseModel):
+    """A registered planner and its arguments, as policy specs carry them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(..., description="a registered planner (`llmrl planners`)")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="the planner's arguments")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_name_alone(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value  # "oracle" is a spec too
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        try:
+            registry.entry("planner", name)
+        except UnknownNameError as exc:  # its message lists the registered planners
+            raise ValueError(exc.args[0]) from None
+        return name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kwargs": dict(self.kwargs)}
+
+
+class PlannerSpec(PolicySpec, PlannerRef):
+    """`{"kind": "planner", "name": <registered planner>, "kwargs": {...}}`."""
+
+    kind: Literal["planner"] = "planner"
+    name: str = Field(..., description="a registered planner (`llmrl planners`)")
+
+
+@registry.register_driver(
+    "planner", "Follows a registered planner's plans of skills", spec=PlannerSpec
+)
 def planner_driver(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+    spec: PlannerSpec, resources: RolloutResources, job: EpisodeJob
 ) -> PlannerDriver:
     planner = make_planner(
-        policy, connect_llm=lambda: resources.llm, llm_defaults={"run_id": job.run_id}
+        spec.as_dict(), connect_llm=lambda: resources.llm, llm_defaults={"run_id": job.run_id}
     )
     return PlannerDriver(planner)

@@ -291,10 +291,10 @@ class Registry:
         self, name: str, description: str = "", **metadata: Any
     ) -> Callable[[T], T]:
         """Register how policy specs of kind `name` (`{"kind": name, ...}`) become episode
-        drivers: decorates `build(policy, resources, job) -> EpisodeDriver`. Metadata
-        `artifacts=("model",)` names the spec's fields that refer to saved files or
-        checkpoints: they are resolved by `llmrl.common.trusted.policy_artifacts`, when a run
-        is submitted and before the driver loads them."""
+        drivers: decorates `build(spec, resources, job) -> EpisodeDriver`. Metadata
+        `spec=Model` (a `llmrl.agents.policy_spec.PolicySpec` subclass) declares the kind's
+        fields: specs are validated against it when a run is submitted and before `build`,
+        which receives the typed spec."""
         return self._register("driver", name, description, **metadata)
 
     def register_dataset(

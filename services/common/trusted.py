@@ -26,7 +26,6 @@ so an error never tells a caller whether some file exists.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -53,13 +52,14 @@ class UntrustedArtifactError(ValueError):
     field. The message is the same whatever the path holds."""
 
     def __init__(self, field: str, reference: object) -> None:
-        shown = str(reference)[:200]
-        super().__init__(
-            f"{field}: {shown!r} names no artifact llmrl saved under this LLMRL_HOME; name a "
-            "file or checkpoint a run or job wrote (a run's models/ or checkpoints/ folder, a "
-            "checkpoint line or one of its versions). A model from elsewhere is loaded only "
-            "after the user who runs llmrl vouches for it: `llmrl trust PATH`"
+        self.reason = (
+            f"{str(reference)[:200]!r} names no artifact llmrl saved under this LLMRL_HOME; "
+            "name a file or checkpoint a run or job wrote (run:<run_id>/<file>, e.g. a run's "
+            "models/ or checkpoints/ folder, a checkpoint line or one of its versions). A "
+            "model from elsewhere is loaded only after the user who runs llmrl vouches for it: "
+            "`llmrl trust PATH`"
         )
+        super().__init__(f"{field}: {self.reason}")
         self.field = field
 
 
@@ -194,32 +194,3 @@ def _files(folder: Path) -> Iterable[Path]:
         if path.is_file() and not path.name.endswith(_SAFE_SUFFIXES):
             yield path
 
-
-def policy_artifacts(policy: dict, field: str = "policy") -> dict[str, Path]:
-    """The saved artifacts policy spec `policy` names: each field its kind's driver declares
-    (`registry.register_driver(..., artifacts=("model",))`), resolved by `resolve_artifact`
-    with its full key (`policy.model`). Run at submission and by the driver before it loads."""
-    from llmrl.common.registry import registry
-
-    entry = registry.entry("driver", str(policy.get("kind")))
-    found = {}
-    for key in entry.metadata.get("artifacts", ()):  # "model", or nested: "ask.model"
-        value: object = policy
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is not None:
-            found[key] = resolve_artifact(str(value), f"{field}.{key}")
-    return found
-
-
-def with_resolved_artifacts(policy: dict, field: str = "policy") -> dict:
-    """A copy of `policy` whose artifact references (`run:<id>/...` included) are the paths
-    they resolve to, so that whoever plays it (a rollout worker) needs no run store."""
-    resolved = copy.deepcopy(policy)
-    for key, path in policy_artifacts(policy, field).items():
-        *parents, last = key.split(".")
-        target = resolved
-        for part in parents:
-            target = target[part]
-        target[last] = str(path)
-    return resolved

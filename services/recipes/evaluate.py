@@ -79,10 +79,11 @@ class EvaluateConfig(RecipeConfig):
             raise ValueError(
                 f"policy.kind must be one of {', '.join(kinds)}, got {value.get('kind')!r}"
             )
-        from llmrl.common import trusted
+        from llmrl.agents.policy_spec import parse_policy_spec, spec_dict
 
-        # a file the project did not save is refused here; `run:<id>/...` becomes its path
-        return trusted.with_resolved_artifacts(value)
+        # checked as its driver will read it: every key, and saved artifacts only (a file the
+        # project did not save is refused here; `run:<id>/...` becomes its path)
+        return spec_dict(parse_policy_spec(value))
 
     @model_validator(mode="after")
     def _env_kwargs_are_accepted(self) -> EvaluateConfig:

@@ -11,11 +11,13 @@ they are refused, naming the entries they lack.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
+from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.registry import registry
 from llmrl.recipes.ellm.intrinsic import AGENT_KEYS
 
@@ -44,17 +46,16 @@ class DqnDriver(EpisodeDriver):
         return Decision(action=int(action))
 
 
-@registry.register_driver(
-    ELLM_DQN, "a trained ELLM agent (dqn-ellm) on CrafterText", artifacts=("checkpoint",)
-)
-def _dqn_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    from llmrl.common import trusted
+class DqnSpec(PolicySpec):
+    """`{"kind": "ellm-dqn", "checkpoint": <a dqn-ellm version or line>, "epsilon": ...}`."""
+
+    kind: Literal["ellm-dqn"] = ELLM_DQN
+    checkpoint: ArtifactRef
+    epsilon: float = Field(0.0, ge=0, le=1, description="a random action's probability")
+
+
+@registry.register_driver(ELLM_DQN, "a trained ELLM agent (dqn-ellm) on CrafterText", spec=DqnSpec)
+def _dqn_driver(spec: DqnSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.learner.algorithms import load_cached
 
-    if not policy.get("checkpoint"):
-        raise ValueError("policy.checkpoint: a dqn-ellm checkpoint (version or line) is required")
-    epsilon = float(policy.get("epsilon", 0.0))
-    if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"policy.epsilon: expected a number in [0, 1], got {epsilon}")
-    checkpoint = trusted.policy_artifacts(policy)["checkpoint"]
-    return DqnDriver(load_cached("dqn-ellm", checkpoint), epsilon, seed=job.seed)
+    return DqnDriver(load_cached("dqn-ellm", spec.checkpoint), spec.epsilon, seed=job.seed)

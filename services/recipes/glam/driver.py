@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
-from llmrl.common import trusted
+from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
@@ -232,68 +233,90 @@ class RandomPhraseDriver(EpisodeDriver):
         return Decision(skill=phrases[int(self.rng.integers(len(phrases)))])
 
 
-@registry.register_driver(GLAM, "GLAM: an LLM scores the env's action phrases (gateway score)")
-def _glam_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    if not policy.get("model"):
-        raise ValueError("policy.model: a gateway model name is required")
+class ScoredSpec(PolicySpec):
+    """How the phrases' scores become a policy (GLAM and its checkpoints)."""
+
+    reduction: Literal[REDUCTIONS] = Field(  # type: ignore[valid-type]
+        "sum", description="a phrase's score: its tokens' log-probs summed, or their mean"
+    )
+    greedy: bool = Field(True, description="play the argmax (else sample, seeded per episode)")
+
+
+class GlamSpec(ScoredSpec):
+    kind: Literal["glam"] = GLAM
+    model: str = Field(..., min_length=1, description="gateway model (or <model>:<adapter>@<v>)")
+    chat: bool = Field(False, description="the prompt as a chat turn (behaviour cloning's form)")
+
+
+class CheckpointSpec(ScoredSpec):
+    kind: Literal["glam-checkpoint"] = CHECKPOINT
+    checkpoint: ArtifactRef
+
+
+class SavedModelSpec(PolicySpec):
+    model: ArtifactRef
+    greedy: bool = Field(True, description="play the best action (else sample, seeded)")
+
+
+class SymbolicSpec(SavedModelSpec):
+    kind: Literal["glam-sb3"] = SYMBOLIC
+
+
+class DrrnSpec(SavedModelSpec):
+    kind: Literal["glam-drrn"] = DRRN
+
+
+class RandomSpec(PolicySpec):
+    kind: Literal["glam-random"] = RANDOM
+
+
+@registry.register_driver(
+    GLAM, "GLAM: an LLM scores the env's action phrases (gateway score)", spec=GlamSpec
+)
+def _glam_driver(spec: GlamSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     return GlamDriver(
         resources.llm,
-        str(policy["model"]),
-        str(policy.get("reduction", "sum")),
-        bool(policy.get("greedy", True)),
+        spec.model,
+        spec.reduction,
+        spec.greedy,
         seed=job.seed,
         run_id=job.run_id,
-        chat=bool(policy.get("chat", False)),
+        chat=spec.chat,
     )
 
 
 @registry.register_driver(
-    CHECKPOINT, "GLAM's policy from an LLM-PPO checkpoint, in-process", artifacts=("checkpoint",)
+    CHECKPOINT, "GLAM's policy from an LLM-PPO checkpoint, in-process", spec=CheckpointSpec
 )
-def _checkpoint_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    if not policy.get("checkpoint"):
-        raise ValueError("policy.checkpoint: an llm-ppo checkpoint directory is required")
+def _checkpoint_driver(spec: CheckpointSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     return CheckpointGlamDriver(
-        str(trusted.policy_artifacts(policy)["checkpoint"]),
-        str(policy.get("reduction", "sum")),
-        bool(policy.get("greedy", True)),
-        seed=job.seed,
-        run_id=job.run_id,
+        spec.checkpoint, spec.reduction, spec.greedy, seed=job.seed, run_id=job.run_id
     )
 
 
 @registry.register_driver(
-    SYMBOLIC, "Symbolic-PPO: an SB3 policy on BabyAI's grid (GLAM)", artifacts=("model",)
+    SYMBOLIC, "Symbolic-PPO: an SB3 policy on BabyAI's grid (GLAM)", spec=SymbolicSpec
 )
-def _symbolic_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+def _symbolic_driver(spec: SymbolicSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.learner.algorithms import load_cached
     from llmrl.recipes.glam.training import SYMBOLIC_KEYS
 
-    if not policy.get("model"):
-        raise ValueError("policy.model: the path of an SB3 model (.zip) is required")
     return SymbolicDriver(
-        load_cached("ppo", trusted.policy_artifacts(policy)["model"]),
-        SYMBOLIC_KEYS,
-        greedy=bool(policy.get("greedy", True)),
-        seed=job.seed,
+        load_cached("ppo", spec.model), SYMBOLIC_KEYS, greedy=spec.greedy, seed=job.seed
     )
 
 
 @registry.register_driver(
-    DRRN, "DRRN: a text Q-network's choice among the phrases (GLAM)", artifacts=("model",)
+    DRRN, "DRRN: a text Q-network's choice among the phrases (GLAM)", spec=DrrnSpec
 )
-def _drrn_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+def _drrn_driver(spec: DrrnSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.recipes.glam.drrn import DrrnDriver, cached_drrn
 
-    if not policy.get("model"):
-        raise ValueError("policy.model: the path of a DRRN model (.zip) is required")
-    return DrrnDriver(
-        cached_drrn(str(trusted.policy_artifacts(policy)["model"])),
-        greedy=bool(policy.get("greedy", True)),
-        seed=job.seed,
-    )
+    return DrrnDriver(cached_drrn(spec.model), greedy=spec.greedy, seed=job.seed)
 
 
-@registry.register_driver(RANDOM, "a uniformly random action phrase (GLAM's baseline)")
-def _random_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+@registry.register_driver(
+    RANDOM, "a uniformly random action phrase (GLAM's baseline)", spec=RandomSpec
+)
+def _random_driver(spec: RandomSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     return RandomPhraseDriver(seed=job.seed)

@@ -234,12 +234,20 @@ class KalmConfig(RecipeConfig):
             raise ValueError(f"expected one of {', '.join(IMAGINED_FILTERS)}, got {value!r}")
         return value
 
-    @field_validator("dataset", "released_path", "grounding_from")
+    @field_validator("dataset", "released_path")
     @classmethod
     def _path_is_confined(cls, value: str | None, info: object) -> str | None:
         from llmrl.common.paths import confined_field
 
         return confined_field(value, info)
+
+    @field_validator("grounding_from")
+    @classmethod
+    def _grounding_was_saved_here(cls, value: str | None) -> str | None:
+        # a checkpoint the project saved (`run:<id>/grounding/1` or its path), nothing else
+        from llmrl.common import trusted
+
+        return None if value is None else str(trusted.resolve_artifact(value, "grounding_from"))
 
     @model_validator(mode="after")
     def _choices_fit_the_env(self) -> KalmConfig:

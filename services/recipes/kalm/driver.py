@@ -9,11 +9,13 @@ Box actions). The model is loaded once per process (`load_cached`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
+from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.registry import registry
 
 OFFLINE = "kalm-offline"
@@ -49,18 +51,32 @@ class OfflinePolicyDriver(EpisodeDriver):
         return Decision(action=[float(x) for x in np.ravel(action)])
 
 
+class OfflineSpec(PolicySpec):
+    """`{"kind": "kalm-offline", "algorithm": ..., "checkpoint": ..., "embed_model": ...}`."""
+
+    kind: Literal["kalm-offline"] = OFFLINE
+    algorithm: str = Field(..., description="the offline RL algorithm that saved it (bc, cql...)")
+    checkpoint: ArtifactRef
+    embed_model: str | None = Field(None, description="gateway embedding model (None: default)")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _registered(cls, algorithm: str) -> str:
+        from llmrl.common.registry import UnknownNameError
+
+        try:
+            registry.entry("algorithm", algorithm)
+        except UnknownNameError as exc:  # its message lists the registered algorithms
+            raise ValueError(exc.args[0]) from None
+        return algorithm
+
+
 @registry.register_driver(
-    OFFLINE,
-    "KALM: an offline RL policy on state + instruction embedding",
-    artifacts=("checkpoint",),
+    OFFLINE, "KALM: an offline RL policy on state + instruction embedding", spec=OfflineSpec
 )
-def _offline_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
-    from llmrl.common import trusted
+def _offline_driver(spec: OfflineSpec, resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.learner.algorithms import load_cached
 
-    for key in ("algorithm", "checkpoint"):
-        if not policy.get(key):
-            raise ValueError(f"policy.{key}: required for a {OFFLINE} policy")
-    model = load_cached(str(policy["algorithm"]), trusted.policy_artifacts(policy)["checkpoint"])
+    model = load_cached(spec.algorithm, spec.checkpoint)
     llm = resources.llm if model.embedding_dim else None
-    return OfflinePolicyDriver(model, llm, policy.get("embed_model"), job.run_id)
+    return OfflinePolicyDriver(model, llm, spec.embed_model, job.run_id)

@@ -29,10 +29,13 @@ bool (demonstrations only)}`.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
-from llmrl.agents.planner_driver import PlannerDriver
+from llmrl.agents.planner_driver import PlannerDriver, PlannerRef
+from llmrl.agents.policy_spec import PolicySpec
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
 from llmrl.planners.base import Plan, Planner, make_planner, observation_text
@@ -125,39 +128,58 @@ def _layout(env_kwargs: dict[str, Any]) -> ActionLayout:
     return ActionLayout(**sizes)
 
 
+class HousekeepSpec(PolicySpec, PlannerRef):
+    """A planner (`name`, `kwargs`) and how its scripted plans are logged (module docstring)."""
+
+    name: str = Field(..., description="a registered planner (`llmrl planners`)")
+    few_shot: bool = Field(True, description="the recorded prompts carry the worked example")
+    query_every_step: bool = Field(
+        False, description="ask a scripted planner every step and play its first skill"
+    )
+
+
+class HousekeepPlannerSpec(HousekeepSpec):
+    kind: Literal["housekeep-planner"] = POLICY_KIND
+
+
+class DemonstrationSpec(HousekeepSpec):
+    kind: Literal["housekeep-demonstration"] = DEMONSTRATION_KIND
+
+
 def _planner(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob, **llm_defaults: Any
+    spec: HousekeepSpec, resources: RolloutResources, job: EpisodeJob, **llm_defaults: Any
 ) -> Planner:
     """The spec's planner; a scripted one wrapped so that its plans are logged as LLM calls."""
     planner = make_planner(
-        policy,
+        spec.as_dict(),
         connect_llm=lambda: resources.llm,
         llm_defaults={"run_id": job.run_id, **llm_defaults},
     )
     if getattr(planner, "uses_llm", False):
         return planner
-    return PromptRecorder(
-        planner,
-        str(policy["name"]),
-        bool(policy.get("few_shot", True)),
-        play_first_only=bool(policy.get("query_every_step", False)),
-    )
+    return PromptRecorder(planner, spec.name, spec.few_shot, play_first_only=spec.query_every_step)
 
 
-@registry.register_driver(POLICY_KIND, "LLM-Personalize's executor: every plan line is a step")
+@registry.register_driver(
+    POLICY_KIND,
+    "LLM-Personalize's executor: every plan line is a step",
+    spec=HousekeepPlannerSpec,
+)
 def _housekeep_driver(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+    spec: HousekeepPlannerSpec, resources: RolloutResources, job: EpisodeJob
 ) -> HousekeepPlanDriver:
     return HousekeepPlanDriver(
-        _planner(policy, resources, job, charge_unparsable=True),
+        _planner(spec, resources, job, charge_unparsable=True),
         unknown_action=_layout(job.env_kwargs).unknown_name_action,
     )
 
 
 @registry.register_driver(
-    DEMONSTRATION_KIND, "Housekeep demonstrations: a scripted planner's plans as LLM calls"
+    DEMONSTRATION_KIND,
+    "Housekeep demonstrations: a scripted planner's plans as LLM calls",
+    spec=DemonstrationSpec,
 )
 def _demonstration_driver(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+    spec: DemonstrationSpec, resources: RolloutResources, job: EpisodeJob
 ) -> PlannerDriver:
-    return PlannerDriver(_planner(policy, resources, job), record_observations=RECORDED)
+    return PlannerDriver(_planner(spec, resources, job), record_observations=RECORDED)

@@ -18,13 +18,19 @@ measure the difference: `bench/when2ask_eval.py`) read them with every step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
+from llmrl.agents.planner_driver import PlannerRef
+from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.registry import registry
 from llmrl.planners.base import make_planner, reseeded
 from llmrl.recipes.when2ask.asking import (
     ALWAYS,
+    METHODS,
+    REFERENCE_RULES,
     UNTIL_CONFIDENT,
     AskPolicy,
     canonical_method,
@@ -64,43 +70,87 @@ class MediatorDriver(EpisodeDriver):
         return Decision(skill=choice.skill, llm_calls=choice.llm_calls, info=info)
 
 
+class AskSpec(BaseModel):
+    """How the mediator decides to ask: a rule, a random rate or a learned policy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: str = Field(..., description="an asking method or reference rule")
+    p: float = Field(0.5, ge=0, le=1, description="random: the probability of asking")
+    threshold: float = Field(0.5, ge=0, le=1, description=f"{UNTIL_CONFIDENT}: the confidence")
+    model: ArtifactRef | None = Field(None, description="learned: the saved asking policy")
+
+    @field_validator("method")
+    @classmethod
+    def _known(cls, method: str) -> str:
+        if canonical_method(method) not in (*METHODS, *REFERENCE_RULES):
+            raise ValueError(f"expected one of {', '.join((*METHODS, *REFERENCE_RULES))}")
+        return method
+
+    @model_validator(mode="after")
+    def _learned_has_a_model(self) -> AskSpec:
+        if canonical_method(self.method) == "learned" and self.model is None:
+            raise ValueError("model: the learned method needs its saved asking policy")
+        return self
+
+
+class MediatorSpec(PolicySpec):
+    """`{"kind": "when2ask", "ask": {...}, "planner": {...}, ...}` (the module docstring)."""
+
+    kind: Literal["when2ask"] = "when2ask"
+    ask: AskSpec
+    planner: PlannerRef
+    lam: float = Field(0.01, ge=0, description="the cost of a query")
+    same_plan_penalty: float = Field(
+        0.01, ge=0, description="the cost of a query that re-plans the same"
+    )
+    new_plan_bonus: float = Field(0.0, ge=0, description="the reward of a query with a new plan")
+    sees_plan: bool = False
+    counts_objects: bool = False
+    sees_confidence: bool = False
+    sees_time: bool = False
+    sees_knowledge: bool = False
+    planner_entries: Literal[PLANNER_ENTRIES] = Field(  # type: ignore[valid-type]
+        PLANNER_ENTRIES[0], description="when the planner's own entries are read"
+    )
+
+    @model_validator(mode="after")
+    def _confidence_is_seen(self) -> MediatorSpec:
+        if canonical_method(self.ask.method) == UNTIL_CONFIDENT and not self.sees_confidence:
+            # without the feature the rule would read whatever feature comes last
+            raise ValueError(f'sees_confidence: {UNTIL_CONFIDENT} needs "sees_confidence": true')
+        return self
+
+
 @registry.register_driver(
-    "when2ask", "When2Ask: a mediator decides when to ask the planner", artifacts=("ask.model",)
+    "when2ask", "When2Ask: a mediator decides when to ask the planner", spec=MediatorSpec
 )
 def _mediator_driver(
-    policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob
+    spec: MediatorSpec, resources: RolloutResources, job: EpisodeJob
 ) -> MediatorDriver:
     planner = make_planner(
-        reseeded(policy["planner"], job.seed),  # a noisy planner errs differently per episode
+        reseeded(spec.planner.as_dict(), job.seed),  # a noisy planner errs differently per episode
         connect_llm=lambda: resources.llm,
         llm_defaults={"run_id": job.run_id},
     )
-    sees_time = bool(policy.get("sees_time", False))
-    if sees_time and job.max_steps is None:
+    if spec.sees_time and job.max_steps is None:
         # the clock runs to the cap the mediator was trained with; without one it has no scale
         raise ValueError("policy.sees_time: needs the episode job's max_steps (the step cap)")
     core = MediatorCore(
         planner,
-        lam=float(policy.get("lam", 0.01)),
-        same_plan_penalty=float(policy.get("same_plan_penalty", 0.01)),
-        new_plan_bonus=float(policy.get("new_plan_bonus", 0.0)),
-        sees_plan=bool(policy.get("sees_plan", False)),
-        counts_objects=bool(policy.get("counts_objects", False)),
-        sees_confidence=bool(policy.get("sees_confidence", False)),
-        step_cap=job.max_steps if sees_time else None,
-        sees_knowledge=bool(policy.get("sees_knowledge", False)),
+        lam=spec.lam,
+        same_plan_penalty=spec.same_plan_penalty,
+        new_plan_bonus=spec.new_plan_bonus,
+        sees_plan=spec.sees_plan,
+        counts_objects=spec.counts_objects,
+        sees_confidence=spec.sees_confidence,
+        step_cap=job.max_steps if spec.sees_time else None,
+        sees_knowledge=spec.sees_knowledge,
     )
-    method = canonical_method(str(policy["ask"].get("method")))
-    if method == UNTIL_CONFIDENT and not core.sees_confidence:
-        # without the feature the rule would read whatever feature comes last
-        raise ValueError(f'policy.sees_confidence: {UNTIL_CONFIDENT} needs "sees_confidence": true')
-    entries = policy.get("planner_entries", PLANNER_ENTRIES[0])
-    if entries not in PLANNER_ENTRIES:
-        allowed = ", ".join(PLANNER_ENTRIES)
-        raise ValueError(f"policy.planner_entries: expected one of {allowed}, got {entries!r}")
-    ask_policy = make_ask_policy(policy["ask"], seed=job.seed)
+    method = canonical_method(spec.ask.method)
+    ask_policy = make_ask_policy(spec.ask.model_dump(exclude_none=True), seed=job.seed)
     # always-ask queries every step: reading the entries apart would only add a call per step
-    every_step = entries == "every_step" or method == ALWAYS
+    every_step = spec.planner_entries == "every_step" or method == ALWAYS
     return MediatorDriver(core, ask_policy, every_step=every_step)
 
 
@@ -123,14 +173,18 @@ class SB3ActionDriver(EpisodeDriver):
         return Decision(action=int(np.asarray(action).reshape(-1)[0]))
 
 
-@registry.register_driver("sb3", artifacts=("model",))
-def _sb3_driver(policy: dict[str, Any], resources: RolloutResources, job: EpisodeJob) -> Any:
+class SB3Spec(PolicySpec):
     """`{"kind": "sb3", "model": <a saved .zip or checkpoint>, "algorithm": "ppo", "keys":
-    [...]}`."""
-    from llmrl.common import trusted
+    [...]}`: low-level actions from a Stable-Baselines3 model on the observations `keys`."""
+
+    kind: Literal["sb3"] = "sb3"
+    model: ArtifactRef
+    algorithm: str = Field("ppo", description="the SB3 algorithm that saved it")
+    keys: list[str] = Field(..., min_length=1, description="the observations it reads")
+
+
+@registry.register_driver("sb3", "a Stable-Baselines3 policy's own actions", spec=SB3Spec)
+def _sb3_driver(spec: SB3Spec, resources: RolloutResources, job: EpisodeJob) -> Any:
     from llmrl.learner.algorithms import load_cached
 
-    if not policy.get("model"):
-        raise ValueError("policy.model: a saved SB3 model (.zip or checkpoint) is required")
-    model = load_cached(policy.get("algorithm", "ppo"), trusted.policy_artifacts(policy)["model"])
-    return SB3ActionDriver(model, list(policy["keys"]))
+    return SB3ActionDriver(load_cached(spec.algorithm, spec.model), list(spec.keys))

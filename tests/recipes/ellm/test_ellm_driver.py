@@ -10,7 +10,7 @@ import pytest
 import support.tiny_crafter_text  # noqa: F401  (registers TinyCrafterText)
 from support.tiny_crafter_text import ENV_ID
 
-from llmrl.agents import EpisodeJob, RolloutResources
+from llmrl.agents import EpisodeJob, RolloutResources, make_driver
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms import Versions
 from llmrl.orchestrator.embedded import run_embedded
@@ -34,6 +34,6 @@ def test_a_trained_agent_plays_the_evaluate_recipe(tmp_path: Path, monkeypatch):
 
 def test_a_spec_without_checkpoint_is_refused():
     job = EpisodeJob(run_id="r", episode_id="e/0", env=ENV_ID, seed=0, policy={})
-    build = registry.get_driver("ellm-dqn")
+    build = make_driver
     with pytest.raises(ValueError, match=r"policy\.checkpoint"):
         build({"kind": "ellm-dqn"}, RolloutResources(simulator=None, llm_gateway=None), job)

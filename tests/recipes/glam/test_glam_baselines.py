@@ -15,7 +15,7 @@ import torch
 from support.tiny_llm import TINY_MODEL
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from llmrl.common.registry import registry
+from llmrl.agents import make_driver
 from llmrl.learner.algorithms import load_cached
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
 from llmrl.learner.llm.model import LlmPolicyModel
@@ -93,7 +93,7 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
     def played(seed: int, greedy: bool) -> list[int]:
         policy = {"kind": "glam-sb3", "model": str(model), "greedy": greedy}
         job = SimpleNamespace(seed=seed)
-        play = registry.get_driver("glam-sb3")(policy, None, job)
+        play = make_driver(policy, None, job)
         return [play.act(observation, t).action for t in range(40)]
 
     assert played(3, greedy=False) == played(3, greedy=False)

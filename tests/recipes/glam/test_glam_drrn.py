@@ -12,7 +12,7 @@ import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
 import torch
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
-from llmrl.common.registry import registry
+from llmrl.agents import make_driver
 from llmrl.learner.drrn import DrrnLayout, DrrnScorer, encode, word_ids
 from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.recipes.glam.drrn import DrrnVecEnv, cached_drrn, state_row, train_drrn
@@ -96,7 +96,7 @@ def test_drrn_learns_the_one_correct_phrase_and_its_driver_plays_it(tmp_path: Pa
 
     model = cached_drrn(out["model"])
     assert cached_drrn(out["model"]) is model  # loaded once per file version
-    driver = registry.get_driver("glam-drrn")
+    driver = make_driver
     observation = {"text": "You see the goal 1 step forward", "mission": "go to the goal"}
 
     def played(seed: int, greedy: bool) -> list[int]:
@@ -111,7 +111,7 @@ def test_drrn_learns_the_one_correct_phrase_and_its_driver_plays_it(tmp_path: Pa
     # a softmax over Q-values: a wrong phrase only costs a discount here (Q ~ 0.9 x 20
     # against 20), so the correct one is drawn ~60% of the time, against 1/6 at random
     assert sum(a == PHRASES.index(CORRECT) for a in sampled) >= 12
-    with pytest.raises(FileNotFoundError, match=r"policy\.model"):
+    with pytest.raises(ValueError, match=r"policy\.model: .*names no artifact llmrl saved"):
         driver(
             {"kind": "glam-drrn", "model": str(tmp_path / "none.zip")},
             None,

@@ -13,9 +13,8 @@ import support.tiny_text_env  # noqa: F401  (registers TinyTextGoForward)
 from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
-from llmrl.agents import EpisodeJob, RolloutResources
+from llmrl.agents import EpisodeJob, RolloutResources, make_driver
 from llmrl.common.episodes import EpisodeRecord, LlmCall
-from llmrl.common.registry import registry
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.embedded import run_embedded
@@ -101,7 +100,7 @@ def test_the_driver_scores_as_the_gateway(tiny_gateway: Path):
     policy = {"kind": "glam", "model": TINY_MODEL, "reduction": "sum", "greedy": True}
     resources = RolloutResources(simulator=None, llm_gateway=None)
     resources._llm = llm  # this test's gateway, not the process's shared one
-    driver = registry.get_driver("glam")(policy, resources, job)
+    driver = make_driver(policy, resources, job)
     observation = {"text": "You see the goal 1 step forward", "mission": "go to the goal"}
     decision = driver.act(observation, 0)
 

@@ -139,11 +139,11 @@ def test_a_reused_grounding_must_fit_the_config(tmp_path, monkeypatch):
     ok = validate_config("kalm", {"grounding_from": str(grounded.path), "state_target": "delta"})
     assert ok.grounding_from == str(grounded.path)
     for config, message in (
-        ({"grounding_from": str(tmp_path / "missing")}, "no checkpoint directory"),
+        ({"grounding_from": str(tmp_path / "missing")}, "names no artifact llmrl saved"),
         ({"grounding_from": str(other.path)}, "holds a bc checkpoint"),
-        ({"grounding_from": str(corrupt)}, "cannot read the checkpoint's metadata"),
+        ({"grounding_from": str(corrupt)}, "names no artifact llmrl saved"),  # not the project's
         ({"grounding_from": str(grounded.path)}, "state_target 'delta'"),  # config: absolute
-        ({"grounding_from": "/etc"}, "outside the folders"),
+        ({"grounding_from": "/etc"}, "names no artifact llmrl saved"),
     ):
         with pytest.raises(ConfigError, match="grounding_from") as error:
             validate_config("kalm", config)
