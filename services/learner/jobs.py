@@ -2,9 +2,10 @@
 API) by default, or any other kind given a run function (the learner's RL policy jobs). The
 annotator hands its fine-tuning jobs to the learner rather than running them.
 
-`BackgroundJobs` keeps the jobs of one process: `submit` validates a request and starts it on a
-worker thread (one job at a time: training takes the machine), `get`/`list` report status
-(`queued`, `running`, `succeeded`, `failed`), progress (local training steps), the result
+`BackgroundJobs` keeps the jobs of one process: `submit` validates a request and starts it, in
+a child process of its own (`job_process.py`: a cancelled job that does not stop is killed),
+one job at a time (training takes the machine); `get`/`list` report status (`queued`,
+`running`, `succeeded`, `failed`, `cancelled`), progress (local training steps), the result
 (adapter directory and the gateway model name, or the OpenAI model id) or the error. Jobs are
 also written as JSON under `<jobs_dir>/<job_id>.json`, so their outcome survives a restart.
 """
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from llmrl.common.bounds import Seed
 from llmrl.common.paths import confined_field
 from llmrl.common.providers import DEFAULT_PROVIDER, provider
+from llmrl.learner.job_process import JobCancelled, Outcome, run_in_child
 from llmrl.llm_gateway.names import is_safe_name
 
 log = logging.getLogger("llmrl.learner.jobs")
@@ -107,26 +109,33 @@ def _is_file(path: str) -> bool:
         return False
 
 
-class JobCancelled(Exception):
-    """Raised inside a job's work, at its next progress report, once the job is cancelled."""
-
-
 class BackgroundJobs:
     """Background jobs of one kind. `run(request, report)` does the work; `report(n)` adds n to
     the job's `progress` (e.g. training steps). Default: fine-tuning (`run_finetune`).
 
     `cancel(job_id)`: a queued job never starts; a running one stops at its next `report`
-    (every training loop reports per step or update), with status "cancelled". What it saved
-    before (adapter versions, checkpoints) stays."""
+    (every training loop reports per step or update), with status "cancelled", and one that
+    has not stopped `cancel_grace_s` later is killed (its process: `isolated`, the default;
+    `run` and the requests must then pickle). What it saved before (adapter versions,
+    checkpoints) stays."""
 
     def __init__(
         self,
         jobs_dir: str | Path,
         run: Callable[[Any, Callable[[int], None]], dict[str, Any]] | None = None,
         id_prefix: str = "ft",
+        cancel_grace_s: float = 5.0,
+        isolated: bool = True,
+        runner: Callable[[Any], Callable[..., dict[str, Any]]] | None = None,
     ) -> None:
         self.run_fn = run or run_finetune
+        # what an isolated job's child runs for a request (default: `run`); the parent resolves
+        # it so that the child imports only that function's module
+        self.runner = runner or (lambda _request: self.run_fn)
         self.id_prefix = id_prefix
+        self.cancel_grace_s = cancel_grace_s
+        self.isolated = isolated
+        self._closing = threading.Event()
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs: dict[str, dict[str, Any]] = {}
@@ -179,6 +188,8 @@ class BackgroundJobs:
             return dict(job)
 
     def close(self) -> None:
+        """Start no more jobs; a running job's process is killed (its record: interrupted)."""
+        self._closing.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the worker --------------------------------------------------------------------------
@@ -202,12 +213,33 @@ class BackgroundJobs:
         job.update(status="running", started=time.time())
         self._update(job)
 
-        def report(n: int) -> None:
+        def add_progress(n: int) -> None:
             with self._lock:
                 job["progress"] = job.get("progress", 0) + n  # read by get(); saved at the end
+
+        def report(n: int) -> None:
+            add_progress(n)
+            with self._lock:
                 if job.get("cancel_requested"):
                     raise JobCancelled(f"job {job_id} was cancelled")
 
+        if self.isolated:
+            try:
+                outcome = run_in_child(
+                    self.runner(request),
+                    request,
+                    add_progress,
+                    lambda: bool(job.get("cancel_requested")),  # set by cancel()
+                    self.cancel_grace_s,
+                    self._closing.is_set,
+                )
+            except Exception as exc:  # no child started (a kind that cannot load, no pickle)
+                outcome = Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+            log.info("job %s %s at progress %s", job_id, outcome.status, job.get("progress"))
+            job.update(status=outcome.status, result=outcome.result, error=outcome.error)
+            job["finished"] = time.time()
+            self._update(job)
+            return
         try:
             result = self.run_fn(request, report)
         except JobCancelled:

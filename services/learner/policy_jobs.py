@@ -28,15 +28,26 @@ from llmrl.learner.jobs import BackgroundJobs, add_status_routes
 NOUN = "policy training job"
 
 
-def policy_jobs(jobs_dir: Any) -> BackgroundJobs:
-    """The learner's policy-training job runner (one job at a time, any registered kind)."""
-    return BackgroundJobs(jobs_dir, run=run_policy_job, id_prefix="rl")
+def policy_jobs(jobs_dir: Any, cancel_grace_s: float = 5.0) -> BackgroundJobs:
+    """The learner's policy-training job runner (one job at a time, any registered kind, each
+    in its own process: a cancelled job that does not stop is killed)."""
+    return BackgroundJobs(
+        jobs_dir,
+        run=run_policy_job,
+        id_prefix="rl",
+        cancel_grace_s=cancel_grace_s,
+        runner=policy_job_runner,
+    )
+
+
+def policy_job_runner(request: Any) -> Callable[[Any, Callable[[int], None]], dict[str, Any]]:
+    """A validated request's registered run function."""
+    return registry.get_policy_job(request.kind)[1]
 
 
 def run_policy_job(request: Any, report: Callable[[int], None]) -> dict[str, Any]:
     """Run a validated request with its kind's registered run function."""
-    _, run = registry.get_policy_job(request.kind)
-    return run(request, report)
+    return policy_job_runner(request)(request, report)
 
 
 class PolicyJobsUnavailable(RuntimeError):

@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Run in a fresh interpreter, so that hiding packages never touches this test process.
-SCRIPT = """
-import importlib.abc, json, sys, time
+# Hides the packages in every interpreter that starts with it on PYTHONPATH (a
+# sitecustomize): the learner's process and the process each of its jobs runs in.
+HIDE = """
+import importlib.abc, sys
 
 MISSING = {"minigrid", "crafter", "metaworld", "d3rlpy", "sentence_transformers"}
 
@@ -24,6 +25,11 @@ class Missing(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, Missing())
+"""
+# Run in a fresh interpreter, so that hiding packages never touches this test process.
+SCRIPT = """
+import json, sys, time
+
 from fastapi.testclient import TestClient
 
 from llmrl.common.registry import registry
@@ -54,12 +60,16 @@ print(json.dumps(report))
 
 
 def test_the_learner_starts_without_the_recipes_packages(tmp_path: Path):
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(HIDE)
+    path = os.pathsep.join(filter(None, [str(hide), os.environ.get("PYTHONPATH")]))
     completed = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "jobs")],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "LLMRL_HOME": str(tmp_path / "home")},
+        env={**os.environ, "LLMRL_HOME": str(tmp_path / "home"), "PYTHONPATH": path},
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = json.loads(completed.stdout.strip().splitlines()[-1])

@@ -210,6 +210,10 @@ def train_llm_ppo(
         device=config.device,
     )
     policy.train()
+    # `on_progress(0)`: no step done, but a cancel lands here (before the first update too);
+    # loading a model and an update of big minibatches take minutes on a CPU
+    cancel_point = on_progress or (lambda _n: None)
+    cancel_point(0)
     params = policy.parameters()
     optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
     if previous is not None:
@@ -277,6 +281,7 @@ def train_llm_ppo(
 
             # 3. rollout: T steps of N envs, one batched scoring per step
             for step in range(T):
+                cancel_point(0)
                 global_step += N
                 prompts = [policy.encode(history.prompt()) for history in histories]
                 dones[step] = next_done
@@ -329,6 +334,7 @@ def train_llm_ppo(
             for _epoch in range(config.update_epochs):
                 indices = order(config.batch_size)
                 for start in range(0, config.batch_size, config.minibatch_size):
+                    cancel_point(0)
                     mb = torch.as_tensor(indices[start : start + config.minibatch_size])
                     stats = ppo_minibatch_step(
                         act_again,
