@@ -50,6 +50,14 @@ def _settings(
     return settings
 
 
+def _allow_working_folder() -> None:
+    """An embedded run may read the files under the folder its user runs it from (their
+    earlier runs: `grounding_from=runs/kalm/grounding/1`); services never do this."""
+    from llmrl.common.paths import allow_root
+
+    allow_root(Path.cwd())
+
+
 def _deep_update(target: dict[str, Any], updates: dict[str, Any]) -> None:
     for key, value in updates.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
@@ -99,6 +107,7 @@ def run(
     run_failed = _load("llmrl.orchestrator.embedded", "RunFailed")
     config_error = _load("llmrl.recipes.base", "ConfigError")
     config = _settings(config_file, overrides)
+    _allow_working_folder()
     try:
         run_embedded(recipe, config, out_dir=out, progress=not quiet)
     except config_error as exc:  # unknown recipe or bad key/value: say which, no traceback
@@ -298,6 +307,8 @@ def sweep(
     """
     config_error = _load("llmrl.recipes.base", "ConfigError")
     spec_from_arguments = _load("llmrl.orchestrator.experiments", "spec_from_arguments")
+    if url is None:
+        _allow_working_folder()
     try:
         spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
         if url is not None:

@@ -221,7 +221,6 @@ def run_embedded(
     out = Path(out_dir or f"runs/{recipe}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     allow_root(out)  # the run's own datasets and jobs live here (the user chose it)
-    allow_root(Path.cwd())  # and the user's own earlier runs' files, named on their command line
     store = RunStore(out / "run.sqlite")
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:
