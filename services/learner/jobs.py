@@ -24,11 +24,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmrl.common import trusted
 from llmrl.common.bounds import Seed
+from llmrl.common.names import Name, is_safe_name
 from llmrl.common.paths import confined_field
 from llmrl.common.providers import DEFAULT_PROVIDER, provider
 from llmrl.learner.job_process import JobCancelled, Outcome, run_in_child
-from llmrl.llm_gateway.names import is_safe_name
 
 log = logging.getLogger("llmrl.learner.jobs")
 
@@ -41,8 +42,8 @@ class FineTuneRequest(BaseModel):
     backend: Literal["local", "openai"] = Field("local", description="local LoRA or OpenAI API")
     data: list[str] = Field(..., min_length=1, description="chat fine-tuning JSONL files")
     model: str = Field("smollm2", description="gateway model (local) or OpenAI base model")
-    adapter: str = Field("sft", pattern=r"^[A-Za-z0-9_-]+$", description="local adapter name")
-    version: str = Field("1", pattern=r"^[A-Za-z0-9_.-]+$", description="local adapter version")
+    adapter: Name = Field("sft", description="local adapter name")
+    version: Name = Field("1", description="local adapter version")
     init_adapter: str | None = Field(None, description="local: continue this adapter directory")
     steps: int | None = Field(None, ge=1, le=1_000_000)
     epochs: float = Field(1.0, gt=0, le=100)
@@ -71,7 +72,13 @@ class FineTuneRequest(BaseModel):
 
     # a job reads only files under LLMRL_HOME or a configured data root (checked before the
     # files' existence, so a refusal says nothing about what exists elsewhere)
-    _paths_confined = field_validator("data", "init_adapter")(confined_field)
+    _paths_confined = field_validator("data")(confined_field)
+
+    @field_validator("init_adapter")
+    @classmethod
+    def _adapter_saved_here(cls, value: str | None) -> str | None:
+        # an adapter this project saved (a version under LLMRL_HOME), never a folder elsewhere
+        return None if value is None else str(trusted.resolve_artifact(value, "init_adapter"))
 
     @field_validator("provider")
     @classmethod

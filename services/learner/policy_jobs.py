@@ -89,6 +89,7 @@ def parse_policy_job(body: Any) -> BaseModel:
 
 SERVICE_FIELDS = ("simulator", "llm_gateway")  # addresses a job may carry
 PATH_FIELDS = ("model_path", "tensorboard_dir")  # files a job writes
+ARTIFACT_FIELDS = ("init_from",)  # saved checkpoints a job starts from: the project's own only
 # a gateway model name, or a local model directory the learner loads: a directory is a path
 MODEL_FIELDS = ("model", "base_model")
 
@@ -109,6 +110,7 @@ def _names_a_path(value: Any) -> bool:
 def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
     """What a request names outside the learner's reach: an address that is not the learner's
     configured service, a path outside its roots (each error names its field)."""
+    from llmrl.common import trusted
     from llmrl.common.config import grpc_address
     from llmrl.common.paths import PathOutsideRootsError, confine
 
@@ -130,6 +132,14 @@ def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
         try:
             confine(path, field)
         except PathOutsideRootsError as exc:
+            errors.append({"loc": (field,), "msg": str(exc), "type": "value_error"})
+    for field in ARTIFACT_FIELDS:
+        reference = getattr(request, field, None)
+        if reference is None:
+            continue
+        try:
+            trusted.resolve_artifact(reference, field)
+        except trusted.UntrustedArtifactError as exc:
             errors.append({"loc": (field,), "msg": str(exc), "type": "value_error"})
     return errors
 
