@@ -23,9 +23,9 @@ from pydantic import (
 
 from llmrl.common import config as common_config
 from llmrl.common.devices import check_device
+from llmrl.common.names import is_safe_name
 from llmrl.common.providers import Provider
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
-from llmrl.llm_gateway.names import is_safe_name
 
 DEFAULTS_FILE = Path(__file__).with_name("defaults.yaml")
 CONFIG_ENV_VAR = "LLMRL_LLM_GATEWAY_CONFIG"  # a YAML file merged over the defaults

@@ -104,7 +104,7 @@ class EllmEnvSettings(BaseModel):
     @field_validator("run_id")
     @classmethod
     def _run_id_is_a_name(cls, value: str) -> str:
-        from llmrl.llm_gateway.names import is_safe_name
+        from llmrl.common.names import is_safe_name
 
         if not is_safe_name(value):
             raise ValueError(
@@ -116,7 +116,7 @@ class EllmEnvSettings(BaseModel):
     @field_validator("tag")
     @classmethod
     def _tag_is_ellms(cls, value: str) -> str:
-        from llmrl.llm_gateway.names import is_safe_name
+        from llmrl.common.names import is_safe_name
 
         parts = value.split("/")
         if parts[0] != TAG_ROOT or len(value) > 200 or not all(map(is_safe_name, parts)):

@@ -28,8 +28,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmrl.common import trusted
 from llmrl.common.bounds import Seed
 from llmrl.common.devices import check_device
+from llmrl.common.names import Name
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, setting_help
 
@@ -73,8 +75,8 @@ class GlamTrainingJob(PpoSettings):
 
     kind: Literal["glam"] = Field("glam", description="the learner's policy job kind")
     env: str = Field(..., description="registered text env id")
-    model: str = Field(..., description="gateway model name of the base LLM")
-    adapter: str = Field(..., description="the adapter line's name")
+    model: Name = Field(..., description="gateway model name of the base LLM")
+    adapter: Name = Field(..., description="the adapter line's name (one folder name)")
     steps: int = Field(..., ge=1, description="env steps to train for (all envs)")
     num_envs: int = Field(16, ge=1, le=256)
     rollout_steps: int = Field(40, ge=1)
@@ -251,6 +253,7 @@ def learn_in_updates(
         done += chunk
         path = out_dir / f"update-{done}.zip"
         model.save(str(path))
+        trusted.record(path)  # its drivers load only what the project saved
         points.append({"model": str(path), "update": done, "global_step": model.num_timesteps})
     last = points[-1]
     return {

@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmrl.common.bounds import Seed
+from llmrl.common.names import Name
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
 
@@ -55,7 +56,7 @@ class KalmGroundingJob(BaseModel):
     kind: Literal["kalm-grounding"] = Field("kalm-grounding", description="the job kind")
     datasets: list[str] = Field(..., min_length=1, description="OfflineDataset .npz files")
     model_path: str = Field(..., description="the grounded model's checkpoint line (directory)")
-    version: str = Field("1", pattern=r"^[A-Za-z0-9_.-]+$", description="version to write")
+    version: Name = Field("1", description="version to write")
     base_model: str = Field("smollm2", description="gateway model name or model directory")
     steps: int = Field(300, ge=1, le=1_000_000)
     batch_size: int = Field(8, ge=1, le=1024)
@@ -108,7 +109,7 @@ class KalmOfflineJob(BaseModel):
     datasets: list[str] = Field(..., min_length=1, description="OfflineDataset .npz files")
     embeddings: str | None = Field(None, description=".npy (episodes, D) instruction embeddings")
     model_path: str = Field(..., description="the policy's checkpoint line (directory)")
-    version: str = Field("1", pattern=r"^[A-Za-z0-9_.-]+$", description="version to write")
+    version: Name = Field("1", description="version to write")
     steps: int = Field(5000, ge=1, le=10_000_000)
     batch_size: int = Field(256, ge=1, le=65536)
     action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
