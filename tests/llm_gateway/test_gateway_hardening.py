@@ -77,8 +77,8 @@ def one_token_completion(url: str) -> httpx.Response:
 
 
 def test_bounded_forward_passes_give_the_same_logprobs(make_gateway):
-    """Segmented prompts and candidates, batched jobs of different lengths, dropped rows:
-    the log-probabilities are those of one unbounded pass."""
+    """Segmented prompts and candidates, batched jobs of different lengths: the
+    log-probabilities are those of one unbounded pass."""
     whole = make_gateway().backend("tiny")
     bounded = make_gateway(models={"tiny": {"score_forward_tokens": 16}}).backend("tiny")
     prompts = ["Pick one:", "Go", "You are in a kitchen. " * 8 + "What next?"]
