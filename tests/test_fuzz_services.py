@@ -7,11 +7,15 @@ A second pass (issue 52) sends what generated cases rarely reach: bodies nested 
 (and 990 around a lone surrogate), and each numeric field of each body and query (for POST
 /runs, each number of each recipe's config, from GET /recipes) set to a 400-digit integer,
 1e400, the int64 limits or 1e308; no answer may be a 5xx, and the service must still answer
-afterwards."""
+afterwards. A third pass sets every free string (recipe configs and every policy kind's spec
+included) to a path outside the roots, a planted model, a path climbing out or an id that does
+not exist: no 5xx, and no file there is opened (an audit hook watches) or unpickled."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,24 +116,29 @@ def resolve(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any
 
 
 def example(schema: dict[str, Any], components: dict[str, Any], path: tuple = (),
-            numbers: list | None = None) -> Any:  # fmt: skip
+            numbers: list | None = None, strings: list | None = None) -> Any:  # fmt: skip
     """A small value of `schema` (every property filled in); the paths of its numbers are
-    appended to `numbers`."""
+    appended to `numbers`, those of its free strings (no enum) to `strings`."""
     schema = resolve(schema, components)
     kind = schema.get("type")
     kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
-    if "enum" in schema:
-        return schema["enum"][0]
+    if "enum" in schema or "const" in schema:
+        return schema["enum"][0] if "enum" in schema else schema["const"]
     if kind in ("integer", "number"):
         if numbers is not None:
             numbers.append(path)
         return schema.get("minimum", 1)
     if kind == "object" or "properties" in schema:
         properties = schema.get("properties", {})
-        return {k: example(v, components, (*path, k), numbers) for k, v in properties.items()}
+        return {k: example(v, components, (*path, k), numbers, strings)
+                for k, v in properties.items()}  # fmt: skip
     if kind == "array":
-        return [example(schema.get("items", {}), components, (*path, 0), numbers)]
-    return {"boolean": False, "string": "x"}.get(kind, "x")
+        return [example(schema.get("items", {}), components, (*path, 0), numbers, strings)]
+    if kind == "boolean":
+        return False
+    if strings is not None:
+        strings.append(path)
+    return "x"
 
 
 def with_number(body: Any, path: tuple, literal: str) -> bytes:
@@ -200,4 +209,151 @@ def test_deep_bodies_and_extreme_numbers_never_get_a_5xx(apps, service):
                             f"{response.text[:200]}")  # fmt: skip
     assert sent > 10
     assert not failures, "\n".join(failures)
+    assert client.get("/health").status_code == 200
+
+
+# -- paths and unknown ids in every string field: nothing outside the roots is opened ---------
+class _CreatesFile:
+    """Unpickled, it creates `marker`: the payload of a planted model."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture(scope="module")
+def canary() -> Iterator[Path]:
+    """A folder outside every root (not under LLMRL_HOME nor pytest's temporary folders),
+    holding what a request might try to make a service read or load: a data file, an SB3
+    zip whose pickle would create `payload-ran`, and a hand-made checkpoint version."""
+    import base64
+    import pickle
+    import shutil
+    import tempfile
+    import zipfile
+
+    folder = Path(tempfile.mkdtemp(prefix="llmrl-canary-", dir="/var/tmp"))
+    payload = base64.b64encode(pickle.dumps(_CreatesFile(folder / "payload-ran"))).decode()
+    data = {"policy_class": {":type:": "<class 'type'>", ":serialized:": payload}}
+    for zip_path in (folder / "evil.zip", folder / "ckpt" / "1" / "model.zip"):
+        zip_path.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(zip_path, "w") as archive:
+            archive.writestr("data", json.dumps(data))
+    (folder / "ckpt" / "1" / "llmrl_checkpoint.json").write_text('{"algorithm": "ppo"}')
+    (folder / "secret.jsonl").write_text('{"messages": []}\n')
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def canary_values(folder: Path) -> tuple[str, ...]:
+    climbing = "../" * 24 + str(folder / "secret.jsonl").lstrip("/")
+    return (str(folder / "evil.zip"), str(folder / "ckpt" / "1"), str(folder / "ckpt"),
+            str(folder / "secret.jsonl"), climbing, "run:no-such-run/models/x.zip",
+            "no-such-id")  # fmt: skip
+
+
+_opened: list[str] = []
+_watched: list[str] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    # an audit hook stays for the process: it only looks while a folder is watched
+    if _watched and event == "open" and isinstance(args[0], (str, bytes, Path)):
+        name = os.fsdecode(args[0])
+        if any(name.startswith(folder) for folder in _watched):
+            _opened.append(name)
+
+
+sys.addaudithook(_audit)
+
+
+def with_string(body: Any, path: tuple, value: str) -> Any:
+    copy = json.loads(json.dumps(body))
+    if not path:
+        return value
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return copy
+
+
+def string_cases(client: Any, values: tuple[str, ...]) -> Iterator[tuple[str, str, Any]]:
+    """(method, url, body) with each free string of each JSON body set to each of `values`
+    (for POST /runs: each string of each recipe's config, and of each policy kind's spec)."""
+    spec = client.app.openapi()
+    components = spec.get("components", {}).get("schemas", {})
+    for path, item in spec["paths"].items():
+        url = "/".join(values[-1] if part.startswith("{") else part for part in path.split("/"))
+        for method, operation in item.items():
+            method = method.upper()
+            if method == "GET":
+                yield method, url, None  # an id that does not exist, in every path parameter
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/json" not in content:
+                continue
+            strings: list[tuple] = []
+            body = example(content["application/json"].get("schema", {}), components, (),
+                           [], strings)  # fmt: skip
+            for where in strings:
+                for value in values:
+                    yield method, url, with_string(body, where, value)
+            if (method, path) == ("POST", "/runs"):
+                yield from run_config_cases(client, values)
+
+
+def run_config_cases(client: Any, values: tuple[str, ...]) -> Iterator[tuple[str, str, Any]]:
+    from llmrl.agents.policy_spec import spec_model
+    from llmrl.common.registry import registry
+
+    for recipe in client.get("/recipes").json():
+        schema = recipe["config_schema"]
+        strings: list[tuple] = []
+        config = example(schema, schema.get("$defs", {}), (), [], strings)
+        for where in strings:
+            for value in values:
+                body = {"recipe": recipe["name"], "config": with_string(config, where, value)}
+                yield "POST", "/runs", body
+    for kind in registry.names("driver"):
+        schema = spec_model(kind).model_json_schema()
+        strings = []
+        policy = {**example(schema, schema.get("$defs", {}), (), [], strings), "kind": kind}
+        for where in strings:
+            for value in values:
+                config = {"env": "SimpleDoorKey", "episodes": 1,
+                          "policy": with_string(policy, where, value)}  # fmt: skip
+                yield "POST", "/runs", {"recipe": "evaluate", "config": config}
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_paths_and_unknown_ids_in_every_string_field_open_nothing_outside_the_roots(
+    apps, service, canary
+):
+    """Every free string of every body (recipe configs and policy specs included) set to a
+    file outside the roots, a planted model or checkpoint, a path climbing out, a run that
+    does not exist, and every path parameter an id that does not exist: no 5xx, no file
+    under the canary folder opened by this process, no payload run."""
+    from starlette.testclient import TestClient
+
+    client = TestClient(apps[service], raise_server_exceptions=False)
+    failures, sent = [], 0
+    _watched.append(str(canary))
+    try:
+        (canary / "secret.jsonl").open().close()
+        assert _opened, "the audit hook sees no open()"  # the watch itself works
+        _opened.clear()
+        for method, url, body in string_cases(client, canary_values(canary)):
+            response = client.request(method, url, json=body)
+            sent += 1
+            if response.status_code >= 500 and (service, response.status_code) not in TOLERATED:
+                failures.append(f"{method} {url} {json.dumps(body)[:160]}: "
+                                f"{response.status_code} {response.text[:200]}")  # fmt: skip
+    finally:
+        _watched.remove(str(canary))
+    assert sent > 10
+    assert not failures, "\n".join(failures)
+    assert not _opened, f"opened outside the roots: {sorted(set(_opened))}"
+    assert not (canary / "payload-ran").exists()
     assert client.get("/health").status_code == 200
