@@ -13,7 +13,7 @@ from llmrl.agents.episode import Decision, EpisodeDriver, EpisodeJob
 from llmrl.agents.policy_spec import PolicySpec
 from llmrl.agents.resources import RolloutResources
 from llmrl.common.episodes import LlmCall
-from llmrl.common.registry import UnknownNameError, registry
+from llmrl.common.registry import registered_name, registry
 from llmrl.planners.base import Planner, make_planner
 
 SKILL_RUNNING, SKILL_INFEASIBLE = 1, 3  # the simulator's SkillStatus values
@@ -79,11 +79,7 @@ class PlannerRef(BaseModel):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        try:
-            registry.entry("planner", name)
-        except UnknownNameError as exc:  # its message lists the registered planners
-            raise ValueError(exc.args[0]) from None
-        return name
+        return registered_name("planner", name)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kwargs": dict(self.kwargs)}

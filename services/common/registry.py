@@ -472,3 +472,13 @@ def _register_with_gymnasium(entry: Entry) -> None:
 
 
 registry = Registry(plugins=True)
+
+
+def registered_name(kind: Kind, name: str) -> str:
+    """`name` when something of `kind` is registered under it; else a ValueError (what a
+    pydantic validator raises) listing the registered names."""
+    try:
+        registry.entry(kind, name)
+    except UnknownNameError as exc:
+        raise ValueError(exc.args[0]) from None
+    return name

@@ -15,17 +15,10 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import Seed
 from llmrl.common.episodes import EpisodeRecord
-from llmrl.common.registry import registry
+from llmrl.common.registry import registered_name, registry
 from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
 
 PLAY, REPORT = "evaluate", "report"
-
-
-def _registered(kind: str, name: str) -> str:
-    names = registry.names(kind)  # type: ignore[arg-type]
-    if name not in names:
-        raise ValueError(f"unknown {kind} {name!r}; registered {kind}s: {', '.join(names)}")
-    return name
 
 
 class EvaluateConfig(RecipeConfig):
@@ -62,12 +55,12 @@ class EvaluateConfig(RecipeConfig):
         from llmrl.common.plugins import load_plugins
 
         load_plugins()
-        return _registered("env", value)
+        return registered_name("env", value)
 
     @field_validator("planner")
     @classmethod
     def _planner_is_registered(cls, value: str) -> str:
-        return _registered("planner", value)
+        return registered_name("planner", value)
 
     @field_validator("policy")
     @classmethod

@@ -75,7 +75,8 @@ class GlamTrainingJob(PpoSettings):
 
     kind: Literal["glam"] = Field("glam", description="the learner's policy job kind")
     env: str = Field(..., description="registered text env id")
-    model: Name = Field(..., description="gateway model name of the base LLM")
+    # a gateway model name, or a local model directory (confined by the learner, as paths are)
+    model: str = Field(..., description="gateway model name of the base LLM, or its directory")
     adapter: Name = Field(..., description="the adapter line's name (one folder name)")
     steps: int = Field(..., ge=1, description="env steps to train for (all envs)")
     num_envs: int = Field(16, ge=1, le=256)

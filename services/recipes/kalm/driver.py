@@ -62,13 +62,9 @@ class OfflineSpec(PolicySpec):
     @field_validator("algorithm")
     @classmethod
     def _registered(cls, algorithm: str) -> str:
-        from llmrl.common.registry import UnknownNameError
+        from llmrl.common.registry import registered_name
 
-        try:
-            registry.entry("algorithm", algorithm)
-        except UnknownNameError as exc:  # its message lists the registered algorithms
-            raise ValueError(exc.args[0]) from None
-        return algorithm
+        return registered_name("algorithm", algorithm)
 
 
 @registry.register_driver(
