@@ -61,5 +61,12 @@ lint: install-test
 protos: install-test
 	$(BIN)/python protos/generate.py
 
+# docker-compose.yml for real, without Docker Hub or PyTorch's index: base images built locally
+# (debootstrap), the project's image, the stack on rootful podman with Docker Compose v2, a
+# session and its fault checks (deploy/compose_test.py; root on Linux, apt installs podman).
+.PHONY: compose-test
+compose-test: install
+	$(BIN)/python deploy/compose_test.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
