@@ -601,13 +601,42 @@ class Stack:
         shutil.rmtree(self.rundir, ignore_errors=True)
 
     def restore_network(self) -> None:
+        """ip_forward and the iptables rules as before the run. Podman's clean-up processes may
+        still tear networks down (and make tables again) for a few seconds: until it holds."""
         if self.args.keep_up:
             return
+        left: list[str] = []
+        for attempt in range(5):
+            self.restore_network_once(quiet=attempt > 0)
+            time.sleep(3)
+            left = self.network_differences()
+            if not left:
+                log("net.ipv4.ip_forward and iptables rules as before the run")
+                return
+        self.failures.extend(f"clean-up: {problem}" for problem in left)
+
+    def network_differences(self) -> list[str]:
+        problems = []
+        before = self.snapshot.get("ip_forward")
+        now = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+        if before is not None and now != before:
+            problems.append(f"net.ipv4.ip_forward is {now}, was {before}")
+        for tool in ("iptables", "ip6tables"):
+            saved = self.snapshot.get(tool)
+            if saved is None:
+                continue
+            dump = run([f"{tool}-save"], check=False, quiet=True).stdout
+            if rules(dump) != rules(saved):
+                problems.append(f"{tool} rules not as before the run:\n{dump}")
+        return problems
+
+    def restore_network_once(self, quiet: bool = False) -> None:
         before = self.snapshot.get("ip_forward")
         path = Path("/proc/sys/net/ipv4/ip_forward")
         if before is not None and path.read_text().strip() != before:
             path.write_text(before + "\n")
-            log(f"net.ipv4.ip_forward restored to {before}")
+            if not quiet:
+                log(f"net.ipv4.ip_forward restored to {before}")
         for tool in ("iptables", "ip6tables"):
             saved = self.snapshot.get(tool)
             if saved is None:
@@ -625,11 +654,6 @@ class Stack:
                     run([tool, "-t", table, "-X"], check=False, quiet=True)
             if tables(saved):
                 run([f"{tool}-restore"], input=saved, check=False, quiet=True)
-            after = run([f"{tool}-save"], check=False, quiet=True).stdout
-            if rules(after) == rules(saved):
-                log(f"{tool} rules restored as before the run")
-            else:
-                self.failures.append(f"clean-up: {tool} rules not as before the run:\n{after}")
 
 
 def tables(dump: str) -> list[str]:
