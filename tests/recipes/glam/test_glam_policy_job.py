@@ -34,7 +34,7 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
     }
     reported: list[int] = []
     result = run_policy_job(parse_policy_job(body), reported.append)
-    assert reported == [8]
+    assert [n for n in reported if n] == [8]  # 0s: cancel points before the first update
     assert result["update"] == 1 and result["global_step"] == 8
     assert result["served_model"] == f"{model}:glam-job@1"
     assert adapter_versions(model, "glam-job").versions() == ["1"]
