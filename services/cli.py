@@ -247,8 +247,16 @@ def cancel(run_id: str, url: str | None) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("recipe")
+@click.argument("recipe", required=False)
 @click.argument("arguments", nargs=-1)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="An experiment file (services/recipes/<recipe>/experiments/<name>.yaml: recipe, "
+    "config, grid, seeds, and the claim it checks) instead of RECIPE; ARGUMENTS override it.",
+)
 @click.option(
     "--name",
     default=None,
@@ -286,8 +294,9 @@ def cancel(run_id: str, url: str | None) -> None:
 @click.option("--wait", is_flag=True, help="With --url: follow the experiment until it ends.")
 @click.option("--quiet", is_flag=True, help="Embedded: no progress bars (with --jobs: no lines).")
 def sweep(
-    recipe: str,
+    recipe: str | None,
     arguments: tuple[str, ...],
+    config_file: Path | None,
     name: str | None,
     out: Path | None,
     url: str | None,
@@ -301,7 +310,8 @@ def sweep(
     ARGUMENTS are key=value pairs: a value in [...] is a grid axis (every combination of
     the axes is a config), `seeds=a..b` (inclusive) or `seeds=[0,3,7]` the seeds of every
     config, anything else fixed for all runs; a list-valued key is fixed with `key=[[a,b]]`.
-    E.g. `llmrl sweep evaluate planner=[oracle] episodes=[5,10] seeds=0..4`. The report
+    E.g. `llmrl sweep evaluate planner=[oracle] episodes=[5,10] seeds=0..4`, or
+    `llmrl sweep --config services/recipes/when2ask/experiments/quick.yaml`. The report
     (results.md, results.json, plots: mean, 95% bootstrap interval and IQM over seeds) is
     written to the out dir; `llmrl compare` builds the same from any runs.
     """
@@ -310,7 +320,17 @@ def sweep(
     if url is None:
         _allow_working_folder()
     try:
-        spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
+        if config_file is not None:
+            load_experiment = _load("llmrl.orchestrator.experiment_files", "load_experiment")
+            given = (recipe, *arguments) if recipe else arguments  # all key=value pairs
+            spec = load_experiment(config_file, given).spec()
+            if name is not None or max_parallel is not None:
+                changes = {"name": name, "max_parallel": max_parallel}
+                spec = spec.model_copy(update={k: v for k, v in changes.items() if v})
+        elif recipe is None:
+            raise click.UsageError("name a RECIPE, or an experiment file with --config FILE")
+        else:
+            spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
         if url is not None:
             submit = _load("llmrl.orchestrator.rest_client", "cli_submit_experiment")
             submit(spec.model_dump(mode="json", exclude_none=True), url=url, wait=wait)

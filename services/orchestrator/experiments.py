@@ -212,11 +212,23 @@ def spec_from_arguments(
     """`llmrl sweep RECIPE key=value ...`: a top-level `key=[a,b]` is a grid axis (a
     list-valued key as one fixed value: `key=[[a,b]]`), `seeds=a..b` or `seeds=[..]` the
     seeds, anything else the base config."""
+    data = {"recipe": recipe, **split_arguments(arguments)}
+    if name is not None:
+        data["name"] = name
+    if max_parallel is not None:
+        data["max_parallel"] = max_parallel
+    return parse_spec(data)
+
+
+def split_arguments(arguments: Sequence[str]) -> dict[str, Any]:
+    """`key=value` arguments as an experiment's `config`, `grid` and (when given) `seeds`: a
+    top-level `key=[a,b]` is a grid axis (`key=[[a,b]]` one list value), `seeds=a..b` or
+    `seeds=[..]` the seeds, anything else the base config."""
     from llmrl.common.config import parse_overrides
 
     config: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
-    data: dict[str, Any] = {"recipe": recipe, "config": config, "grid": grid}
+    data: dict[str, Any] = {"config": config, "grid": grid}
     for pair in arguments:
         key, _, raw = pair.partition("=")
         try:
@@ -231,11 +243,7 @@ def spec_from_arguments(
             config[parsed_key].update(value)
         else:
             config[parsed_key] = value
-    if name is not None:
-        data["name"] = name
-    if max_parallel is not None:
-        data["max_parallel"] = max_parallel
-    return parse_spec(data)
+    return data
 
 
 def plan_experiment(

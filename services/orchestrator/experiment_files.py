@@ -1,0 +1,100 @@
+"""Experiments kept as data: `services/recipes/<recipe>/experiments/<name>.yaml`.
+
+A file is an experiment spec (`experiments.ExperimentSpec`: recipe, config, grid, seeds) and
+what it is for:
+
+    description: The learned mediator against every fixed rule, on DoorKey (the status row).
+    budget: about 10 minutes on a 2-core CPU
+    claim:
+      statement: learned asking keeps the success of always-ask with fewer queries
+      target: queries per episode below always-ask's, success within 5 points
+      paper: Hu et al. 2023, Fig. 4
+    recipe: when2ask
+    config: {train_steps: 4096}
+    grid: {planner: [oracle, noisy]}
+    seeds: 0..2
+
+`llmrl sweep --config FILE [key=value ...]` runs it (the arguments override its base config,
+grid axes or seeds, as for `llmrl sweep RECIPE`), resumable as every sweep is; with `--url` it
+is submitted to an orchestrator. Loading validates the whole file, every planned run's config
+included: a bad key or value is a ConfigError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmrl.common.config import load_yaml
+from llmrl.orchestrator.experiments import (
+    ExperimentSpec,
+    plan_experiment,
+    split_arguments,
+)
+from llmrl.recipes.base import ConfigError
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+DOCUMENTATION = ("description", "budget", "claim")  # what a file adds to a spec
+
+
+class Claim(BaseModel):
+    """The figure an experiment checks, as a researcher would state it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    statement: str = Field(..., description="what the figure shows")
+    target: str | None = Field(None, description="the threshold it is held to")
+    paper: str | None = Field(None, description="the paper's figure beside it, and where")
+
+
+class ExperimentFile(ExperimentSpec):
+    """An experiment spec with its purpose; unknown keys are errors."""
+
+    description: str = Field("", description="what the experiment is, in a sentence or two")
+    budget: str | None = Field(None, description="its cost, e.g. 'about 10 minutes on 2 cores'")
+    claim: Claim | None = None
+
+    def spec(self) -> ExperimentSpec:
+        """The runnable part (what POST /experiments takes)."""
+        return ExperimentSpec.model_validate(self.model_dump(exclude=set(DOCUMENTATION)))
+
+
+def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> ExperimentFile:
+    """The experiment in YAML file `path` (its name defaults to the file's stem), with
+    `key=value` `arguments` over its config, grid and seeds; validated in full (every run's
+    config), a ConfigError naming the file and the key otherwise."""
+    path = Path(path)
+    try:
+        data: dict[str, Any] = load_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}", [{"loc": ["config"], "msg": str(exc)}]) from None
+    data.setdefault("name", path.stem)
+    given = split_arguments(arguments)
+    data["config"] = {**data.get("config", {}), **given["config"]}
+    data["grid"] = {**data.get("grid", {}), **given["grid"]}
+    if "seeds" in given:
+        data["seeds"] = given["seeds"]
+    try:
+        experiment = ExperimentFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(map(str, e['loc'])) or 'experiment'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        ]
+        raise ConfigError(f"{path}: " + "; ".join(problems), exc.errors()) from None
+    try:
+        plan_experiment(experiment.spec(), experiment_id=str(experiment.name))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}", exc.errors) from None
+    return experiment
+
+
+def experiment_files(recipe: str | None = None) -> list[Path]:
+    """The experiment files the project keeps, of one recipe (its package's name, e.g.
+    `llm_personalize`) or of all."""
+    pattern = f"{recipe or '*'}/experiments/*.yaml"
+    return sorted(RECIPES_DIR.glob(pattern))

@@ -1,0 +1,74 @@
+"""Experiments kept as data (issue 53): every experiment file the project keeps validates
+against its recipe's config, a bad key or value names the file and the key, and `llmrl sweep
+--config FILE` runs one, its arguments over the file's settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmrl.orchestrator.experiment_files import experiment_files, load_experiment
+from llmrl.recipes.base import ConfigError
+
+
+def test_the_project_keeps_experiment_files():
+    assert experiment_files(), "no services/recipes/<recipe>/experiments/*.yaml"
+
+
+@pytest.mark.parametrize(
+    "path", experiment_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}"
+)
+def test_every_experiment_file_validates_against_its_recipe(path: Path):
+    experiment = load_experiment(path)
+    assert experiment.name == path.stem
+    assert experiment.description and experiment.claim is not None
+    assert path.parent.parent.name in {r.replace("-", "_") for r in experiment.recipes()}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "trial.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("recipe: evaluate\nconfig: {episodez: 3}\n", "config.episodez: unknown config key"),
+        ("recipe: evaluate\nconfig: {episodes: 0}\n", "config.episodes"),
+        ("recipe: evaluate\ngrid: {planner: [oracle, nope]}\n", "unknown planner 'nope'"),
+        ("recipe: evaluate\nclaim: {statement: x, colour: red}\n", "claim.colour"),
+        ("recipe: evaluate\nseeds: 3..1\n", "seeds"),
+        ("recipe: [1, 2\n", "trial.yaml"),
+    ],
+)
+def test_a_bad_file_names_itself_and_the_key(tmp_path, text, named):
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(write(tmp_path, text))
+    assert str(tmp_path / "trial.yaml") in str(refused.value)
+    assert named in str(refused.value)
+
+
+def test_arguments_override_the_files_config_grid_and_seeds(tmp_path):
+    path = write(tmp_path, "recipe: evaluate\nconfig: {episodes: 4}\nseeds: [0, 1]\n")
+    experiment = load_experiment(path, ["episodes=2", "planner=[oracle]", "seeds=[5]"])
+    assert experiment.config == {"episodes": 2} and experiment.grid == {"planner": ["oracle"]}
+    assert experiment.seeds == [5]
+
+
+def test_llmrl_sweep_runs_an_experiment_file(tmp_path):
+    from llmrl.cli import main
+
+    path = write(
+        tmp_path,
+        "description: the oracle on DoorKey\nclaim: {statement: it solves it}\n"
+        "recipe: evaluate\nconfig: {env: SimpleDoorKey, planner: oracle, episodes: 2}\n",
+    )
+    out = tmp_path / "out"
+    args = ["sweep", "--config", str(path), "seeds=0..1", "--out", str(out), "--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "experiment trial: 2 runs" in result.output  # named after the file
+    assert "success" in (out / "results.md").read_text().lower()
