@@ -43,6 +43,17 @@ def temporary_folders_are_data_roots(
         os.environ[DATA_ROOTS_ENV] = previous
 
 
+@pytest.fixture(autouse=True)
+def process_roots_stay_with_their_test() -> Iterator[None]:
+    """A folder a test's embedded run allowed (`llmrl run` allows its working folder) is not
+    allowed in the tests after it."""
+    from llmrl.common import paths
+
+    before = list(paths._process_roots)
+    yield
+    paths._process_roots[:] = before
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer, 32-wide random Llama with SmolLM2's tokenizer and chat template

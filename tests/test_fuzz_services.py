@@ -327,9 +327,19 @@ def run_config_cases(client: Any, values: tuple[str, ...]) -> Iterator[tuple[str
                 yield "POST", "/runs", {"recipe": "evaluate", "config": config}
 
 
+@pytest.fixture(scope="module")
+def fresh_apps(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Apps of their own: schemathesis's pass runs the shared apps' lifespans, whose shutdown
+    closes the annotator's learner client."""
+    home = tmp_path_factory.mktemp("paths-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMRL_HOME", str(home))
+        yield service_apps(tiny_model_dir, home)
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_paths_and_unknown_ids_in_every_string_field_open_nothing_outside_the_roots(
-    apps, service, canary
+    fresh_apps, service, canary
 ):
     """Every free string of every body (recipe configs and policy specs included) set to a
     file outside the roots, a planted model or checkpoint, a path climbing out, a run that
@@ -337,7 +347,7 @@ def test_paths_and_unknown_ids_in_every_string_field_open_nothing_outside_the_ro
     under the canary folder opened by this process, no payload run."""
     from starlette.testclient import TestClient
 
-    client = TestClient(apps[service], raise_server_exceptions=False)
+    client = TestClient(fresh_apps[service], raise_server_exceptions=False)
     failures, sent = [], 0
     _watched.append(str(canary))
     try:

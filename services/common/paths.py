@@ -22,6 +22,7 @@ DATA_ROOTS_ENV = "LLMRL_DATA_ROOTS"
 # data folders the project already reads from, when no LLMRL_DATA_ROOTS is set
 KNOWN_DATA_ENV = ("LLMRL_HOUSEKEEP_DATA", "LLMRL_KALM_DATA")
 SHARED_DATA = Path("../shared/data")
+NAME_MAX = 255  # the longest file name Linux and macOS file systems take
 
 
 # folders this process itself chose (an embedded run's output folder, named on the command
@@ -61,6 +62,10 @@ def confine(path: str | Path, field: str, roots: Iterable[Path] | None = None) -
     lies outside every root (default: `data_roots()`)."""
     if isinstance(path, str) and not path.strip():
         raise PathOutsideRootsError(field, "expected a path, got an empty string")
+    if any(len(part) > NAME_MAX for part in Path(str(path)).parts):
+        raise PathOutsideRootsError(
+            field, f"{str(path)[:200]!r} is not a usable path (a name over {NAME_MAX} characters)"
+        )
     try:
         resolved = Path(path).expanduser().resolve()
     except (OSError, RuntimeError, ValueError) as exc:  # ~nouser, a NUL byte, a name too long
