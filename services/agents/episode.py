@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from llmrl.agents.resources import RolloutResources
 
 
-
 @dataclass
 class EpisodeJob:
     run_id: str

@@ -193,4 +193,3 @@ def _files(folder: Path) -> Iterable[Path]:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not path.name.endswith(_SAFE_SUFFIXES):
             yield path
-

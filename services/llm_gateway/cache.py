@@ -41,7 +41,12 @@ SHARED_NAMESPACE = ""  # the service token's callers (and every caller with cach
 
 
 def cache_key(
-    op: str, backend: str, model: str, adapter: str, *, namespace: str = SHARED_NAMESPACE,
+    op: str,
+    backend: str,
+    model: str,
+    adapter: str,
+    *,
+    namespace: str = SHARED_NAMESPACE,
     **params: Any,
 ) -> str:
     """The canonical hash of everything that determines a response, within `namespace`: an
@@ -200,4 +205,3 @@ class FrontedCache(ResponseCache):
 
     def close(self) -> None:
         self.store.close()
-
