@@ -147,7 +147,6 @@ def have_packages(packages: list[str]) -> list[str]:
     return missing
 
 
-
 def debian_mirror() -> str:
     """$LLMRL_DEBIAN_MIRROR, else the first bookworm mirror of this machine's apt sources
     (deb822 `.sources` files or `sources.list`), so debootstrap reads what apt reads."""
@@ -973,16 +972,7 @@ class Session:
         )
         self.stack.podman("kill", "--signal", "KILL", victim)
         self.stack.figures["worker killed: jobs it held"] = held[victim]
-        view = self.wait_run(run_id, timeout=self.stack.args.run_timeout)
-        if view["status"] != "completed":
-            raise CheckFailed(
-                f"run {run_id} after a worker was killed: {view['status']} {view.get('error')}"
-            )
-        self.count_episodes(run_id, episodes, "worker killed")
-        if stored >= episodes:
-            raise CheckFailed(
-                f"the run had ended ({stored} episodes) before the kill: raise --fault-episodes"
-            )
+        self.survived(run_id, episodes, stored, "worker killed", "a worker was killed")
 
     def fault_orchestrator_restarted(self) -> None:
         config = self.fault_config(seed=1000)
@@ -992,16 +982,20 @@ class Session:
         (orchestrator,) = self.stack.containers("orchestrator")
         log(f"restarting {orchestrator} with {stored}/{episodes} episodes stored")
         self.stack.podman("restart", "-t", "5", orchestrator, timeout=120)
+        self.survived(
+            run_id, episodes, stored, "orchestrator restarted", "the orchestrator restarted"
+        )
+
+    def survived(self, run_id: str, episodes: int, stored: int, label: str, fault: str) -> None:
+        """The run completed after `fault`, with every episode stored once, and the fault
+        struck while it was running (`stored` episodes then)."""
         view = self.wait_run(run_id, timeout=self.stack.args.run_timeout)
         if view["status"] != "completed":
-            raise CheckFailed(
-                f"run {run_id} after the orchestrator restarted: {view['status']} "
-                f"{view.get('error')}"
-            )
-        self.count_episodes(run_id, episodes, "orchestrator restarted")
+            raise CheckFailed(f"run {run_id} after {fault}: {view['status']} {view.get('error')}")
+        self.count_episodes(run_id, episodes, label)
         if stored >= episodes:
             raise CheckFailed(
-                f"the run had ended ({stored} episodes) before the restart: raise --fault-episodes"
+                f"the run had ended ({stored} episodes) before {fault}: raise --fault-episodes"
             )
 
     def down_up(self) -> None:

@@ -3,8 +3,9 @@ may name.
 
 Stable-Baselines3 zips, d3rlpy models and other pickle-based formats run code when loaded, so
 a process loads one only when the project itself saved it: whenever llmrl writes a checkpoint
-(`llmrl.learner.versions.save_version`, `publish`, a bare SB3 `.zip`) it records each file's
-SHA-256 digest as a marker under its home:
+(`llmrl.learner.versions.save_version`, `publish`, a bare SB3 `.zip`) it records the SHA-256
+digest of each pickle and of the checkpoint's metadata (not of its weights) as a marker under
+its home:
 
     $LLMRL_HOME/trusted/<sha256>          (the file's first path and time, for audits)
 
@@ -39,8 +40,10 @@ from llmrl.common.config import home_dir
 TRUSTED_DIR = "trusted"
 RUN_PREFIX = "run:"  # `run:<run_id>/<file of that run>`
 METADATA_FILE = "llmrl_checkpoint.json"  # a checkpoint version's metadata (learner.versions)
-# formats that hold no code: not worth hashing (a fully fine-tuned model's weights are GBs)
-_SAFE_SUFFIXES = (".safetensors",)
+# what is loaded on trust, so recorded: pickle-based formats (SB3 zips, d3rlpy's .d3) and the
+# checkpoint metadata `resolve_artifact` vouches for a folder by; weights (safetensors, torch
+# files read with weights_only=True) hold no code and can be GBs: never hashed
+_TRUSTED_SUFFIXES = (".zip", ".d3", ".pkl", ".pickle")
 _CHUNK = 1 << 20
 
 _digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256, per process
@@ -100,7 +103,8 @@ def record(path: str | Path) -> str:
 
 
 def record_tree(folder: str | Path) -> list[str]:
-    """Mark every file under `folder` (a checkpoint version being saved), safe formats aside."""
+    """Mark every file under `folder` that is loaded on trust (a checkpoint version being
+    saved: its pickles and metadata)."""
     return [record(path) for path in _files(Path(folder))]
 
 
@@ -191,5 +195,5 @@ def _is_saved_checkpoint(folder: Path) -> bool:
 
 def _files(folder: Path) -> Iterable[Path]:
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and not path.name.endswith(_SAFE_SUFFIXES):
+        if path.is_file() and (path.suffix in _TRUSTED_SUFFIXES or path.name == METADATA_FILE):
             yield path
