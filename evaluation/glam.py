@@ -241,7 +241,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    if args.torch_threads:  # on a busy shared CPU, one thread is much faster (FACTS.md)
+    if args.torch_threads:  # on a busy shared CPU, one thread is much faster
         import torch
 
         torch.set_num_threads(args.torch_threads)

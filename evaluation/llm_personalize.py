@@ -337,7 +337,7 @@ def main() -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target misses")
     args = parser.parse_args()
 
-    if args.torch_threads:  # on a busy shared CPU, one thread is much faster (FACTS.md)
+    if args.torch_threads:  # on a busy shared CPU, one thread is much faster
         import torch
 
         torch.set_num_threads(args.torch_threads)

@@ -45,7 +45,7 @@ def smollm2_dir() -> Path:
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
     model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
-    # save_pretrained refuses a GGUF-loaded model while it still looks quantised (FACTS.md).
+    # save_pretrained refuses a GGUF-loaded model while it still looks quantised.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

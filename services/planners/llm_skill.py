@@ -6,8 +6,8 @@ Two modes, because models differ in what they can do:
   examples; the answer is parsed into skills by a `SkillGrammar`. An answer that is not a
   valid plan is shown back to the model with a correction, at most `max_attempts` times in
   all; if none parses, the plan is empty and the caller decides (When2Ask explores).
-* `score`: for small local models that cannot write plans reliably (FACTS.md: SmolLM2-135M
-  often answers "1. 2. 3."). The model scores every skill that is feasible now as a
+* `score`: for small local models that cannot write plans reliably (SmolLM2-135M often
+  answers "1. 2. 3."). The model scores every skill that is feasible now as a
   continuation of the prompt, in one batched gateway call; the best one is the plan.
 
 `temperature` > 0 makes the planner sample, as LLM planners are usually run: in score mode the
