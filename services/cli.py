@@ -323,20 +323,23 @@ def sweep(
         if config_file is not None:
             load_experiment = _load("llmrl.orchestrator.experiment_files", "load_experiment")
             given = (recipe, *arguments) if recipe else arguments  # all key=value pairs
-            spec = load_experiment(config_file, given).spec()
+            experiment = load_experiment(config_file, given)
+            gateway = experiment.gateway
+            spec = experiment.spec()
             if name is not None or max_parallel is not None:
                 changes = {"name": name, "max_parallel": max_parallel}
                 spec = spec.model_copy(update={k: v for k, v in changes.items() if v})
         elif recipe is None:
             raise click.UsageError("name a RECIPE, or an experiment file with --config FILE")
         else:
+            gateway = None
             spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
         if url is not None:
             submit = _load("llmrl.orchestrator.rest_client", "cli_submit_experiment")
             submit(spec.model_dump(mode="json", exclude_none=True), url=url, wait=wait)
             return
         run_sweep = _load("llmrl.orchestrator.sweep", "run_sweep")
-        run_sweep(spec, out_dir=out, progress=not quiet, jobs=jobs)
+        run_sweep(spec, out_dir=out, progress=not quiet, jobs=jobs, gateway=gateway)
     except config_error as exc:  # the field and why; nothing was started
         raise click.UsageError(str(exc)) from exc
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from llmrl.common import stats
 from llmrl.recipes.base import ConfigError, Results, format_cell, recipe_class
+from llmrl.recipes.targets import ConfigResults, Row, Verdict, verdicts_markdown
 
 CURVE_TAGS = ("charts/episodic_return", "charts/success")
 CURVE_POINTS = 100
@@ -229,11 +230,15 @@ def build_report(
     groups = group_runs([run for run in runs if run.results is not None])
     methods: list[dict[str, Any]] = []
     tables: list[dict[str, Any]] = []
+    verdicts: list[dict[str, Any]] = []
     curves: dict[str, list[dict[str, Any]]] = {}
     for recipe in dict.fromkeys(group.recipe for group in groups):
-        recipe_methods, table = recipe_section([g for g in groups if g.recipe == recipe])
+        recipe_methods, table, recipe_verdicts = recipe_section(
+            [g for g in groups if g.recipe == recipe]
+        )
         methods += recipe_methods
         tables.append(table)
+        verdicts += recipe_verdicts
     for group in groups:
         for tag in CURVE_TAGS:
             band = curve_bands(group, tag)
@@ -254,6 +259,7 @@ def build_report(
         "configs": [{"config": g.label, "recipe": g.recipe, "seeds": g.seeds} for g in groups],
         "methods": methods,
         "tables": tables,
+        "verdicts": verdicts,
         "curves": curves,
         "notes": notes,
         "plots": [],
@@ -272,14 +278,19 @@ def build_report(
     return report
 
 
-def recipe_section(groups: list[ConfigGroup]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The methods (config × table row) of one recipe's configs, and its table over seeds."""
+def recipe_section(
+    groups: list[ConfigGroup],
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """The methods (config × table row) of one recipe's configs, its table over seeds, and
+    its targets' verdicts per config."""
     recipe = groups[0].recipe
     layout = table_layout([run for group in groups for run in group.runs])
     headline = headline_metrics(recipe, layout)
-    methods, rows = [], []
+    methods, rows, verdicts = [], [], []
     for group in groups:
-        for entry in aggregate_rows(group, layout):
+        entries = aggregate_rows(group, layout)
+        verdicts += [v.to_dict() for v in judge_targets(group, entries)]
+        for entry in entries:
             methods.append(
                 {
                     "config": group.label,
@@ -305,7 +316,25 @@ def recipe_section(groups: list[ConfigGroup]) -> tuple[list[dict[str, Any]], dic
         "headline_metrics": headline,
         "rows": rows,
     }
-    return methods, table
+    return methods, table, verdicts
+
+
+def judge_targets(group: ConfigGroup, entries: list[dict[str, Any]]) -> list[Verdict]:
+    """The recipe's targets (`Recipe.targets`) on one config's rows over its seeds."""
+    try:
+        recipe = recipe_class(group.recipe)
+    except ConfigError:  # a recipe this process does not know (a remote plugin's)
+        return []
+    samples: dict[str, dict[Any, list[float]]] = {}
+    for run in group.runs:
+        for name, values in (run.results.samples if run.results else {}).items():
+            samples.setdefault(name, {})[run.seed] = [float(v) for v in values]
+    rows = [
+        Row(key=entry["key"] or {"row": entry["row"]}, seeds=entry["seeds"], values=entry["values"])
+        for entry in entries
+    ]
+    results = ConfigResults(config=group.label, rows=rows, samples=samples)
+    return [replace(verdict, config=group.label) for verdict in recipe.targets(results)]
 
 
 def _run_entry(run: RunData, config: str | None) -> dict[str, Any]:
@@ -329,6 +358,37 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def print_report(console: Any, report: dict[str, Any]) -> None:
+    """The report's recipe tables (mean [95% CI] over seeds) and its targets' verdicts, as
+    rich tables on `console`."""
+    from rich.table import Table
+
+    for data in report["tables"]:
+        table = Table(title=f"{data['title'] or data['recipe']}: mean [95% CI] over seeds")
+        for column in data["columns"]:
+            table.add_column(column)
+        for row in data["rows"]:
+            table.add_row(*(str(row.get(c, "")) for c in data["columns"]))
+        console.print(table)
+    if not report.get("verdicts"):
+        return
+    table = Table(title="targets")
+    for column in ("config", "target", "measured: mean [95% CI]", "held to", "verdict", "paper"):
+        table.add_column(column)
+    for data in report["verdicts"]:
+        verdict = Verdict.from_dict(data)
+        colour = "green" if verdict.met else "red" if verdict.met is False else "yellow"
+        table.add_row(
+            verdict.config,
+            verdict.target,
+            verdict.measured(),
+            f"{verdict.direction} {verdict.threshold:g}",
+            f"[{colour}]{verdict.status}[/{colour}]",
+            verdict.paper or "",
+        )
+    console.print(table)
 
 
 def format_number(value: float | None) -> str:
@@ -382,6 +442,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines.append("|" + "|".join("---" for _ in table["columns"]) + "|")
         for row in table["rows"]:
             lines.append("| " + " | ".join(str(row.get(c, "")) for c in table["columns"]) + " |")
+    if report.get("verdicts"):
+        lines += ["", "## Targets", "", *verdicts_markdown(report["verdicts"])]
     lines += ["", "## Runs", "", "| run | config | seed | status |", "|---|---|---|---|"]
     for run in report["runs"]:
         lines.append(

@@ -13,7 +13,13 @@ import httpx
 from llmrl.common.console import output_console
 from llmrl.common.plugins import load_plugins
 from llmrl.orchestrator.browse import local_runs, print_runs, remote_runs, tensorboard_command
-from llmrl.orchestrator.compare import RunData, build_report, format_estimate, method_name
+from llmrl.orchestrator.compare import (
+    RunData,
+    build_report,
+    format_estimate,
+    method_name,
+    print_report,
+)
 from llmrl.orchestrator.sources import UnknownReference, resolve_local, resolve_remote
 from llmrl.recipes.base import tensorboard_root
 
@@ -49,6 +55,7 @@ def cli_compare(references: list[str], out: Path, url: str | None, title: str | 
             f"{metric} {format_estimate(value)}" for metric, value in method["metrics"].items()
         )
         console.print(f"  {method_name(method)}: {figures}")
+    print_report(console, report)
     console.print(f"report: {out.resolve() / 'results.md'}")
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llmrl.common.config import load_yaml
 from llmrl.orchestrator.experiments import (
@@ -38,7 +38,8 @@ from llmrl.orchestrator.experiments import (
 from llmrl.recipes.base import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-DOCUMENTATION = ("description", "budget", "claim")  # what a file adds to a spec
+DOCUMENTATION = ("description", "budget", "claim")  # what a file says of the spec
+RUNTIME = ("gateway",)  # how its embedded runs are served, not what they are
 
 
 class Claim(BaseModel):
@@ -57,10 +58,32 @@ class ExperimentFile(ExperimentSpec):
     description: str = Field("", description="what the experiment is, in a sentence or two")
     budget: str | None = Field(None, description="its cost, e.g. 'about 10 minutes on 2 cores'")
     claim: Claim | None = None
+    gateway: dict[str, Any] | None = Field(
+        None,
+        description="LLM gateway settings of the embedded runs, as in a gateway config file "
+        "(e.g. {models: {smollm2: {timeout_s: 900}}, torch_threads: 1}: a loaded CPU may "
+        "take minutes per batched query); $LLMRL_LLM_GATEWAY_CONFIG, when set, wins. With "
+        "--url the gateway service's own settings hold.",
+    )
+
+    @field_validator("gateway")
+    @classmethod
+    def _gateway_settings(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        if "config" in value:  # a settings key that names a file to read: not from here
+            raise ValueError("gateway.config: give the settings themselves, not a file")
+        from llmrl.llm_gateway.settings import load_settings
+
+        try:
+            load_settings(value)
+        except ValueError as exc:
+            raise ValueError(f"gateway: {exc}") from None
+        return value
 
     def spec(self) -> ExperimentSpec:
         """The runnable part (what POST /experiments takes)."""
-        return ExperimentSpec.model_validate(self.model_dump(exclude=set(DOCUMENTATION)))
+        return ExperimentSpec.model_validate(self.model_dump(exclude={*DOCUMENTATION, *RUNTIME}))
 
 
 def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> ExperimentFile:

@@ -30,7 +30,7 @@ from llmrl.common.console import output_console
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
-from llmrl.orchestrator.compare import build_report
+from llmrl.orchestrator.compare import build_report, print_report
 from llmrl.orchestrator.embedded import make_progress
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.experiments import ExperimentSpec, PlannedRun, plan_experiment
@@ -45,9 +45,11 @@ def run_sweep(
     console: Console | None = None,
     progress: bool = True,
     jobs: int = 1,
+    gateway: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the experiment, `jobs` runs at once; returns its report. ConfigError
-    for a bad spec."""
+    for a bad spec. `gateway`: the in-process gateway's settings (an experiment file's), unless
+    $LLMRL_LLM_GATEWAY_CONFIG names a config already."""
     if jobs < 1:
         raise ConfigError(
             f"jobs: runs at once must be at least 1, got {jobs}",
@@ -59,6 +61,8 @@ def run_sweep(
     planned = plan_experiment(spec, experiment_id)  # everything validated before anything runs
     out = Path(out_dir or Path("runs") / experiment_id).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if gateway:
+        use_gateway_settings(out, gateway)
     store = RunStore(out / STORE_FILE)
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:
@@ -81,8 +85,25 @@ def run_sweep(
     finally:
         resources.close()
         store.close()
+    print_report(console, report)
     console.print(f"report: {out / 'results.md'}")
     return report
+
+
+def use_gateway_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Write `settings` to `out/gateway.yaml` and point $LLMRL_LLM_GATEWAY_CONFIG at it (for
+    this process and the runs it spawns), unless the variable names a config already."""
+    import os
+
+    import yaml
+
+    from llmrl.llm_gateway.settings import CONFIG_ENV_VAR
+
+    if os.environ.get(CONFIG_ENV_VAR):
+        return
+    path = out / "gateway.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    os.environ[CONFIG_ENV_VAR] = str(path)
 
 
 def _create_or_check(

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import ConfigDict, ValidationError
 
@@ -51,6 +51,9 @@ from llmrl.common.bounds import BoundedModel
 from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
+
+if TYPE_CHECKING:
+    from llmrl.recipes.targets import ConfigResults, Verdict
 
 log = logging.getLogger("llmrl.recipes")
 
@@ -103,6 +106,12 @@ class Recipe(ABC):
     @abstractmethod
     def phases(self) -> list[Phase]:
         """The ordered phases of a run of this recipe (may depend on the config)."""
+
+    @classmethod
+    def targets(cls, results: ConfigResults) -> list[Verdict]:
+        """The recipe's claims judged on one config's results over its seeds
+        (`llmrl.recipes.targets`); those whose rows the config lacks are left out."""
+        return []
 
 
 # -- configs and schemas --------------------------------------------------------------------
@@ -187,6 +196,9 @@ class Results:
     columns: list[str] | None = None  # default: keys of the first row, in order
     notes: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)  # file names relative to the out dir
+    # per-unit values that targets pair across methods, e.g. "held-out/bootstrap": each
+    # evaluation episode's success, in the same episode order for every method
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
     def column_names(self) -> list[str]:
         return self.columns or (list(self.rows[0]) if self.rows else [])
@@ -198,6 +210,7 @@ class Results:
             "rows": self.rows,
             "notes": self.notes,
             "plots": self.plots,
+            **({"samples": self.samples} if self.samples else {}),
         }
 
     @classmethod
@@ -208,6 +221,7 @@ class Results:
             columns=data.get("columns"),
             notes=data.get("notes", []),
             plots=data.get("plots", []),
+            samples=data.get("samples", {}),
         )
 
     def to_markdown(self) -> str:

@@ -4,6 +4,7 @@ against its recipe's config, a bad key or value names the file and the key, and 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ def write(tmp_path: Path, text: str) -> Path:
         ("recipe: evaluate\nclaim: {statement: x, colour: red}\n", "claim.colour"),
         ("recipe: evaluate\nseeds: 3..1\n", "seeds"),
         ("recipe: [1, 2\n", "trial.yaml"),
+        ("recipe: evaluate\ngateway: {models: {smollm2: {timeout_s: -1}}}\n", "gateway"),
+        ("recipe: evaluate\ngateway: {config: /etc/passwd}\n", "gateway.config"),
     ],
 )
 def test_a_bad_file_names_itself_and_the_key(tmp_path, text, named):
@@ -72,3 +75,25 @@ def test_llmrl_sweep_runs_an_experiment_file(tmp_path):
     assert result.exit_code == 0, result.output
     assert "experiment trial: 2 runs" in result.output  # named after the file
     assert "success" in (out / "results.md").read_text().lower()
+
+
+def test_an_experiments_gateway_settings_serve_its_embedded_runs(tmp_path, monkeypatch):
+    from llmrl.cli import main
+    from llmrl.llm_gateway.settings import CONFIG_ENV_VAR, load_settings
+
+    monkeypatch.setenv(CONFIG_ENV_VAR, "")  # unset for the test, restored after it
+    path = write(
+        tmp_path,
+        "description: the oracle\nclaim: {statement: it solves it}\nrecipe: evaluate\n"
+        "config: {env: SimpleDoorKey, planner: oracle, episodes: 1}\n"
+        "gateway: {models: {smollm2: {timeout_s: 900}}}\n",
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["sweep", "--config", str(path), "--out", str(out), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    assert os.environ[CONFIG_ENV_VAR] == str(out / "gateway.yaml")
+    assert load_settings().models["smollm2"].timeout_s == 900
+    # not part of the runnable spec (what --url submits)
+    assert "gateway" not in load_experiment(path).spec().model_dump()

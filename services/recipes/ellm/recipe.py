@@ -18,13 +18,14 @@ from llmrl.common.registry import registry
 from llmrl.common.threads import torch_threads
 from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.ellm.config import EllmConfig
-from llmrl.recipes.ellm.report import ellm_results
+from llmrl.recipes.ellm.report import ellm_results, ellm_targets
 from llmrl.recipes.ellm.training import (
     EllmEnvSettings,
     EllmTrainingJob,
     evaluate_agent,
     train_ellm,
 )
+from llmrl.recipes.targets import ConfigResults, Verdict
 
 REPORT = "report"
 NOVELTY = ("rnd", "knn", "none")  # methods that never call the LLM
@@ -45,6 +46,10 @@ class Ellm(Recipe):
         "eval_rearranged",
         "eval_success_rate",
     )
+
+    @classmethod
+    def targets(cls, results: ConfigResults) -> list[Verdict]:
+        return ellm_targets(results)
 
     def phases(self) -> list[Phase]:
         cfg = self.config

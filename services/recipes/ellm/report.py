@@ -19,6 +19,7 @@ import numpy as np
 from llmrl.recipes.base import Results
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.training import TASKS, read_episodes
+from llmrl.recipes.targets import ConfigResults, Verdict, judge
 from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 
 SUCCESS_RATES_FILE = "success_rates.json"
@@ -79,6 +80,43 @@ def caption_hit_rate(counters: dict[str, float]) -> float:
     if not calls or hits + counters.get("asked", 0.0) == 0:  # no LLM behind it (oracle...)
         return float("nan")
     return float(hits / calls)
+
+
+CACHE_TARGET = 0.9  # caption-cache hits after the first 10% of frames
+
+
+def ellm_targets(results: ConfigResults) -> list[Verdict]:
+    """ELLM and its oracle above the reward-free agent (achievements per episode over the last
+    10% of pretraining, or objects put right on Housekeep), paired within each seed; ELLM's
+    suggester served from its caption cache >= 90% of the time after the first 10%."""
+    methods = {str(row.key.get("method")): row for row in results.rows}
+    none = next((m for m in methods if m.split(" ")[0] == "none"), None)
+    if none is None:
+        return []
+    measure = "achievements_last10" if "achievements_last10" in methods[none].values else None
+    measure = measure or "rearranged_last10"
+    verdicts = []
+    for method in methods:
+        if method.split(" ")[0] in ("ellm", "oracle"):
+            verdicts.append(
+                judge(
+                    f"{method} − {none}, {measure}",
+                    results.paired(measure, {"method": method}, {"method": none}),
+                    ">",
+                    0.0,
+                    "more achievements than no intrinsic reward (Du et al. 2023, Fig. 4)",
+                )
+            )
+        if method.split(" ")[0] == "ellm":
+            verdicts.append(
+                judge(
+                    f"{method}: caption-cache hit rate after the first 10% of frames",
+                    results.sample("caption_cache_hit_rate_after_10pct", {"method": method}),
+                    ">=",
+                    CACHE_TARGET,
+                )
+            )
+    return verdicts
 
 
 def ellm_results(

@@ -44,6 +44,7 @@ from llmrl.recipes.glam.config import (
 from llmrl.recipes.glam.report import (
     action_distribution,
     glam_results,
+    glam_targets,
     plot_eval_curves,
     plot_learning_curve,
 )
@@ -54,6 +55,7 @@ from llmrl.recipes.glam.training import (
     train_glam,
     train_symbolic_ppo,
 )
+from llmrl.recipes.targets import ConfigResults, Verdict
 
 REPORT, DEMOS = "report", "demos/bc"
 ADAPTER = "glam"
@@ -72,6 +74,10 @@ class Glam(Recipe):
     Config = GlamConfig
     config: GlamConfig
     headline_metrics = ("success_rate", "mean_return", "mean_length")
+
+    @classmethod
+    def targets(cls, results: ConfigResults) -> list[Verdict]:
+        return glam_targets(results)
 
     def phases(self) -> list[Phase]:
         cfg = self.config

@@ -11,7 +11,8 @@ from llmrl.learner.llm.glam_prompt import action_phrases
 from llmrl.recipes.base import Results
 from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
-from llmrl.recipes.glam.paper import paper_success
+from llmrl.recipes.glam.paper import PAPER_SUCCESS, paper_success
+from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
 
 def action_distribution(records: list[EpisodeRecord]) -> dict[str, float]:
@@ -33,6 +34,30 @@ def action_distribution(records: list[EpisodeRecord]) -> dict[str, float]:
                 totals[phrase] = totals.get(phrase, 0.0) + float(p)
             steps += 1
     return {phrase: total / steps for phrase, total in totals.items()} if steps else {}
+
+
+TARGET_GAIN = 0.20  # success over the zero-shot LLM on held-out episodes (the status table's)
+
+
+def glam_targets(results: ConfigResults) -> list[Verdict]:
+    """GLAM's held-out success over the zero-shot LLM's (>= +0.20), paired within each seed;
+    and over the random policy's."""
+    glam = {"method": "glam", "test": "train"}
+    if results.row(**glam) is None:
+        return []
+    verdicts = []
+    for baseline, threshold in (("zero-shot", TARGET_GAIN), ("random", 0.0)):
+        if results.row(method=baseline, test="train") is not None:
+            verdicts.append(
+                judge(
+                    f"glam − {baseline}, held-out success",
+                    results.paired("success_rate", glam, {"method": baseline, "test": "train"}),
+                    ">=" if threshold else ">",
+                    threshold,
+                    PAPER_SUCCESS["glam"] if baseline == "zero-shot" else None,
+                )
+            )
+    return verdicts
 
 
 def glam_results(

@@ -30,7 +30,7 @@ from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.kalm import driver  # also registers the driver
 from llmrl.recipes.kalm.config import KalmConfig, discrete_action_size
-from llmrl.recipes.kalm.report import kalm_results, plot_results
+from llmrl.recipes.kalm.report import kalm_results, kalm_targets, plot_results
 from llmrl.recipes.kalm.training import (
     KalmGroundingJob,
     KalmOfflineJob,
@@ -38,6 +38,7 @@ from llmrl.recipes.kalm.training import (
     train_grounding,
     train_offline,
 )
+from llmrl.recipes.targets import ConfigResults, Verdict
 
 DATA, GROUND, REPORT = "data", "ground", "report"
 
@@ -75,6 +76,10 @@ class Kalm(Recipe):
     Config = KalmConfig
     config: KalmConfig
     headline_metrics = ("success_rate",)
+
+    @classmethod
+    def targets(cls, results: ConfigResults) -> list[Verdict]:
+        return kalm_targets(results)
 
     # -- the plan -------------------------------------------------------------------------
     @property

@@ -10,6 +10,7 @@ import numpy as np
 
 from llmrl.recipes.base import Results
 from llmrl.recipes.kalm.config import KalmConfig
+from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
 # The paper's headline (Pang et al. 2024, abstract): success on CLEVR-Robot goals unseen in
 # the offline data (rephrasings and novel tasks together); per-level figures are in its plots
@@ -20,6 +21,32 @@ PAPER_NOTE = (
     "KALM vs 26% for the baselines (offline RL on real data), with a far larger grounded LLM, "
     "far more offline RL steps and CLEVR-Robot in MuJoCo"
 )
+
+
+TARGET_LEVELS = ("rephrased", "unseen-easy")
+TARGET_GAIN = 0.05  # success with imagined data over real data alone, per algorithm
+
+
+def kalm_targets(results: ConfigResults) -> list[Verdict]:
+    """Per algorithm and target level: success on real + imagined data over real data alone
+    (>= +5 points), paired within each seed (a run's offline seeds are averaged in it)."""
+    verdicts = []
+    for row in results.rows:
+        if row.key.get("data") == "real" or row.key.get("level") not in TARGET_LEVELS:
+            continue
+        real = {**row.key, "data": "real"}
+        if results.row(**real) is None:
+            continue
+        verdicts.append(
+            judge(
+                f"{row.key['algorithm']}, {row.key['level']}: {row.key['data']} − real, success",
+                results.paired("success_rate", row.key, real),
+                ">=",
+                TARGET_GAIN,
+                "+0.20 on unseen goals (46% vs 26%, Pang et al. 2024)",
+            )
+        )
+    return verdicts
 
 
 def aggregate(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:

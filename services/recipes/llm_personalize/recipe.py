@@ -54,8 +54,9 @@ from llmrl.recipes.base import Phase, Recipe
 from llmrl.recipes.llm_personalize.annotate import AnnotatePhases
 from llmrl.recipes.llm_personalize.collect import CollectPhases
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig
-from llmrl.recipes.llm_personalize.report import ReportPhase
+from llmrl.recipes.llm_personalize.report import ReportPhase, llm_personalize_targets
 from llmrl.recipes.llm_personalize.train import TrainPhases
+from llmrl.recipes.targets import ConfigResults, Verdict
 
 
 @registry.register_recipe(
@@ -63,6 +64,11 @@ from llmrl.recipes.llm_personalize.train import TrainPhases
 )
 class LlmPersonalize(CollectPhases, AnnotatePhases, TrainPhases, ReportPhase, Recipe):
     Config = LlmPersonalizeConfig
+
+    @classmethod
+    def targets(cls, results: ConfigResults) -> list[Verdict]:
+        return llm_personalize_targets(results)
+
     config: LlmPersonalizeConfig
 
     def phases(self) -> list[Phase]:

@@ -12,6 +12,39 @@ import numpy as np
 
 from llmrl.recipes.base import Results, RunContext
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig, stage_name
+from llmrl.recipes.targets import ConfigResults, Verdict, judge
+
+# Han et al. 2024, success rate (%) on held-out episodes: zero-shot, bootstrap, round 2
+PAPER_LADDER = {"zero-shot": -3.6, "bootstrap": 17.6, "round 2": 29.6}
+
+
+def llm_personalize_targets(results: ConfigResults) -> list[Verdict]:
+    """The self-training ladder on held-out episodes: bootstrap above zero-shot, and round 2
+    (or the last round, with fewer) above bootstrap; each step paired episode by episode
+    (every seed's episodes pooled), or seed by seed where no samples were reported."""
+    rows = [row for row in results.rows if row.key.get("episodes") == "held-out"]
+    if not rows:
+        return []
+    row = next((r for r in rows if r.key.get("scene") == "all"), rows[0])
+    stages = [column for column in row.values if column not in ("scene", "episodes")]
+    rounds = [stage for stage in stages if stage.startswith("round ")]
+    steps = [("bootstrap", ZERO_SHOT)]
+    if rounds:
+        last = "round 2" if "round 2" in rounds else rounds[-1]
+        steps.append((last, "bootstrap"))
+    verdicts = []
+    for later, earlier in steps:
+        sample = results.paired_samples(f"held-out/{later}", f"held-out/{earlier}")
+        if sample is None:
+            sample = results.paired(later, row.key, row.key, earlier_column=earlier)
+        paper = None
+        if later in PAPER_LADDER and earlier in PAPER_LADDER:
+            gain = PAPER_LADDER[later] - PAPER_LADDER[earlier]
+            paper = f"{gain:+.1f} ({PAPER_LADDER[earlier]} → {PAPER_LADDER[later]})"
+        verdicts.append(
+            judge(f"held out: {later} − {earlier}, success points", sample, ">", 0.0, paper)
+        )
+    return verdicts
 
 
 class ReportPhase:
@@ -63,11 +96,30 @@ class ReportPhase:
             columns=["scene", "episodes", *evaluations],
             notes=notes,
             plots=[plot],
+            samples=self.episode_samples(ctx),
         )
         ctx.write_results(results)
         data = [selection_row(k, ctx.phase_outputs(f"annotate/{k}")) for k in range(cfg.rounds + 1)]
         (ctx.out_dir / "selection.json").write_text(json.dumps(data, indent=1))
         return {"results": "results.json", "rows": rows, "data": data}
+
+    def episode_samples(self, ctx: RunContext) -> dict[str, list[float]]:
+        """Each evaluation episode's success rate per split and stage ("held-out/bootstrap"),
+        in the same episode order for every stage: every stage plays the same episodes, so
+        the targets pair them episode by episode."""
+        splits = [split for _, split, _ in self.eval_set()]
+        samples: dict[str, list[float]] = {}
+        for stage in self.stages():
+            records = sorted(
+                ctx.store.episodes(ctx.run_id, phase=f"evaluate/{stage}"),
+                key=lambda r: int(r.episode_id.rpartition("/")[2]),
+            )
+            if len(records) != len(splits):  # not evaluated in full: nothing to pair
+                continue
+            for split, record in zip(splits, records, strict=True):
+                key = f"{split}/{stage_name(stage)}"
+                samples.setdefault(key, []).append(float(record.metrics["success_rate"]))
+        return samples
 
 
 def selection_row(k: int, annotate: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from llmrl.common.store import RunStore
+from llmrl.orchestrator.compare import RunData, build_report
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.base import ConfigError, Results, validate_config
 from llmrl.recipes.when2ask.recipe import When2Ask
 
 
@@ -122,8 +123,12 @@ def test_tiny_run_writes_table_plots_and_models(tmp_path):
     forced, news = by_method["forced-only"]["queries/ep"], by_method["news-or-skill-end"]
     assert forced < news["queries/ep"] < by_method["always"]["queries/ep"]
     assert by_method["never-ask"]["queries/ep"] == 0
-    assert any(note.startswith("target on SimpleDoorKey") for note in results["notes"])
-    assert any(note.startswith("beats the rules on SimpleDoorKey") for note in results["notes"])
+    # the recipe's targets judge its table (in an experiment report, here of this one run)
+    run = RunData("tiny", "when2ask", {"seed": 0}, "completed", Results.from_dict(results))
+    report = build_report([run], tmp_path / "report", "tiny", plots=False)
+    targets = [verdict["target"] for verdict in report["verdicts"]]
+    assert targets[0].startswith("SimpleDoorKey: learned − best fixed rule")
+    assert "SimpleDoorKey: learned's queries/ep as a share of always-ask's" in targets
     for name in results["plots"]:
         assert (tmp_path / name).stat().st_size > 0
     assert (tmp_path / "models" / "SimpleDoorKey-asking.zip").exists()
