@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "--reduction",
         choices=["sum", "mean"],
         default="mean",
-        help="the zero-shot policy's phrase score (evaluation/glam.py's default)",
+        help="the zero-shot policy's phrase score (the reported GLAM setting's)",
     )
     parser.add_argument(
         "--probe-c", type=float, default=0.1, help="inverse L2 strength of the logistic regressions"

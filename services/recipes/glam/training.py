@@ -45,7 +45,7 @@ def _ppo_setting(name: str, **bounds: float) -> Any:
 
 class PpoSettings(BaseModel):
     """LLM-PPO's return, loss and logging settings that GLAM's config, its training job and
-    `evaluation/glam.py` all carry unchanged (defaults and help: `LlmPpoConfig`'s, GLAM's
+    experiment files all carry unchanged (defaults and help: `LlmPpoConfig`'s, GLAM's
     code's values)."""
 
     gamma: float = _ppo_setting("gamma", gt=0, le=1)

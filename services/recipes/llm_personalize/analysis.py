@@ -1,7 +1,7 @@
 """The counts behind llm-personalize's success rates, read back from a run.
 
 With a few evaluation episodes per scene, a success rate is a handful of placements. These
-counts say which ones (`evaluation/llm_personalize.py` prints them):
+counts say which ones (the report phase writes them to `diagnostics.md`):
 - per phase and split: the pick-ups and placements the planner completed, and the episodes
   that raised or lowered the number of correctly placed objects (`phase_behaviour`);
 - per SFT dataset: the skills its target plans teach (`target_verbs`);

@@ -11,6 +11,12 @@ from typing import Any
 import numpy as np
 
 from llmrl.recipes.base import Results, RunContext
+from llmrl.recipes.llm_personalize.analysis import (
+    paired_differences,
+    phase_behaviour,
+    shared_categories,
+    target_verbs,
+)
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig, stage_name
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
@@ -45,6 +51,9 @@ def llm_personalize_targets(results: ConfigResults) -> list[Verdict]:
             judge(f"held out: {later} − {earlier}, success points", sample, ">", 0.0, paper)
         )
     return verdicts
+
+
+VERBS = ("go_to_room", "go_to", "look_at", "pick_up", "place", "mission_complete")
 
 
 class ReportPhase:
@@ -101,7 +110,60 @@ class ReportPhase:
         ctx.write_results(results)
         data = [selection_row(k, ctx.phase_outputs(f"annotate/{k}")) for k in range(cfg.rounds + 1)]
         (ctx.out_dir / "selection.json").write_text(json.dumps(data, indent=1))
+        diagnostics = ctx.out_dir / "diagnostics.md"
+        diagnostics.write_text(self.diagnostics(ctx, data, results.samples))
+        ctx.add_artifact("diagnostics.md", diagnostics, kind="results")
         return {"results": "results.json", "rows": rows, "data": data}
+
+    def diagnostics(
+        self, ctx: RunContext, selection: list[dict[str, Any]], samples: dict[str, list[float]]
+    ) -> str:
+        """The counts behind the success rates (`analysis`): each step of the ladder episode
+        by episode, the data of each stage, the skills completed per phase and split, what
+        each SFT dataset teaches, and what the held-out episodes share with training."""
+        cfg = self.config
+        splits = [split for _, split, _ in self.eval_set()]
+        by_stage: dict[str, list[float]] = {}
+        for key, values in samples.items():  # "<split>/<stage>" per episode of that split
+            split, _, stage = key.partition("/")
+            by_stage.setdefault(stage, [0.0] * len(splits))
+            picked = [i for i, s in enumerate(splits) if s == split]
+            for index, value in zip(picked, values, strict=True):
+                by_stage[stage][index] = value
+        stages = list(by_stage)  # each against the one before it, and the target's step
+        pairs = list(zip(stages[1:], stages[:-1], strict=False))
+        rounds = [stage for stage in stages if stage.startswith("round ")]
+        last = "round 2" if "round 2" in rounds else (rounds[-1] if rounds else None)
+        if last is not None and (last, "bootstrap") not in pairs:
+            pairs.append((last, "bootstrap"))
+        differences = paired_differences(by_stage, splits, pairs)
+        behaviour = []
+        phases = ["demonstrate", *(f"collect/{k}" for k in range(1, cfg.rounds + 1))]
+        phases += [f"evaluate/{stage}" for stage in self.stages()]
+        for phase in phases:
+            records = ctx.store.episodes(ctx.run_id, phase=phase)
+            records.sort(key=lambda r: int(r.episode_id.rpartition("/")[2]))
+            kinds = splits if phase.startswith("evaluate/") else ["train"] * len(records)
+            if len(kinds) == len(records):
+                behaviour += phase_behaviour(phase, records, kinds)
+        verbs = []
+        datasets = {"bootstrap": "bootstrap.jsonl"}
+        datasets |= {f"round {k}": f"round-{k}.jsonl" for k in range(1, cfg.rounds + 1)}
+        for name, file in datasets.items():
+            path = ctx.out_dir / "datasets" / file
+            if path.exists():
+                counts = target_verbs(path)
+                verbs.append({"dataset": name, **{verb: counts[verb] for verb in VERBS}})
+        tables = [
+            ("Paired per-episode differences of success rate (95% bootstrap interval)",
+             differences),
+            ("Data per stage", selection),
+            ("Completed skills and placement changes per phase and split", behaviour),
+            ("Target plan lines of each SFT dataset, by skill", verbs),
+            ("Held-out misplaced objects whose category a training episode had misplaced",
+             shared_categories(cfg)),
+        ]  # fmt: skip
+        return "\n".join(Results(title, rows).to_markdown() for title, rows in tables if rows)
 
     def episode_samples(self, ctx: RunContext) -> dict[str, list[float]]:
         """Each evaluation episode's success rate per split and stage ("held-out/bootstrap"),

@@ -4,7 +4,6 @@ and finishes with the per-round table and plot."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -14,10 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import chat_jsonl_errors
+from llmrl.orchestrator.compare import RunData, build_report
+from llmrl.recipes.base import Results
 
 CONFIG = [
     "model=tiny", "data_dir=procedural", "train_episodes=2", "eval_episodes=1", "rounds=1",
@@ -127,26 +129,22 @@ def test_a_killed_run_resumes_after_the_bootstrap_round(tiny_model_dir: Path, tm
     assert train_1["examples"] == len(selected) + 2
     assert "llm-personalize: tiny on Housekeep" in output  # the table is printed
 
-    # the evaluation script's paired differences, read back from the run's episodes: with one
-    # evaluation episode per split, each is that episode's difference in the results table
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        ((run_id, config),) = conn.execute("SELECT run_id, config FROM runs").fetchall()
-    differences = evaluation_script().episode_differences(out, run_id, json.loads(config))
+    # each evaluation episode's success per split and stage, in episode order: the targets
+    # pair the stages episode by episode (one episode per split: the table's own rows)
     by_split = {row["episodes"]: row for row in results["rows"]}
-    assert [(d["episodes"], d["comparison"]) for d in differences] == [
-        (split, pair) for split in ("train", "held-out")
-        for pair in ("bootstrap - zero-shot", "round 1 - bootstrap")
-    ]  # fmt: skip
-    for d in differences:
-        later, _, earlier = d["comparison"].partition(" - ")
-        row = by_split[d["episodes"]]
-        assert d["n"] == 1 and d["mean"] == round(row[later] - row[earlier], 2)
-        assert d["beyond_noise"] is False  # one episode is never beyond noise
-
-
-def evaluation_script():
-    script = Path(__file__).resolve().parents[3] / "evaluation" / "llm_personalize.py"
-    spec = importlib.util.spec_from_file_location("llm_personalize_evaluation", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    for split in ("train", "held-out"):
+        for stage in ("zero-shot", "bootstrap", "round 1"):
+            assert results["samples"][f"{split}/{stage}"] == [by_split[split][stage]]
+    run = RunData("lp", "llm-personalize", {"seed": 0}, "completed", Results.from_dict(results))
+    verdicts = build_report([run], out / "report", "tiny", plots=False)["verdicts"]
+    assert [v["target"] for v in verdicts] == [
+        "held out: bootstrap − zero-shot, success points",
+        "held out: round 1 − bootstrap, success points",
+    ]
+    held_out = by_split["held-out"]
+    assert verdicts[1]["mean"] == pytest.approx(held_out["round 1"] - held_out["bootstrap"])
+    assert verdicts[1]["basis"] == "1 paired episodes pooled over 1 seed(s)"
+    # the counts behind the rates, beside the table
+    diagnostics = (out / "diagnostics.md").read_text()
+    assert "# Paired per-episode differences of success rate" in diagnostics
+    assert "# Completed skills and placement changes per phase and split" in diagnostics
