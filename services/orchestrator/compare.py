@@ -32,6 +32,7 @@ from llmrl.recipes.targets import ConfigResults, Row, Verdict, verdicts_markdown
 
 CURVE_TAGS = ("charts/episodic_return", "charts/success")
 CURVE_POINTS = 100
+SMOOTHING = 0.05  # a curve's moving-average window: this share of its points
 CONFIG_COLUMN = "config"
 VARIES = "(varies by seed)"
 
@@ -193,14 +194,26 @@ def _cell(column: str, layout: TableLayout, entry: dict[str, Any]) -> str:
     return VARIES
 
 
+def smooth(values: np.ndarray, share: float = SMOOTHING) -> np.ndarray:
+    """A centred moving average over `share` of the points (shorter at the ends)."""
+    window = max(1, round(len(values) * share))
+    if window == 1:
+        return values
+    kernel = np.ones(window)
+    return np.convolve(values, kernel, mode="same") / np.convolve(
+        np.ones_like(values), kernel, mode="same"
+    )
+
+
 def curve_bands(group: ConfigGroup, tag: str) -> dict[str, list[float]] | None:
-    """The group's curves for `tag` on a common x grid: mean and 95% band over seeds."""
+    """The group's curves for `tag` on a common x grid, each smoothed: mean and 95% band
+    over seeds."""
     curves = [run.curves[tag] for run in group.runs if len(run.curves.get(tag, ())) > 0]
     if not curves:
         return None
     shortest = min(len(curve) for curve in curves)
     x = np.linspace(1, shortest, min(shortest, CURVE_POINTS))
-    matrix = np.stack([np.interp(x, np.arange(1, len(c) + 1), c) for c in curves])
+    matrix = np.stack([smooth(np.interp(x, np.arange(1, len(c) + 1), c)) for c in curves])
     centre, low, high = stats.curve_band(matrix)
     return {
         "x": x.tolist(),
@@ -209,6 +222,39 @@ def curve_bands(group: ConfigGroup, tag: str) -> dict[str, list[float]] | None:
         "high": high.tolist(),
         "seeds": len(curves),
     }
+
+
+def recipe_curve_bands(group: ConfigGroup) -> list[dict[str, Any]]:
+    """The group's recipe curves (`Results.curves`), per panel and line: each seed's curve
+    on the x range all seeds cover, smoothed, then the mean and 95% band over seeds."""
+    by_key: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for run in group.runs:
+        for curve in run.results.curves if run.results else []:
+            x, y = np.asarray(curve["x"], dtype=float), np.asarray(curve["y"], dtype=float)
+            if len(x):
+                by_key.setdefault((curve["panel"], curve["line"]), []).append((x, y))
+    bands = []
+    for (panel, line), curves in by_key.items():
+        low_x, high_x = max(x.min() for x, _ in curves), min(x.max() for x, _ in curves)
+        if high_x < low_x:  # the seeds' curves do not overlap
+            continue
+        points = max(2, min(CURVE_POINTS, max(len(x) for x, _ in curves)))
+        grid = np.linspace(low_x, high_x, points) if high_x > low_x else np.array([low_x])
+        matrix = np.stack([smooth(np.interp(grid, x, y)) for x, y in curves])
+        centre, low, high = stats.curve_band(matrix)
+        bands.append(
+            {
+                "config": group.label,
+                "panel": panel,
+                "line": line,
+                "x": grid.tolist(),
+                "mean": centre.tolist(),
+                "low": low.tolist(),
+                "high": high.tolist(),
+                "seeds": len(curves),
+            }
+        )
+    return bands
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -239,7 +285,8 @@ def build_report(
         methods += recipe_methods
         tables.append(table)
         verdicts += recipe_verdicts
-    for group in groups:
+    recipe_curves = [band for group in groups for band in recipe_curve_bands(group)]
+    for group in groups if not recipe_curves else []:  # the recipes' own curves say more
         for tag in CURVE_TAGS:
             band = curve_bands(group, tag)
             if band is not None:
@@ -261,13 +308,18 @@ def build_report(
         "tables": tables,
         "verdicts": verdicts,
         "curves": curves,
+        "recipe_curves": recipe_curves,
         "notes": notes,
         "plots": [],
     }
     if plots and methods:
-        from llmrl.orchestrator.report_plots import plot_curves, plot_headline
+        from llmrl.orchestrator.report_plots import plot_curves, plot_headline, plot_recipe_curves
 
-        if curves:
+        several = len(groups) > 1
+        if recipe_curves:
+            plot_recipe_curves(recipe_curves, out / "curves.png", title, several)
+            report["plots"].append("curves.png")
+        elif curves:
             plot_curves(curves, out / "curves.png", title)
             report["plots"].append("curves.png")
         plot_headline(methods, out / "headline.png", title)

@@ -40,6 +40,37 @@ def plot_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title: str)
     plt.close(fig)
 
 
+MAX_CURVE_PANELS = 16
+
+
+def plot_recipe_curves(
+    bands: list[dict[str, Any]], path: Path, title: str, name_configs: bool = False
+) -> None:
+    """The recipes' learning curves: a panel per measure (and config, when several), a line
+    per method, each the smoothed mean over seeds with its 95% band."""
+    plt = _pyplot()
+    panels: dict[str, list[dict[str, Any]]] = {}
+    for band in bands:
+        name = f"{band['config']}: {band['panel']}" if name_configs else band["panel"]
+        panels.setdefault(name, []).append(band)
+    names = list(panels)[:MAX_CURVE_PANELS]
+    columns = min(4, len(names))
+    rows = math.ceil(len(names) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.4 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for band in panels[name]:
+            (line,) = ax.plot(band["x"], band["mean"], label=f"{band['line']} (n={band['seeds']})")
+            ax.fill_between(band["x"], band["low"], band["high"], color=line.get_color(), alpha=0.2)
+        ax.set_title(name, fontsize="medium")
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.suptitle(f"{title}: smoothed mean over seeds, 95% bootstrap band")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None:
     """One panel per headline metric; a bar per method with its 95% interval."""
     from llmrl.orchestrator.compare import method_name

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import numpy as np
 from pydantic import ConfigDict, ValidationError
 
 from llmrl.agents.episode import EpisodeJob
@@ -199,6 +200,9 @@ class Results:
     # per-unit values that targets pair across methods, e.g. "held-out/bootstrap": each
     # evaluation episode's success, in the same episode order for every method
     samples: dict[str, list[float]] = field(default_factory=dict)
+    # learning curves the experiment report aggregates over seeds: `learning_curve(...)`s,
+    # one per panel (a task and a measure) and line (a method)
+    curves: list[dict[str, Any]] = field(default_factory=list)
 
     def column_names(self) -> list[str]:
         return self.columns or (list(self.rows[0]) if self.rows else [])
@@ -211,6 +215,7 @@ class Results:
             "notes": self.notes,
             "plots": self.plots,
             **({"samples": self.samples} if self.samples else {}),
+            **({"curves": self.curves} if self.curves else {}),
         }
 
     @classmethod
@@ -222,6 +227,7 @@ class Results:
             notes=data.get("notes", []),
             plots=data.get("plots", []),
             samples=data.get("samples", {}),
+            curves=data.get("curves", []),
         )
 
     def to_markdown(self) -> str:
@@ -234,6 +240,28 @@ class Results:
         lines += [""] + [f"- {note}" for note in self.notes]
         lines += [f"![{plot}]({plot})" for plot in self.plots]
         return "\n".join(lines).rstrip() + "\n"
+
+
+CURVE_BINS = 100  # points a run keeps of a curve: binned means, so results.json stays small
+
+
+def learning_curve(
+    panel: str, line: str, x: Sequence[float], y: Sequence[float], bins: int = CURVE_BINS
+) -> dict[str, Any]:
+    """One learning curve of a run for `Results.curves`: `y` over `x` (e.g. return over
+    environment steps), reduced to the means of at most `bins` equal spans of x. The report
+    plots one panel per `panel` (e.g. "KeyInBox: return") and a line per `line` (a method),
+    smoothed, with the seeds' band."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[keep], ys[keep]
+    if len(xs) > bins:
+        edges = np.linspace(xs.min(), xs.max(), bins + 1)
+        index = np.clip(np.searchsorted(edges, xs, side="right") - 1, 0, bins - 1)
+        filled = [i for i in range(bins) if np.any(index == i)]
+        xs = np.array([xs[index == i].mean() for i in filled])
+        ys = np.array([ys[index == i].mean() for i in filled])
+    return {"panel": panel, "line": line, "x": xs.tolist(), "y": ys.tolist()}
 
 
 def finite_or_none(value: Any) -> Any:
@@ -558,8 +586,6 @@ def save_episode_arrays(path: Path, records: list[EpisodeRecord]) -> None:
     """The episodes as numpy arrays (one .npz): per-episode figures, and per-step rewards,
     actions (`actions_array`: int64 with -1 for none, or float rows with NaN for none) and
     skills concatenated, episode i's steps at offsets[i]:offsets[i+1]."""
-    import numpy as np
-
     steps = [step for record in records for step in record.steps]
     offsets = np.cumsum([0] + [len(record.steps) for record in records])
     np.savez_compressed(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from llmrl.recipes.base import Results
+from llmrl.recipes.base import Results, learning_curve
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.training import TASKS, read_episodes
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
@@ -217,7 +217,17 @@ def ellm_results(
         }
         (out_dir / SUCCESS_RATES_FILE).write_text(json.dumps(per_achievement, indent=2) + "\n")
         notes.append(f"success rates (%) per achievement and method: {SUCCESS_RATES_FILE}")
-    return Results(title=f"ellm on {cfg.env}", rows=rows, notes=notes, plots=plots)
+    learned = [
+        learning_curve(
+            f"{measure} per episode by pretraining frame",
+            method,
+            [episode["frames"] for episode in episodes],
+            [episode["unlocked"] for episode in episodes],
+        )
+        for method, episodes in curves.items()
+        if episodes
+    ]
+    return Results(title=f"ellm on {cfg.env}", rows=rows, notes=notes, plots=plots, curves=learned)
 
 
 def _pyplot() -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.learner.llm.glam_prompt import action_phrases
-from llmrl.recipes.base import Results
+from llmrl.recipes.base import Results, learning_curve
 from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import PAPER_SUCCESS, paper_success
@@ -122,7 +122,19 @@ def glam_results(
             shares = ", ".join(f"{phrase} {p:.2f}" for phrase, p in distribution.items())
             notes.append(f"{e['method']}: mean policy over its held-out steps: {shares}")
     notes += list(PAPER_NOTES)
-    return Results(title=f"glam on {cfg.env}", rows=rows, notes=notes, plots=plots or [])
+    curves = [
+        learning_curve(
+            "held-out success by env step",
+            e["method"],
+            [point["global_step"] for point in e["curve"]],
+            [point["success_rate"] for point in e["curve"]],
+        )
+        for e in evaluations
+        if e["test"] == "train" and e.get("curve")
+    ]
+    return Results(
+        title=f"glam on {cfg.env}", rows=rows, notes=notes, plots=plots or [], curves=curves
+    )
 
 
 def plot_eval_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title: str) -> bool:

@@ -27,7 +27,15 @@ from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
 from llmrl.common.threads import torch_threads
 from llmrl.learner.algorithms.sb3 import LrSchedule
-from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext, tracked
+from llmrl.recipes.base import (
+    Phase,
+    Recipe,
+    RecipeConfig,
+    Results,
+    RunContext,
+    learning_curve,
+    tracked,
+)
 from llmrl.recipes.targets import ConfigResults, Verdict, best_of, judge
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
 from llmrl.recipes.when2ask.asking import (
@@ -447,7 +455,9 @@ class When2Ask(Recipe):
             )
         if cfg.planner in ("local", "llm"):
             notes.append(ledger_note(ctx.llm.usage(ctx.run_id)))
-        results = Results(title="when2ask", rows=rows, notes=notes, plots=plots)
+        results = Results(
+            title="when2ask", rows=rows, notes=notes, plots=plots, curves=training_curves(curves)
+        )
         ctx.write_results(results)
         return {"results": "results.json"}
 
@@ -598,6 +608,24 @@ def when2ask_targets(results: ConfigResults) -> list[Verdict]:
             )
         )
     return verdicts
+
+
+CURVE_LINES = {"train": "learned (asking PPO)", "train-never": "never-ask PPO"}
+
+
+def training_curves(curves: dict[str, dict[str, list[dict[str, float]]]]) -> list[dict[str, Any]]:
+    """Per task, the PPO trainings' penalised return and planner queries per episode over
+    their timesteps, for the experiment report."""
+    out = []
+    for env, kinds in curves.items():
+        for kind, points in kinds.items():
+            t = [p["t"] for p in points]
+            for key, measure in (("r", "return − query penalties"), ("queries", "queries/ep")):
+                values = [p.get(key, 0.0) for p in points]
+                out.append(
+                    learning_curve(f"{env}: {measure} by PPO step", CURVE_LINES[kind], t, values)
+                )
+    return out
 
 
 def plot_learning_curves(curves: dict[str, dict[str, list[dict[str, float]]]], path: Path) -> None:
