@@ -47,10 +47,12 @@ class RunManager:
         simulator: str | None,
         llm_gateway: str | None,
         resubmit_after_s: float = DEFAULT_RESUBMIT_AFTER_S,
+        learner: str | None = None,
     ) -> None:
         self.store, self.broker, self.home = store, broker, Path(home)
         self.resubmit_after_s = resubmit_after_s
         self.simulator, self.llm_gateway = simulator, llm_gateway
+        self.learner = learner  # None: recipes train in the orchestrator's process
         self.collector = ResultCollector(store, broker)
         self._stopping = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
@@ -114,6 +116,7 @@ class RunManager:
                     executor,
                     simulator=self.simulator,
                     llm_gateway=self.llm_gateway,
+                    learner=self.learner,
                     progress=progress,
                     interrupted=self._stopping.is_set,
                 )

@@ -36,6 +36,7 @@ def execute_run(
     *,
     simulator: str | None = None,
     llm_gateway: str | None = None,
+    learner: str | None = None,
     progress: ProgressReporter | None = None,
     interrupted: Callable[[], bool] = lambda: False,
 ) -> RunRow:
@@ -63,6 +64,7 @@ def execute_run(
         executor=executor,
         simulator=simulator,
         llm_gateway=llm_gateway,
+        learner=learner,
         progress=progress,
         should_stop=cancelled,
     )

@@ -56,6 +56,8 @@ SETTINGS = {
     "home": "artifact directory: run store and run outputs (default LLMRL_HOME)",
     "simulator": "simulator gRPC address for recipes' own worlds, or 'local' (in-process)",
     "llm_gateway": "LLM gateway gRPC address, or 'local' (in-process)",
+    "learner": "learner service URL recipes train on, or 'local' (in the orchestrator's "
+    "process; default LLMRL_LEARNER_URL's learner, or local with a 'local' simulator)",
     "token": "bearer token required by the API (default LLMRL_TOKEN, LLMRL_ORCHESTRATOR_TOKEN)",
     "max_body_bytes": "largest accepted request body (default LLMRL_MAX_BODY_BYTES, else 1 MiB)",
     "claim_idle_s": "seconds before a silent worker's job is handed to another (default 30)",
@@ -139,14 +141,25 @@ def build_manager(settings: dict[str, Any]) -> RunManager:
         or os.environ.get("LLMRL_RESUBMIT_AFTER_S")
         or DEFAULT_RESUBMIT_AFTER_S
     )
+    simulator = _address(settings.get("simulator"), "simulator")
     return RunManager(
         store,
         broker,
         home,
-        simulator=_address(settings.get("simulator"), "simulator"),
+        simulator=simulator,
         llm_gateway=_address(settings.get("llm_gateway"), "llm_gateway"),
         resubmit_after_s=resubmit_after,
+        learner=_learner_url(settings.get("learner"), simulator),
     )
+
+
+def _learner_url(value: Any, simulator: str | None) -> str | None:
+    """Where recipes train: 'local' or '' in the orchestrator's process, a URL on that
+    learner; by default on the configured learner service, or here with an in-process
+    simulator (a learner job steps the simulator service, so it needs one)."""
+    if value is None:
+        return cfg.http_url("learner") if simulator is not None else None
+    return None if str(value) in ("local", "") else str(value)
 
 
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:

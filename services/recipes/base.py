@@ -27,7 +27,8 @@ the config (seeds derived from `config.seed` and the episode index).
 
 The run context hides the mode: in embedded mode episodes are played in-process, in service
 mode they go through the Redis queue to rollout workers; either way `run_episodes` returns
-the stored records, in index order.
+the stored records, in index order. Training likewise: `ctx.train(job, train_here, ...)` runs
+a job in this process, or on the learner service where one is configured.
 """
 
 from __future__ import annotations
@@ -396,6 +397,7 @@ class RunContext:
         executor: EpisodeExecutor,
         simulator: str | None = None,
         llm_gateway: str | None = None,
+        learner: str | None = None,
         progress: ProgressReporter | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
@@ -408,6 +410,7 @@ class RunContext:
         self.executor = executor
         self.simulator = simulator  # None: in-process worlds (embedded mode)
         self.llm_gateway = llm_gateway  # None: in-process gateway (embedded mode)
+        self.learner = learner  # the learner service's URL; None: training runs here
         self.progress = StoppableProgress(progress or NullProgress(), should_stop)
         self.should_stop = should_stop
         self._llm: Any = None
@@ -492,6 +495,37 @@ class RunContext:
         writer.add_scalar("charts/success", float(record.success), self._tb_step)
         if record.llm_calls:
             writer.add_scalar("charts/llm_calls", len(record.llm_calls), self._tb_step)
+
+    # -- training -----------------------------------------------------------------------------
+    def train(
+        self,
+        job: Any,
+        train_here: Callable[..., dict[str, Any]],
+        phase: str,
+        total: int,
+        *,
+        unit: str = "steps",
+        endpoint: str = "/policy-jobs",
+        threads: int | None = None,
+    ) -> dict[str, Any]:
+        """Run a training job with the phase's progress bar: in this process
+        (`train_here(job, on_progress=...)`) when no learner service is configured (embedded
+        mode), else on the learner (`endpoint`: "/policy-jobs" for a registered policy job's
+        request, "/jobs" for fine-tuning), which runs the same function. `threads`: torch's
+        thread count for in-process training (the learner keeps its own setting)."""
+        from contextlib import nullcontext
+
+        from llmrl.common.threads import torch_threads
+
+        with tracked(self.progress, phase, total, unit=unit):
+            if self.learner is None:
+                with torch_threads(threads) if threads else nullcontext():
+                    return train_here(job, on_progress=self.progress.advance)
+            from llmrl.learner.client import run_learner_job
+
+            return run_learner_job(
+                endpoint, job.model_dump(), on_progress=self.progress.advance, url=self.learner
+            )
 
     # -- services -----------------------------------------------------------------------------
     def make_world(self, env: str, num_envs: int = 1, seed: int | None = None, **env_kwargs: Any):

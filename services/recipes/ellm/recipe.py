@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.common.threads import torch_threads
 from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.report import ellm_results, ellm_targets
@@ -145,14 +144,8 @@ class Ellm(Recipe):
             llm_gateway=ctx.llm_gateway,
         )
         phase = f"{stage}/{method}"
-        with tracked(ctx.progress, phase, frames, unit="frames"):
-            if ctx.simulator is None:
-                with torch_threads(1):  # a small MLP (see torch_threads)
-                    result = train_ellm(job, on_progress=ctx.progress.advance)
-            else:
-                from llmrl.learner.policy_jobs import run_on_learner
-
-                result = run_on_learner(job, on_progress=ctx.progress.advance)
+        # a small MLP: one thread (see torch_threads)
+        result = ctx.train(job, train_ellm, phase, frames, unit="frames", threads=1)
         uses_llm = job.method not in NOVELTY
         result["usage"] = self._usage(ctx, f"ellm/{stage}/{method}") if uses_llm else {}
         return {"method": method, "stage": stage, **result}

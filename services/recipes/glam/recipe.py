@@ -149,12 +149,7 @@ class Glam(Recipe):
             tensorboard_dir=str(self.train_tb(ctx, method)),
             simulator=ctx.simulator,
         )
-        with tracked(ctx.progress, train_phase(method), job.steps, unit="steps"):
-            if ctx.simulator is None:
-                return train_glam(job, on_progress=ctx.progress.advance)
-            from llmrl.learner.policy_jobs import run_on_learner
-
-            return run_on_learner(job, on_progress=ctx.progress.advance)
+        return ctx.train(job, train_glam, train_phase(method), job.steps)
 
     def train_symbolic(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config

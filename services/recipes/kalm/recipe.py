@@ -307,13 +307,8 @@ class Kalm(Recipe):
     def run_job(
         self, ctx: RunContext, phase: str, job: Any, total: int, run: Any, unit: str
     ) -> dict[str, Any]:
-        """Embedded mode trains in this process; service mode on the learner service."""
-        with tracked(ctx.progress, phase, total, unit=unit):
-            if ctx.simulator is None:
-                return run(job, on_progress=ctx.progress.advance)
-            from llmrl.learner.policy_jobs import run_on_learner
-
-            return run_on_learner(job, on_progress=ctx.progress.advance)
+        """In this process, or on the learner service where one is configured."""
+        return ctx.train(job, run, phase, total, unit=unit)
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.providers import provider, provider_named_by
-from llmrl.recipes.base import RunContext, tracked
+from llmrl.recipes.base import RunContext
 from llmrl.recipes.llm_personalize import openai_models
 from llmrl.recipes.llm_personalize.annotate import add_dataset_artifact
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig
@@ -61,6 +61,13 @@ def replay_subset(source: str, limit: int, seed: int, dest: Path) -> dict[str, A
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text("".join(lines[i] + "\n" for i in kept))
     return {"data": str(dest), "examples": limit}
+
+
+def finetune_here(request: Any, on_progress: Callable[[int], None] | None = None) -> dict:
+    """A fine-tuning job in this process (the learner service runs the same function)."""
+    from llmrl.learner.jobs import run_finetune
+
+    return run_finetune(request, report=on_progress)
 
 
 class TrainPhases:
@@ -109,17 +116,6 @@ class TrainPhases:
 
         return run
 
-    def _run_finetune(
-        self, ctx: RunContext, request: Any, on_step: Callable[[int], None] | None = None
-    ) -> dict[str, Any]:
-        """Embedded mode trains here; service mode on the learner service (same function)."""
-        from llmrl.learner.client import run_learner_job
-        from llmrl.learner.jobs import run_finetune
-
-        if ctx.simulator is None:
-            return run_finetune(request, report=on_step)
-        return run_learner_job("/jobs", request.model_dump(), on_progress=on_step)
-
     def _train_local(
         self, ctx: RunContext, k: int, files: list[str], previous: dict[str, Any] | None
     ) -> dict[str, Any]:
@@ -146,8 +142,8 @@ class TrainPhases:
             seed=cfg.seed + k,
         )
         # a progress bar in SFT steps (examples dropped as too long can make it end early)
-        with tracked(ctx.progress, f"train/{k}", sft_steps(files, request), unit="steps"):
-            result = self._run_finetune(ctx, request, on_step=ctx.progress.advance)
+        total = sft_steps(files, request)
+        result = ctx.train(request, finetune_here, f"train/{k}", total, endpoint="/jobs")
         writer = ctx.tensorboard
         if writer is not None:
             for step, loss in enumerate(result["losses"]):
@@ -186,7 +182,7 @@ class TrainPhases:
             provider=openai_provider(cfg),
             poll_interval_s=cfg.openai_poll_s,
         )
-        result = self._run_finetune(ctx, request)
+        result = ctx.train(request, finetune_here, f"train/{k}", 1, unit="jobs", endpoint="/jobs")
         job = result["openai_job"]
         return {
             "model": openai_models.gateway_name(result["fine_tuned_model"]),

@@ -25,7 +25,6 @@ from pydantic import Field, field_validator, model_validator
 from llmrl.common.bounds import Episodes, Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
-from llmrl.common.threads import torch_threads
 from llmrl.learner.algorithms.sb3 import LrSchedule
 from llmrl.recipes.base import (
     Phase,
@@ -34,7 +33,6 @@ from llmrl.recipes.base import (
     Results,
     RunContext,
     learning_curve,
-    tracked,
 )
 from llmrl.recipes.targets import ConfigResults, Verdict, best_of, judge
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
@@ -320,14 +318,9 @@ class When2Ask(Recipe):
 
         def run(ctx: RunContext) -> dict[str, Any]:
             job = self._training_job(ctx, env, policy)
-            with tracked(ctx.progress, f"train {env} ({policy})", job.steps, unit="steps"):
-                if ctx.simulator is None:
-                    with torch_threads(1):  # a small MLP; same figures on any core count
-                        result = train_policy(job, on_progress=ctx.progress.advance)
-                else:
-                    from llmrl.learner.policy_jobs import run_on_learner
-
-                    result = run_on_learner(job, on_progress=ctx.progress.advance)
+            phase = f"train {env} ({policy})"
+            # a small MLP: one thread, and the same figures on any core count
+            result = ctx.train(job, train_policy, phase, job.steps, threads=1)
             ctx.add_artifact(f"models/{env}-{policy}.zip", result["model"], kind="model")
             return result
 
