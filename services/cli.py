@@ -324,7 +324,7 @@ def sweep(
             load_experiment = _load("llmrl.orchestrator.experiment_files", "load_experiment")
             given = (recipe, *arguments) if recipe else arguments  # all key=value pairs
             experiment = load_experiment(config_file, given)
-            gateway = experiment.gateway
+            gateway, threads = experiment.gateway, experiment.threads
             spec = experiment.spec()
             if name is not None or max_parallel is not None:
                 changes = {"name": name, "max_parallel": max_parallel}
@@ -332,14 +332,16 @@ def sweep(
         elif recipe is None:
             raise click.UsageError("name a RECIPE, or an experiment file with --config FILE")
         else:
-            gateway = None
+            gateway, threads = None, None
             spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
         if url is not None:
             submit = _load("llmrl.orchestrator.rest_client", "cli_submit_experiment")
             submit(spec.model_dump(mode="json", exclude_none=True), url=url, wait=wait)
             return
         run_sweep = _load("llmrl.orchestrator.sweep", "run_sweep")
-        run_sweep(spec, out_dir=out, progress=not quiet, jobs=jobs, gateway=gateway)
+        run_sweep(
+            spec, out_dir=out, progress=not quiet, jobs=jobs, gateway=gateway, threads=threads
+        )
     except config_error as exc:  # the field and why; nothing was started
         raise click.UsageError(str(exc)) from exc
     except KeyboardInterrupt:
@@ -372,6 +374,49 @@ def compare(references: tuple[str, ...], out: Path, url: str | None, title: str 
     """
     compare_cli = _load("llmrl.orchestrator.compare_cli", "cli_compare")
     compare_cli(list(references), out, url=url, title=title)
+
+
+@main.group()
+def results() -> None:
+    """Reported figures as data: keep an experiment's report beside its file, and render the
+    docs' results tables from the kept reports."""
+
+
+@results.command("keep")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("experiment_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def results_keep(out_dir: Path, experiment_file: Path) -> None:
+    """Store the report of EXPERIMENT_FILE's runs found in OUT_DIR (the sweep's --out) as
+    <name>.results.json beside the file: every run the file plans must be there, completed,
+    with the same config. Then `llmrl results render` puts it on the recipe's docs page."""
+    keep = _load("llmrl.orchestrator.stored_results", "keep")
+    config_error = _load("llmrl.recipes.base", "ConfigError")
+    try:
+        path = keep(out_dir, experiment_file)
+    except config_error as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(f"kept {path}")
+
+
+@results.command("render")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Change nothing; exit 1 if a docs page's results section differs from its reports.",
+)
+def results_render(check: bool) -> None:
+    """Write each recipe page's results section (docs/recipes/<recipe>.md, between the
+    results markers) from the kept reports (services/recipes/*/experiments/*.results.json)."""
+    render = _load("llmrl.orchestrator.stored_results", "render")
+    changed = render(check=check)
+    for page in changed:
+        click.echo(f"{'differs' if check else 'rendered'}: {page}")
+    if check and changed:
+        raise click.ClickException(
+            "the docs' results tables differ from the kept reports: run `llmrl results render`"
+        )
+    if not changed:
+        click.echo("every results section matches its kept reports")
 
 
 @main.command()

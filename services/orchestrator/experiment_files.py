@@ -39,7 +39,7 @@ from llmrl.recipes.base import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 DOCUMENTATION = ("description", "budget", "claim")  # what a file says of the spec
-RUNTIME = ("gateway",)  # how its embedded runs are served, not what they are
+RUNTIME = ("gateway", "threads")  # how its embedded runs are served, not what they are
 
 
 class Claim(BaseModel):
@@ -64,6 +64,15 @@ class ExperimentFile(ExperimentSpec):
         "(e.g. {models: {smollm2: {timeout_s: 900}}, torch_threads: 1}: a loaded CPU may "
         "take minutes per batched query); $LLMRL_LLM_GATEWAY_CONFIG, when set, wins. With "
         "--url the gateway service's own settings hold.",
+    )
+
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="torch threads of each embedded run (OMP_NUM_THREADS too): on a shared "
+        "CPU one per run is faster, and a seeded run's figures can depend on the count "
+        "(torch splits its reductions by thread).",
     )
 
     @field_validator("gateway")

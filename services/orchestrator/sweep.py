@@ -46,10 +46,11 @@ def run_sweep(
     progress: bool = True,
     jobs: int = 1,
     gateway: dict[str, Any] | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the experiment, `jobs` runs at once; returns its report. ConfigError
     for a bad spec. `gateway`: the in-process gateway's settings (an experiment file's), unless
-    $LLMRL_LLM_GATEWAY_CONFIG names a config already."""
+    $LLMRL_LLM_GATEWAY_CONFIG names a config already; `threads`: torch threads of every run."""
     if jobs < 1:
         raise ConfigError(
             f"jobs: runs at once must be at least 1, got {jobs}",
@@ -63,6 +64,8 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     if gateway:
         use_gateway_settings(out, gateway)
+    if threads:
+        use_threads(threads)
     store = RunStore(out / STORE_FILE)
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:
@@ -88,6 +91,17 @@ def run_sweep(
     print_report(console, report)
     console.print(f"report: {out / 'results.md'}")
     return report
+
+
+def use_threads(threads: int) -> None:
+    """torch on `threads` threads in this process and in the runs it spawns (which read
+    OMP_NUM_THREADS when torch loads)."""
+    import os
+
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
 
 
 def use_gateway_settings(out: Path, settings: dict[str, Any]) -> None:

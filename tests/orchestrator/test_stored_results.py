@@ -1,0 +1,94 @@
+"""Results generated, not typed (issue 53, item 4): an experiment's report is kept beside its
+file only when the run store holds every run the file plans, and each recipe page's results
+section is rendered from the kept reports; the committed pages must match them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmrl.orchestrator.stored_results import BEGIN, END, keep, render, stored_path
+from llmrl.recipes.base import ConfigError
+
+EXPERIMENT = (
+    "description: the oracle planner on DoorKey\n"
+    "claim: {statement: the oracle solves DoorKey, target: success 1, paper: none}\n"
+    "recipe: evaluate\n"
+    "config: {env: SimpleDoorKey, planner: oracle, episodes: 2}\n"
+)
+
+
+def test_the_docs_results_sections_match_the_kept_reports():
+    differing = render(check=True)
+    assert not differing, f"run `llmrl results render`: {differing} differ from their reports"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> tuple[Path, Path]:
+    """An experiment file of the evaluate recipe, run by `llmrl sweep` over seeds 0 and 1."""
+    from llmrl.cli import main
+
+    root = tmp_path_factory.mktemp("kept")
+    experiments = root / "recipes" / "evaluate" / "experiments"
+    experiments.mkdir(parents=True)
+    path = experiments / "trial.yaml"
+    path.write_text(EXPERIMENT + "seeds: [0, 1]\n")
+    out = root / "out"
+    result = CliRunner().invoke(
+        main, ["sweep", "--config", str(path), "--out", str(out), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    return path, out
+
+
+def test_keep_stores_the_report_of_every_run_the_file_plans(swept):
+    path, out = swept
+    kept = json.loads(keep(out, path).read_text())
+    assert kept["experiment"] == "trial" and kept["claim"]["statement"].startswith("the oracle")
+    assert [c["seeds"] for c in kept["configs"]] == [[0, 1]]
+    assert sorted(run["seed"] for run in kept["runs"]) == [0, 1]
+    assert kept["tables"][0]["rows"], "the recipe's table over seeds"
+    assert "curves" not in kept  # small: tables, verdicts and runs only
+
+
+def test_keep_refuses_a_file_whose_runs_are_not_all_there(swept, tmp_path):
+    _, out = swept
+    grown = tmp_path / "grown.yaml"
+    grown.write_text(EXPERIMENT + "seeds: [0, 1, 2]\n")  # seed 2 never ran
+    with pytest.raises(ConfigError, match="seed 2"):
+        keep(out, grown)
+    other = tmp_path / "other.yaml"
+    other.write_text(EXPERIMENT.replace("episodes: 2", "episodes: 3") + "seeds: [0]\n")
+    with pytest.raises(ConfigError, match="no completed run"):  # same seeds, another config
+        keep(out, other)
+    assert not stored_path(grown).exists() and not stored_path(other).exists()
+
+
+def test_render_writes_a_pages_results_section_from_its_reports(swept, tmp_path):
+    path, out = swept
+    keep(out, path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "evaluate.md"
+    page.write_text(f"# evaluate\n\n## Results\n{BEGIN}\n{END}\n\nMore text.\n")
+    recipes = path.parent.parent.parent
+    assert render(recipes, docs) == [page]
+    text = page.read_text()
+    assert "### `trial.yaml`" in text and "the oracle planner on DoorKey" in text
+    assert "llmrl sweep --config" in text and text.endswith("More text.\n")
+    assert render(recipes, docs, check=True) == []  # rendered: nothing differs
+    page.write_text(text.replace("| config |", "| typed by hand |"))
+    assert render(recipes, docs, check=True) == [page]  # a hand edit is caught
+
+
+def test_llmrl_results_keep_names_what_is_missing(swept, tmp_path):
+    from llmrl.cli import main
+
+    _, out = swept
+    grown = tmp_path / "grown.yaml"
+    grown.write_text(EXPERIMENT + "seeds: [0, 5]\n")
+    result = CliRunner().invoke(main, ["results", "keep", str(out), str(grown)])
+    assert result.exit_code == 2 and "seed 5" in result.output
