@@ -15,8 +15,8 @@ the threshold it is held to, whether the mean is past it (`met`) and whether the
 interval is (`beyond_noise`: as far as this sample can tell, the figure would hold again on
 new seeds), and the paper's figure beside it. A sample is one value per seed (a difference
 taken within each seed: paired), or, where a recipe reports per-episode values that every
-method played alike (`Results.samples`), every seed's episodes pooled and paired episode by
-episode.
+method played alike (`Results.samples`), one value per episode: its difference between the
+two methods, averaged over the seeds.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import numpy as np
 
 from llmrl.common import stats
 
@@ -211,13 +213,18 @@ class ConfigResults:
 
     def paired_samples(self, later: str, earlier: str) -> Sample | None:
         """later − earlier unit by unit (e.g. the same evaluation episode under two stages),
-        every seed's units pooled; None when either sample is missing."""
+        each unit's difference averaged over the seeds, so that a unit every seed plays again
+        counts once (a cluster of its seeds) and the interval is over units; None when either
+        sample is missing or the seeds' units differ in number."""
         a, b = self.samples.get(later, {}), self.samples.get(earlier, {})
         seeds = [seed for seed in a if seed in b and len(a[seed]) == len(b[seed])]
-        if not seeds:
+        if not seeds or len({len(a[seed]) for seed in seeds}) != 1:
             return None
-        values = [x - y for seed in seeds for x, y in zip(a[seed], b[seed], strict=True)]
-        return Sample(values, f"{len(values)} paired episodes pooled over {len(seeds)} seed(s)")
+        matrix = np.array([np.subtract(a[seed], b[seed]) for seed in seeds], dtype=float)
+        values = matrix.mean(axis=0).tolist()
+        return Sample(
+            values, f"{len(values)} paired episodes, each averaged over {len(seeds)} seed(s)"
+        )
 
 
 def best_of(results: ConfigResults, column: str, keys: Sequence[Mapping[str, Any]]) -> dict:

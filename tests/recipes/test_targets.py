@@ -103,7 +103,8 @@ def test_llm_personalize_pairs_the_ladder_episode_by_episode_over_seeds(tmp_path
     report = build_report(runs, tmp_path, "ladder", plots=False)
     first, second = report["verdicts"]
     assert first["target"] == "held out: bootstrap − zero-shot, success points"
-    assert first["n"] == 12 and first["basis"] == "12 paired episodes pooled over 3 seed(s)"
+    assert first["n"] == 4  # four episodes, each played under every seed
+    assert first["basis"] == "4 paired episodes, each averaged over 3 seed(s)"
     assert first["mean"] == pytest.approx(8.75) and first["beyond_noise"] is True
     assert first["paper"] == "+21.2 (-3.6 → 17.6)"
     assert second["target"] == "held out: round 2 − bootstrap, success points"

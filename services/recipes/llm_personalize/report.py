@@ -26,8 +26,9 @@ PAPER_LADDER = {"zero-shot": -3.6, "bootstrap": 17.6, "round 2": 29.6}
 
 def llm_personalize_targets(results: ConfigResults) -> list[Verdict]:
     """The self-training ladder on held-out episodes: bootstrap above zero-shot, and round 2
-    (or the last round, with fewer) above bootstrap; each step paired episode by episode
-    (every seed's episodes pooled), or seed by seed where no samples were reported."""
+    (or the last round, with fewer) above bootstrap; each step paired episode by episode (an
+    episode's difference averaged over the seeds, which play the same episodes on the real
+    scenes), or seed by seed where no samples were reported."""
     rows = [row for row in results.rows if row.key.get("episodes") == "held-out"]
     if not rows:
         return []

@@ -143,7 +143,7 @@ def test_a_killed_run_resumes_after_the_bootstrap_round(tiny_model_dir: Path, tm
     ]
     held_out = by_split["held-out"]
     assert verdicts[1]["mean"] == pytest.approx(held_out["round 1"] - held_out["bootstrap"])
-    assert verdicts[1]["basis"] == "1 paired episodes pooled over 1 seed(s)"
+    assert verdicts[1]["basis"] == "1 paired episodes, each averaged over 1 seed(s)"
     # the counts behind the rates, beside the table
     diagnostics = (out / "diagnostics.md").read_text()
     assert "# Paired per-episode differences of success rate" in diagnostics
