@@ -96,7 +96,8 @@ class ExperimentFile(ExperimentSpec):
 
 
 def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> ExperimentFile:
-    """The experiment in YAML file `path` (its name defaults to the file's stem), with
+    """The experiment in YAML file `path` (its name defaults to its recipe and the file's
+    stem, e.g. `when2ask-quick`), with
     `key=value` `arguments` over its config, grid and seeds; validated in full (every run's
     config), a ConfigError naming the file and the key otherwise."""
     path = Path(path)
@@ -104,6 +105,8 @@ def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> Experime
         data: dict[str, Any] = load_yaml(path)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: {exc}", [{"loc": ["config"], "msg": str(exc)}]) from None
+    if isinstance(data.get("recipe"), str):  # e.g. when2ask-quick: each recipe has a quick.yaml
+        data.setdefault("name", f"{data['recipe']}-{path.stem}")
     data.setdefault("name", path.stem)
     given = split_arguments(arguments)
     data["config"] = {**data.get("config", {}), **given["config"]}

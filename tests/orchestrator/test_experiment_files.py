@@ -23,7 +23,7 @@ def test_the_project_keeps_experiment_files():
 )
 def test_every_experiment_file_validates_against_its_recipe(path: Path):
     experiment = load_experiment(path)
-    assert experiment.name == path.stem
+    assert experiment.name == f"{experiment.recipe}-{path.stem}"
     assert experiment.description and experiment.claim is not None
     assert path.parent.parent.name in {r.replace("-", "_") for r in experiment.recipes()}
 
@@ -73,7 +73,7 @@ def test_llmrl_sweep_runs_an_experiment_file(tmp_path):
     args = ["sweep", "--config", str(path), "seeds=0..1", "--out", str(out), "--quiet"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "experiment trial: 2 runs" in result.output  # named after the file
+    assert "experiment evaluate-trial: 2 runs" in result.output  # named after the file
     assert "success" in (out / "results.md").read_text().lower()
 
 

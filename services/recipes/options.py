@@ -1,0 +1,112 @@
+"""Command-line options generated from pydantic models, so a setting is declared once.
+
+A study script (a probe, a signal study, a data check beside its recipe) takes some of its
+recipe's settings: it names the config model's fields, and each becomes an option with the
+field's type, default and description, never written again:
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_model_options(parser, When2AskConfig, ["planner_noise", "planner_noise_mode", "seed"])
+    parser.add_argument("--steps", type=int, default=30_000, help="mediator steps per task")
+    args = parser.parse_args()
+    config = model_from_options(When2AskConfig, args)   # validated: a bad value names its key
+
+`--planner-noise 0.2` sets `planner_noise`; a list field takes several values
+(`--envs KeyInBox ColoredDoorKey`), a bool field `--flag/--no-flag`, an optional field the
+word `none`; anything else the model parses from the text (numbers, literals). A study may
+give other defaults for its own purpose (`defaults={"eval_episodes": 20}`): the help says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from llmrl.recipes.base import ConfigError
+
+# the attribute of the parsed arguments holding which fields came from this model
+_FIELDS_ATTR = "_model_option_fields"
+
+
+def _is_list(annotation: Any) -> bool:
+    origins = {typing.get_origin(arg) for arg in (*typing.get_args(annotation), annotation)}
+    return bool(origins & {list, tuple, set})
+
+
+def _is_bool(annotation: Any) -> bool:
+    return annotation is bool or (
+        set(typing.get_args(annotation)) <= {bool, type(None)}
+        and (bool in typing.get_args(annotation))
+    )
+
+
+def _parse_text(text: str) -> Any:
+    """A value as the user typed it: JSON where it parses (numbers, null, lists), else text."""
+    if text.lower() == "none":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def add_model_options(
+    parser: argparse.ArgumentParser,
+    model: type[BaseModel],
+    fields: Sequence[str],
+    defaults: Mapping[str, Any] | None = None,
+) -> None:
+    """One `--field-name` option per field of `model` named in `fields`."""
+    defaults = dict(defaults or {})
+    unknown = [name for name in [*fields, *defaults] if name not in model.model_fields]
+    if unknown:
+        raise ValueError(f"{model.__name__} has no field(s) {unknown}")
+    group = parser.add_argument_group(f"settings ({model.__name__}'s keys)")
+    for name in fields:
+        info = model.model_fields[name]
+        default = (
+            defaults[name] if name in defaults else info.get_default(call_default_factory=True)
+        )
+        note = " (this study's default; the recipe's is "
+        note += f"{info.get_default(call_default_factory=True)!r})" if name in defaults else ""
+        help_text = (info.description or name).rstrip(".") + f". Default: {default!r}"
+        help_text += note if name in defaults else ""
+        flag = "--" + name.replace("_", "-")
+        if _is_bool(info.annotation):
+            group.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+            )
+        elif _is_list(info.annotation):
+            group.add_argument(
+                flag, dest=name, nargs="+", type=_parse_text, default=default, help=help_text
+            )
+        else:
+            group.add_argument(flag, dest=name, type=_parse_text, default=default, help=help_text)
+    known = getattr(parser, _FIELDS_ATTR, {})
+    known[model.__name__] = [*known.get(model.__name__, []), *fields]
+    setattr(parser, _FIELDS_ATTR, known)
+    parser.set_defaults(**{_FIELDS_ATTR: known})
+
+
+def model_from_options(model: type[BaseModel], args: argparse.Namespace, **extra: Any) -> Any:
+    """The model built from the options `add_model_options` made for it (plus `extra` field
+    values); ConfigError naming the option and what is allowed otherwise."""
+    names = getattr(args, _FIELDS_ATTR, {}).get(model.__name__, [])
+    values = {name: getattr(args, name) for name in names}
+    values.update(extra)
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        problems = [
+            f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}" if err["loc"] else err["msg"]
+            for err in exc.errors(include_url=False)
+        ]
+        raise ConfigError("; ".join(problems), exc.errors()) from None
