@@ -47,7 +47,9 @@ def swept(tmp_path_factory) -> tuple[Path, Path]:
 def test_keep_stores_the_report_of_every_run_the_file_plans(swept):
     path, out = swept
     kept = json.loads(keep(out, path).read_text())
-    assert kept["experiment"] == "evaluate-trial" and kept["claim"]["statement"].startswith("the oracle")
+    assert kept["experiment"] == "evaluate-trial" and kept["claim"]["statement"].startswith(
+        "the oracle"
+    )
     assert [c["seeds"] for c in kept["configs"]] == [[0, 1]]
     assert sorted(run["seed"] for run in kept["runs"]) == [0, 1]
     assert kept["tables"][0]["rows"], "the recipe's table over seeds"
