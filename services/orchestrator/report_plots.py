@@ -20,24 +20,35 @@ def _pyplot() -> Any:
     return plt
 
 
+def _draw_band(ax: Any, band: dict[str, Any], label: str) -> None:
+    """A mean line and its shaded 95% band, in one colour."""
+    (line,) = ax.plot(band["x"], band["mean"], label=label)
+    ax.fill_between(band["x"], band["low"], band["high"], color=line.get_color(), alpha=0.2)
+
+
+def _save(fig: Any, axes: Any, used: int, path: Path, title: str) -> None:
+    """Hide the panels past the `used` first, title the figure and write it."""
+    plt = _pyplot()
+    for ax in list(axes.flat)[used:]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
     """One panel per tag; per config the mean over seeds and its 95% band."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
     for ax, (tag, bands) in zip(axes[0], curves.items(), strict=True):
         for band in bands:
-            (line,) = ax.plot(
-                band["x"], band["mean"], label=f"{band['config']} (n={band['seeds']})"
-            )
-            ax.fill_between(band["x"], band["low"], band["high"], color=line.get_color(), alpha=0.2)
+            _draw_band(ax, band, f"{band['config']} (n={band['seeds']})")
         ax.set_xlabel("episode")
         ax.set_ylabel(tag.rpartition("/")[2])
         ax.set_title(tag)
         ax.legend(fontsize="small")
-    fig.suptitle(f"{title}: mean over seeds, 95% bootstrap band")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, axes, len(curves), path, f"{title}: smoothed mean over seeds, 95% bootstrap band")
 
 
 MAX_CURVE_PANELS = 16
@@ -59,16 +70,10 @@ def plot_recipe_curves(
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.4 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
         for band in panels[name]:
-            (line,) = ax.plot(band["x"], band["mean"], label=f"{band['line']} (n={band['seeds']})")
-            ax.fill_between(band["x"], band["low"], band["high"], color=line.get_color(), alpha=0.2)
+            _draw_band(ax, band, f"{band['line']} (n={band['seeds']})")
         ax.set_title(name, fontsize="medium")
         ax.legend(fontsize="x-small")
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
-    fig.suptitle(f"{title}: smoothed mean over seeds, 95% bootstrap band")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, axes, len(names), path, f"{title}: smoothed mean over seeds, 95% bootstrap band")
 
 
 def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -97,12 +102,7 @@ def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None
         ax.set_yticks(positions, names if index % columns == 0 else [], fontsize="small")
         ax.invert_yaxis()
         ax.set_title(metric)
-    for ax in list(axes.flat)[len(metrics) :]:
-        ax.axis("off")
-    fig.suptitle(f"{title}: mean over seeds, 95% bootstrap interval")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, axes, len(metrics), path, f"{title}: mean over seeds, 95% bootstrap interval")
 
 
 def _get(method: dict[str, Any], metric: str, field: str) -> float:

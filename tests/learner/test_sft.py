@@ -10,10 +10,10 @@ import pytest
 from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.annotator.chat_format import write_chat_jsonl
-from llmrl.learner.sft import (
+from llmrl.learner.adapters import adapter_dir
+from llmrl.learner.algorithms.sft import (
     ADAPTER_METADATA,
     SftConfig,
-    adapter_dir,
     read_chat_examples,
     tokenize_chat,
     train_lora_sft,

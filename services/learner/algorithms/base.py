@@ -130,3 +130,13 @@ def check_env(env: str) -> None:
     known = registry.names("env")
     if env not in known:
         raise ValueError(f"env: unknown env {env!r}; registered envs: {', '.join(sorted(known))}")
+
+
+def tensorboard_writer(directory: str | None) -> Any:
+    """A TensorBoard SummaryWriter on `directory` (None: no logging), for the algorithms that
+    log CleanRL-style `charts/` and `losses/` scalars themselves."""
+    if directory is None:
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(directory)

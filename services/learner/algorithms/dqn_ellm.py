@@ -48,6 +48,7 @@ from llmrl.learner.algorithms.base import (
     resumable_version,
     setting,
     settings_help,
+    tensorboard_writer,
 )
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
@@ -367,7 +368,7 @@ def train_dqn_ellm(
         if previous is None:
             target_net.load_state_dict(q_net.state_dict())
         global_step = int(state["global_step"])
-        writer = _writer(config.tensorboard_dir)
+        writer = tensorboard_writer(config.tensorboard_dir)
 
         # 3. play: epsilon-greedy over N envs, n-step transitions into the buffer
         obs, _ = envs.reset(seed=config.seed + global_step)
@@ -565,14 +566,6 @@ def _restore(
     rng.bit_generator.state = state.pop("rng")
     log.info("dqn-ellm: resuming %s at %d frames", checkpoint.path, state["global_step"])
     return state
-
-
-def _writer(directory: str | None) -> Any:
-    if directory is None:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(directory)
 
 
 # -- a trained policy ------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from llmrl.learner.algorithms.base import (
     resumable_version,
     setting,
     settings_help,
+    tensorboard_writer,
 )
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.learner.llm.scorer import REDUCTIONS
@@ -225,7 +226,7 @@ def train_llm_ppo(
     # LoRA on the top layers only: the rollout keeps what enters them, the epochs start there
     cached = config.cache_frozen and config.lora and policy.frozen_layers > 0
     generator = torch.Generator().manual_seed(config.seed + start_update)
-    writer = _writer(config.tensorboard_dir)
+    writer = tensorboard_writer(config.tensorboard_dir)
 
     # 2. the world: N envs, each with its prompt history
     if isinstance(source, str):
@@ -598,14 +599,6 @@ def _save(
         (directory / STATE_FILE).write_text(json.dumps(result, indent=2) + "\n")
 
     return line.save(write, LLM_PPO, version, config=asdict(config), result=result)
-
-
-def _writer(directory: str | None) -> Any:
-    if directory is None:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(directory)
 
 
 # -- the registered algorithm ----------------------------------------------------------------

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import save_adapter
 from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.llm.lora import LLAMA_LINEAR_LAYERS, top_layers
 from llmrl.learner.versions import METADATA_FILE, Checkpoint, Versions, as_versions, find_checkpoint
 
 log = logging.getLogger("llmrl.learner.sft")
@@ -41,7 +42,6 @@ SFT = "sft"  # the registered name
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 ADAPTER_METADATA = METADATA_FILE  # every checkpoint's metadata file, adapters' too
 # every linear layer of a Llama-family block (SmolLM2 is one): attention and MLP
-LLAMA_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -152,16 +152,6 @@ def tokenize_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[
 def optimizer_steps(examples: int, batch_size: int, epochs: float, steps: int | None) -> int:
     """Steps a run takes: `steps` when given, else `epochs` passes of batches (at least 1)."""
     return steps or max(1, math.ceil(epochs * math.ceil(examples / batch_size)))
-
-
-def top_layers(model: Any, count: int | None) -> list[int] | None:
-    """Indices of the top `count` decoder layers of `model` (None: every layer)."""
-    if count is None:
-        return None
-    total = int(model.config.num_hidden_layers)
-    if not 1 <= count <= total:
-        raise ValueError(f"lora_layers must be in [1, {total}] for this model, got {count}")
-    return list(range(total - count, total))
 
 
 def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = None) -> SftResult:

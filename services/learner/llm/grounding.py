@@ -37,7 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from llmrl.learner.llm.model import LLAMA_LINEAR_LAYERS, resolve_base_model, top_layers
+from llmrl.learner.llm.lora import LLAMA_LINEAR_LAYERS, top_layers
+from llmrl.learner.llm.model import resolve_base_model
 
 TASKS = ("trajectory", "dynamics", "goal", "describe")
 NUMBERS = ("tokens", "text")

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmrl.learner.llm.lora import LLAMA_LINEAR_LAYERS, top_layers
+
 # every linear layer of a Llama-family block (SmolLM2 is one): attention and MLP
-LLAMA_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 HEADS_FILE = "heads.pt"  # the heads' weights, beside the adapter (or the full model)
 
 
@@ -184,13 +185,3 @@ class LlmPolicyModel:
         if not self.lora:
             self.tokenizer.save_pretrained(directory)
         torch.save(self.heads.state_dict(), directory / HEADS_FILE)
-
-
-def top_layers(model: Any, count: int | None) -> list[int] | None:
-    """Indices of the top `count` decoder layers of `model` (None: every layer)."""
-    if count is None:
-        return None
-    total = int(model.config.num_hidden_layers)
-    if not 1 <= count <= total:
-        raise ValueError(f"lora_layers: must be in [1, {total}] for this model, got {count}")
-    return list(range(total - count, total))

@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from llmrl.common.token_batches import pad
+
 REDUCTIONS = ("sum", "mean")
 
 
@@ -41,20 +43,6 @@ class Scores(NamedTuple):
     scores: Any  # [B, K] float32: each candidate's summed (or mean) token log-probability
     hidden: Any  # [B, H] float32: the final hidden state of each prompt's last token
     frozen: list[FrozenStates] | None = None  # per prompt, with keep_frozen=True
-
-
-def pad(rows: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[Any, Any]:
-    """Token rows as one (ids, attention mask) batch, padded on the left or the right."""
-    import torch
-
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        cols = slice(width - len(row), width) if left else slice(0, len(row))
-        ids[i, cols] = torch.tensor(list(row), dtype=torch.long)
-        mask[i, cols] = 1
-    return ids, mask
 
 
 def score_candidates(

@@ -25,6 +25,7 @@ import torch
 from llmrl.common.config import home_dir
 from llmrl.common.devices import native_bf16, resolve_device
 from llmrl.common.registry import registry
+from llmrl.common.token_batches import pad
 from llmrl.llm_gateway.api_types import GenerateRequest, GuidedLines, ScoreRequest
 from llmrl.llm_gateway.backends.base import Backend, Generation, Scores
 from llmrl.llm_gateway.batching import DynamicBatcher
@@ -407,19 +408,6 @@ class LocalCausalLM:
             cache, logits = out.past_key_values, out.logits[:, -1, :]
         self.prefix_cache.store(cache_key, ids, cache)
         return logits, cache
-
-
-def pad(rows: list[list[int]], pad_id: int, left: bool = True) -> tuple[Any, Any]:
-    """Token rows as one (ids, attention mask) batch, padded on the left (prompts, so that
-    generation continues every row at the same column) or on the right (continuations)."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        cols = slice(width - len(row), width) if left else slice(0, len(row))
-        ids[i, cols] = torch.tensor(row)
-        mask[i, cols] = 1
-    return ids, mask
 
 
 class PrefixCache:

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import MAX_EPISODES, Episodes, Seed
-from llmrl.learner.sft import LLAMA_LINEAR_LAYERS
+from llmrl.learner.llm.lora import LLAMA_LINEAR_LAYERS
 from llmrl.recipes.base import RecipeConfig
 
 ENV = "Housekeep"

@@ -198,7 +198,7 @@ class TrainPhases:
 def sft_steps(files: list[str], request: Any) -> int:
     """The optimiser steps a local fine-tuning request will take (as `train_lora_sft` counts;
     examples it drops as too long can end it earlier)."""
-    from llmrl.learner.sft import optimizer_steps
+    from llmrl.learner.algorithms.sft import optimizer_steps
 
     examples = 0
     if not request.steps:
