@@ -1,16 +1,17 @@
 """GLAM diagnostic: how loud is PPO's signal for which way to turn, against its noise?
 
-    .venv/bin/python evaluation/glam_signal.py --states 400 --rollouts 32 --out runs/glam-signal
+    .venv/bin/python -m llmrl.recipes.glam.studies.signal --states 400 --rollouts 32 \
+        --out runs/glam-signal
 
 GLAM's LoRA-PPO on `BabyAIText-GoToLocalS5N2` learns to say "go forward" more and "drop" and
 "toggle" less, but not which way to turn, although a linear probe of the frozen model's state
-predicts the bot's turn (README, glam section; `evaluation/glam_probe.py`). This script measures,
-without any LLM, what PPO's advantages can say about a turn at this budget:
+predicts the bot's turn (README, glam section; `llmrl.recipes.glam.studies.probe`). This study
+measures, without any LLM, what PPO's advantages can say about a turn at this budget:
 
 1. A behaviour policy that ignores the view (`--behaviour`: uniform over the six actions, or the
    mean policies that the zero-shot model and a trained GLAM LoRA showed over their held-out
-   steps) plays the level from the training seeds (`--seed` on); BabyAI's bot follows every
-   step and names its action.
+   steps) plays the level of `--env` from the training seeds (`--seed` on); BabyAI's bot
+   follows every step and names its action.
 2. At each visited state where the bot turns (left or right), the level is copied twice: one
    copy takes the bot's turn, the other the opposite one, and each then plays on with the
    behaviour policy to the episode's end, `--rollouts` times. A rollout's return is GLAM's
@@ -32,6 +33,9 @@ Last, what a view-blind policy can do: success on the held-out seeds (`--blind-e
 of each behaviour, of each `--blind-policy` (e.g. a trained GLAM's mean policy, as its report
 prints it), and of policies that go forward with probability f and turn either way with the
 rest. Prints two tables and, last, one JSON object with every figure.
+
+The options that are the recipe's keys (`--env`, `--gamma`, `--reward-scale`, `--num-envs`,
+`--rollout-steps`, `--seed`) take its descriptions and checks (`GlamConfig`).
 """
 
 from __future__ import annotations
@@ -40,8 +44,17 @@ import argparse
 import copy
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
+
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.glam.config import GlamConfig
+from llmrl.recipes.options import add_model_options, model_from_options
+
+# the recipe's keys this study takes, and its defaults where they differ from the recipe's
+RECIPE_KEYS = ["env", "gamma", "reward_scale", "num_envs", "rollout_steps", "seed"]
+STUDY_DEFAULTS = {"num_envs": 8}  # the reported setting's envs per PPO update
 
 # mean probabilities of turn left / turn right / go forward / pick up / drop / toggle over the
 # held-out steps of the README's runs (the zero-shot model; GLAM's LoRA after 1,280 env steps)
@@ -73,7 +86,18 @@ def play_out(level: Any, first: int, probs: Any, rng: Any, gamma: float, scale: 
         action = int(rng.choice(len(probs), p=probs))
 
 
-def measure(args: argparse.Namespace, name: str) -> dict[str, Any]:
+def level_of(env: str) -> str | None:
+    """The BabyAI level (or mix) a registered BabyAI-Text env plays; None for other envs."""
+    from llmrl.common.registry import registry
+    from llmrl.simulator.envs.babyai_text.env import BabyAITextEnv
+
+    entry = registry.entry("env", env)
+    if entry.obj is not BabyAITextEnv:
+        return None
+    return entry.metadata.get("kwargs", {}).get("level")
+
+
+def measure(args: argparse.Namespace, config: GlamConfig, level: str, name: str) -> dict[str, Any]:
     """The turn states one behaviour visits, with each turn's returns."""
     import numpy as np
     from tqdm import tqdm
@@ -81,12 +105,12 @@ def measure(args: argparse.Namespace, name: str) -> dict[str, Any]:
     from llmrl.simulator.envs.babyai_text.env import BabyAITextEnv
 
     probs = normalised(BEHAVIOURS[name])
-    rng = np.random.default_rng(args.seed)
-    env = BabyAITextEnv(level=args.level, expert=True)
-    discounting = (args.gamma, args.reward_scale)
+    rng = np.random.default_rng(config.seed)
+    env = BabyAITextEnv(level=level, expert=True)
+    discounting = (config.gamma, config.reward_scale)
     gaps, within, correct_returns, wrong_returns = [], [], [], []
     steps = episodes = successes = 0
-    episode_seed = args.seed
+    episode_seed = config.seed
     with tqdm(total=args.states, desc=f"turn states, {name}", unit="state") as bar:
         obs, _ = env.reset(seed=episode_seed)
         while len(gaps) < args.states:
@@ -124,7 +148,9 @@ def measure(args: argparse.Namespace, name: str) -> dict[str, Any]:
         for label, sigma in (("perfect_baseline", noise_within), ("constant", noise_total))
     }
     turn_share = len(gaps) / steps
-    per_update = args.num_envs * args.rollout_steps * turn_share * float(probs[list(TURNS)].sum())
+    per_update = (
+        config.num_envs * config.rollout_steps * turn_share * float(probs[list(TURNS)].sum())
+    )
     updates = {
         label: args.bc_turn_labels / (share * per_update) if share > 0 else None
         for label, share in label_share.items()
@@ -186,7 +212,9 @@ def parse_blind_policy(text: str, parser: argparse.ArgumentParser) -> tuple[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--level", default="GoToLocalS5N2", help="BabyAI level of BabyAI-Text")
+    # --env: the level played; --gamma, --reward-scale: PPO's discount and reward multiplier;
+    # --num-envs x --rollout-steps: the env steps of one PPO update
+    add_model_options(parser, GlamConfig, RECIPE_KEYS, defaults=STUDY_DEFAULTS)
     parser.add_argument(
         "--behaviour",
         nargs="+",
@@ -196,10 +224,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--states", type=int, default=400, help="turn states per behaviour")
     parser.add_argument("--rollouts", type=int, default=32, help="play-outs per turn and state")
-    parser.add_argument("--gamma", type=float, default=0.99, help="PPO's discount (GLAM's)")
-    parser.add_argument("--reward-scale", type=float, default=20.0, help="GLAM's reward x 20")
-    parser.add_argument("--num-envs", type=int, default=8, help="envs per PPO update (README's)")
-    parser.add_argument("--rollout-steps", type=int, default=40, help="steps per env per update")
     parser.add_argument(
         "--bc-turn-labels",
         type=int,
@@ -221,27 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         "actions' probabilities (turn left, turn right, go forward, pick up, drop, toggle), "
         "e.g. a trained policy's mean over its held-out steps from the GLAM report",
     )
-    parser.add_argument("--seed", type=int, default=0, help="first episode seed; RNG seed")
     parser.add_argument("--out", type=Path, default=Path("runs/glam-signal"), help="JSON here")
     args = parser.parse_args(argv)
-
-    from llmrl.recipes.glam.config import GlamConfig
-    from llmrl.simulator.envs.babyai_text.env import make_level
-
-    numbers = (("states", 1), ("rollouts", 2), ("num_envs", 1), ("rollout_steps", 1),
-               ("bc_turn_labels", 1))  # fmt: skip
-    for name, least in numbers:
+    try:
+        config = model_from_options(GlamConfig, args)
+    except ConfigError as exc:  # names the option and what it takes
+        parser.error(str(exc))
+    for name, least in (("states", 1), ("rollouts", 2), ("bc_turn_labels", 1)):
         if getattr(args, name) < least:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")
-    if not 0 < args.gamma <= 1:
-        parser.error("--gamma must be in (0, 1]")
     extra = [parse_blind_policy(text, parser) for text in args.blind_policy]
-    try:
-        make_level(args.level)
-    except ValueError as exc:  # names the mixes and BabyAI's levels
-        parser.error(f"--level: {exc}")
+    level = level_of(config.env)
+    if level is None:
+        parser.error(f"--env: {config.env!r} is not a BabyAI-Text level; this study plays those")
 
-    results = [measure(args, name) for name in args.behaviour]
+    results = [measure(args, config, level, name) for name in args.behaviour]
     print(
         "| behaviour (view-blind) | its success | Q(right turn) - Q(wrong turn): mean [quartiles]"
         " / rms | states where the right turn is better | return spread: within a state / over"
@@ -267,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     # either way with (1 - f) / 2, never the three actions that do nothing on a go-to level
     blind = []
     if args.blind_episodes > 0:
-        held_out = args.seed + GlamConfig.model_fields["eval_seed_offset"].default
+        held_out = config.seed + config.eval_seed_offset
         print(
             "\n| view-blind policy | turn left / turn right / go forward / pick up / drop / toggle"
             " | held-out success |\n|---|---|---|"
@@ -278,13 +296,14 @@ def main(argv: list[str] | None = None) -> int:
             turn = (1 - forward) / 2
             policies.append((f"forward {forward:.1f}", forward, [turn, turn, forward, 0, 0, 0]))
         for name, forward, probs in policies:
-            success = blind_success(args.level, probs, args.blind_episodes, held_out)
+            success = blind_success(level, probs, args.blind_episodes, held_out)
             blind.append({"policy": name, "forward": forward, "probs": probs, "success": success})
             shown = " / ".join(f"{p:.2f}" for p in probs)
             print(f"| {name} | {shown} | {success:.3f} |")
     args.out.mkdir(parents=True, exist_ok=True)
+    options = {k: str(v) for k, v in vars(args).items() if not k.startswith("_")}
     summary = {
-        "settings": {k: str(v) for k, v in vars(args).items()},
+        "settings": options,  # the study's own options and the recipe's keys it took
         "results": results,
         "view_blind_search": blind,
     }
@@ -294,4 +313,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,16 +1,18 @@
 """GLAM diagnostic: does the frozen LLM's state already say which action BabyAI's bot takes?
 
-    .venv/bin/python evaluation/glam_probe.py --train-steps 2560 --test-steps 1024 \
+    .venv/bin/python -m llmrl.recipes.glam.studies.probe --train-steps 2560 --test-steps 1024 \
         --torch-threads 2 --out runs/glam-probe
 
 GLAM's LoRA-PPO plateaus on `BabyAIText-GoToLocalS5N2` (README, glam section), and behaviour
 cloning of the bot with the same LoRA does better. This script separates the two explanations
 the plateau leaves open, capacity and signal, without any RL:
 
-1. BabyAI's bot plays `--train-steps` env steps (seed `--seed`) and `--test-steps` more on the
-   held-out seeds (`--seed` + the recipe's `eval_seed_offset`, its evaluation seeds); every bot
-   step is GLAM's prompt and the bot's action phrase
-   (`recipes.glam.training.collect_demonstrations`).
+1. BabyAI's bot plays `--train-steps` env steps (seed `--seed`, `--num-envs` at once) on
+   `--env` and `--test-steps` more on the held-out seeds (`--seed` + the recipe's
+   `eval_seed_offset`, its evaluation seeds); every bot step is GLAM's prompt and the bot's
+   action phrase (`recipes.glam.training.collect_demonstrations`). The options that are the
+   recipe's keys (`--env`, `--model`, `--train-steps`, `--num-envs`, `--reduction`, `--seed`)
+   take its descriptions and checks (`GlamConfig`).
 2. The frozen base model reads each prompt once; the last prompt token's hidden state is kept
    at several depths (`--layers`; the input of the top two layers is what a LoRA on them reads).
 3. A logistic regression per depth (scikit-learn, standardised features) is fitted on the
@@ -29,9 +31,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.glam.config import GlamConfig
+from llmrl.recipes.options import add_model_options, model_from_options
+
+# the recipe's keys this study takes, and its defaults where they differ from the recipe's
+RECIPE_KEYS = ["env", "model", "train_steps", "num_envs", "reduction", "seed"]
+STUDY_DEFAULTS = {"train_steps": 2560, "num_envs": 8, "reduction": "mean"}
 
 
 def read_examples(path: Path) -> list[tuple[str, str]]:
@@ -113,12 +124,10 @@ def probe(train_x: Any, train_y: Any, test_x: Any, test_y: Any, c: float) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="BabyAIText-GoToLocalS5N2", help="BabyAI-Text env")
-    parser.add_argument("--model", default="smollm2", help="base model (learner's registry)")
-    parser.add_argument("--train-steps", type=int, default=2560, help="bot env steps to fit on")
+    # --train-steps: the bot's env steps to fit on; --num-envs: envs the bot plays at once;
+    # --reduction: the zero-shot policy's phrase score (the reported GLAM setting's)
+    add_model_options(parser, GlamConfig, RECIPE_KEYS, defaults=STUDY_DEFAULTS)
     parser.add_argument("--test-steps", type=int, default=1024, help="bot env steps held out")
-    parser.add_argument("--num-envs", type=int, default=8, help="envs the bot plays at once")
-    parser.add_argument("--seed", type=int, default=0, help="training seed; held out: +1e6")
     parser.add_argument(
         "--layers",
         type=int,
@@ -127,19 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         help="depths whose last-token state is probed (0: embeddings; 30: SmolLM2's final)",
     )
     parser.add_argument(
-        "--reduction",
-        choices=["sum", "mean"],
-        default="mean",
-        help="the zero-shot policy's phrase score (the reported GLAM setting's)",
-    )
-    parser.add_argument(
         "--probe-c", type=float, default=0.1, help="inverse L2 strength of the logistic regressions"
     )
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per forward")
     parser.add_argument("--torch-threads", type=int, default=0, help="0: torch's default")
     parser.add_argument("--out", type=Path, default=Path("runs/glam-probe"), help="files here")
     args = parser.parse_args(argv)
-    for name in ("train_steps", "test_steps", "num_envs", "batch_size"):
+    try:
+        config = model_from_options(GlamConfig, args)
+    except ConfigError as exc:  # names the option and what it takes
+        parser.error(str(exc))
+    for name in ("test_steps", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")
 
@@ -150,27 +157,26 @@ def main(argv: list[str] | None = None) -> int:
 
     from llmrl.learner.llm.glam_prompt import action_phrases
     from llmrl.learner.llm.model import LlmPolicyModel
-    from llmrl.recipes.glam.config import GlamConfig
     from llmrl.recipes.glam.training import collect_demonstrations
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    held_out = args.seed + GlamConfig.model_fields["eval_seed_offset"].default
-    splits = {"train": (args.seed, args.train_steps), "test": (held_out, args.test_steps)}
+    held_out = config.seed + config.eval_seed_offset
+    splits = {"train": (config.seed, config.train_steps), "test": (held_out, args.test_steps)}
     # files are named by what they hold, so a rerun with other settings never reads stale ones
-    bot_name = f"{args.env}-e{args.num_envs}".replace("/", "_")
-    model_name = f"{Path(args.model).name}-L{'_'.join(map(str, args.layers))}"
+    bot_name = f"{config.env}-e{config.num_envs}".replace("/", "_")
+    model_name = f"{Path(config.model).name}-L{'_'.join(map(str, args.layers))}"
     data = {}
     for split, (seed, steps) in splits.items():
         path = args.out / f"bot-{split}-{bot_name}-s{seed}-n{steps}.jsonl"
         if not path.exists():
             with tqdm(total=steps, desc=f"bot, {split}", unit="step") as bar:
                 collect_demonstrations(
-                    args.env,
+                    config.env,
                     path.with_suffix(".part"),
                     steps=steps,
-                    num_envs=args.num_envs,
+                    num_envs=config.num_envs,
                     seed=seed,
                     on_progress=bar.update,
                 )
@@ -184,12 +190,12 @@ def main(argv: list[str] | None = None) -> int:
             "the probe reads envs with that action set"
         )
 
-    policy = LlmPolicyModel.load(args.model, lora=False, bf16=False, device="cpu")
+    policy = LlmPolicyModel.load(config.model, lora=False, bf16=False, device="cpu")
     policy.model.eval()
     depth = int(policy.model.config.num_hidden_layers)
     bad = [k for k in args.layers if not 0 <= k <= depth]
     if bad:
-        parser.error(f"--layers: {bad} outside [0, {depth}] for {args.model}")
+        parser.error(f"--layers: {bad} outside [0, {depth}] for {config.model}")
     states, labels = {}, {}
     for split, rows in data.items():
         seed, steps = splits[split]
@@ -207,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = Counter(labels["train"].tolist())
     majority = counts.most_common(1)[0][0]
     figures: dict[str, Any] = {
-        "env": args.env,
+        "env": config.env,
         "train_examples": len(data["train"]),
         "test_examples": len(data["test"]),
         "bot_actions_train": dict(counts),
@@ -230,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     test_prompts = [prompt for prompt, _ in data["test"]]
-    probs = zero_shot_policy(policy, test_prompts, env_phrases, args.reduction, args.batch_size)
+    probs = zero_shot_policy(policy, test_prompts, env_phrases, config.reduction, args.batch_size)
     target = np.array([env_phrases.index(y) for y in labels["test"]])
     figures["zero_shot"] = {
         "argmax_accuracy": float(np.mean(probs.argmax(-1) == target)),
@@ -239,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     print(
-        f"\n{args.env}: {figures['train_examples']} bot steps to fit, "
+        f"\n{config.env}: {figures['train_examples']} bot steps to fit, "
         f"{figures['test_examples']} held out; bot's actions {dict(counts)}\n"
     )
     print("| reader | train accuracy | held-out accuracy |\n|---|---|---|")
@@ -251,11 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     for layer, row in figures["layers"].items():
         print(
-            f"| frozen {args.model}, layer {layer} state | {row['train_accuracy']:.3f} | "
+            f"| frozen {config.model}, layer {layer} state | {row['train_accuracy']:.3f} | "
             f"{row['test_accuracy']:.3f} |"
         )
     zero = figures["zero_shot"]
-    print(f"| zero-shot GLAM policy ({args.reduction}), argmax | | {zero['argmax_accuracy']:.3f} |")
+    print(
+        f"| zero-shot GLAM policy ({config.reduction}), argmax | | {zero['argmax_accuracy']:.3f} |"
+    )
     print(
         f"\nzero-shot policy's mean probability of the bot's action: "
         f"{zero['mean_probability_of_bot_action']:.3f}"
@@ -266,4 +274,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,22 +1,21 @@
-"""evaluation/glam_probe.py: the bot's steps are probed at each asked depth, its files are
-named by what they hold (another --layers is not served stale states), bad options are refused
-by name."""
+"""llmrl.recipes.glam.studies.probe: the bot's steps are probed at each asked depth, its files
+are named by what they hold (another --layers is not served stale states), bad options are
+refused by name (the recipe's keys by GlamConfig's checks)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "evaluation" / "glam_probe.py"
+STUDY = "llmrl.recipes.glam.studies.probe"
 
 
 def run_probe(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", STUDY, *args], capture_output=True, text=True, timeout=300
     )
 
 
@@ -46,7 +45,11 @@ def test_probe_reports_every_reader_and_recomputes_for_other_layers(tiny_model_d
 
 def test_bad_options_are_refused_by_name(tiny_model_dir, tmp_path):
     done = run_probe("--train-steps", "0", "--out", str(tmp_path))
-    assert done.returncode == 2 and "--train-steps must be positive" in done.stderr
+    assert done.returncode == 2 and "--train-steps: Input should be greater" in done.stderr
+    done = run_probe("--test-steps", "0", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--test-steps must be positive" in done.stderr
+    done = run_probe("--reduction", "max", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--reduction: Value error, expected sum or mean" in done.stderr
     done = run_probe("--model", str(tiny_model_dir), "--train-steps", "8", "--test-steps", "8",
                      "--layers", "9", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 2 and "--layers: [9] outside [0, 2]" in done.stderr

@@ -1,0 +1,1 @@
+"""glam's studies: diagnostics beside the recipe, each run with `python -m` (see its doc)."""
