@@ -9,7 +9,7 @@ cow", "make crafting table" and "place crafting table") are one goal. A phrase i
 transition (after canonicalisation) has similarity 1 exactly.
 
 The default threshold, 0.8, is measured for all-MiniLM-L6-v2 (the gateway's default embedding
-model) with `evaluation/ellm_threshold.py`: distinct Crafter goals reach a cosine of at most
+model) with `python -m llmrl.recipes.ellm.studies.threshold`: distinct Crafter goals reach at most
 0.77 ("make stone pickaxe" / "make stone sword"... see the script's table), so 0.8 never pays
 one goal for another, while the suggesters' own phrasings match the transition captions
 exactly (1.0). Paraphrases a model may write ("collect wood" for "chop tree": 0.46) mostly fall

@@ -1,6 +1,6 @@
-"""evaluation/llm_personalize_fit.py: every line of every plan gives one skill decision, every
-line but the last a go-on decision and every plan one stop; an adapter is read beside the base
-model; bad options are refused by name."""
+"""The study `llmrl.recipes.llm_personalize.studies.fit`: every line of every plan gives one
+skill decision, every line but the last a go-on decision and every plan one stop; an adapter is
+read beside the base model; bad options (the recipe's keys among them) are refused by name."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[3] / "evaluation" / "llm_personalize_fit.py"
+STUDY = "llmrl.recipes.llm_personalize.studies.fit"
 
 
 def run_fit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", STUDY, *args], capture_output=True, text=True, timeout=300
     )
 
 
@@ -83,3 +83,12 @@ def test_bad_options_are_refused_by_name(tiny_model_dir, tmp_path):
     data.write_text(json.dumps({"messages": untrained}) + "\n")
     done = run_fit("--data", str(data), "--model", "no-such-model")
     assert done.returncode == 2 and "--model:" in done.stderr and "no-such-model" in done.stderr
+    done = run_fit("--data", str(data), *tiny, "--seed", "-1")  # the recipe's key, its check
+    assert done.returncode == 2 and "--seed:" in done.stderr and "greater than" in done.stderr
+
+
+def test_the_recipe_keys_are_options_of_the_config_model():
+    done = run_fit("--help")
+    assert done.returncode == 0
+    recipe = " ".join(done.stdout.split()).split("settings (LlmPersonalizeConfig's keys)")[1]
+    assert "--model" in recipe and "--seed" in recipe

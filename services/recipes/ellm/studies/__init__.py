@@ -1,0 +1,1 @@
+"""ellm's studies: diagnostics beside the recipe, each run with `python -m` (see its doc)."""
