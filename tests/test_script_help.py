@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT_FOLDERS = ("evaluation", "bench", "services")
+SCRIPT_FOLDERS = ("bench", "services")
 
 
 def options_without_help(source: str) -> list[str]:

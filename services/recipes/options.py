@@ -110,3 +110,16 @@ def model_from_options(model: type[BaseModel], args: argparse.Namespace, **extra
             for err in exc.errors(include_url=False)
         ]
         raise ConfigError("; ".join(problems), exc.errors()) from None
+
+
+def check_each_value(
+    model: type[BaseModel], args: argparse.Namespace, key: str, value: Any, **extra: Any
+) -> None:
+    """One value of a study's own list of a key's values (`--<key>s a b c`, e.g. several
+    state weights to compare), checked by building `model` with it as `key` beside the other
+    options; ConfigError naming that option and the value otherwise."""
+    try:
+        model_from_options(model, args, **extra, **{key: value})
+    except ConfigError as exc:
+        reasons = "; ".join(str(error["msg"]) for error in exc.errors)
+        raise ConfigError(f"--{key.replace('_', '-')}s {value:g}: {reasons}", exc.errors) from None

@@ -1,19 +1,22 @@
 """KALM's grounding, measured directly: how well the grounded LLM predicts CLEVR-Robot's next
 state, for each grounding setting, without imagination or offline RL.
 
-    .venv/bin/python evaluation/kalm_grounding.py                       # ~15 min on one core
-    .venv/bin/python evaluation/kalm_grounding.py --weights 1 20 100 --steps 300
-    .venv/bin/python evaluation/kalm_grounding.py --tasks dynamics --weights 1
+    .venv/bin/python -m llmrl.recipes.kalm.studies.grounding        # ~15 min on one core
+    .venv/bin/python -m llmrl.recipes.kalm.studies.grounding --grounding-state-weights 1 20 100 \\
+        --grounding-steps 300
+    .venv/bin/python -m llmrl.recipes.kalm.studies.grounding --grounding-tasks dynamics \\
+        --grounding-state-weights 1
 
 Each setting grounds a fresh model with the learner's `kalm-grounding` algorithm (the recipe's
-grounding phase, same code) on scripted-pusher episodes, then predicts the next state of every
-transition of other, held-out episodes, twice: after the `dynamics` task's prompt (state,
-action -> next state) and inside a trajectory prompt with the true states and actions before
-it, the context imagination predicts in. Reported: the median and mean L2 error over the 10
-numbers, beside the error of predicting "nothing moved" (the state before), and the last 10% of
-each training loss. Writes results.json and the training episodes (train.npz, the `--data` of
-`kalm_imagination.py`, whose instruction probe asks whether the grounding reads the
-instruction) to --out.
+grounding phase, same code) on scripted-pusher episodes (`--scripted-episodes`), one per value
+of `--grounding-state-weights`, then predicts the next state of every transition of other,
+held-out episodes (`--test-episodes`, the next seed), twice: after the `dynamics` task's prompt
+(state, action -> next state) and inside a trajectory prompt with the true states and actions
+before it, the context imagination predicts in. Reported: the median and mean L2 error over the
+10 numbers, beside the error of predicting "nothing moved" (the state before), and the last 10%
+of each training loss. Writes results.json and the training episodes (train.npz, the `--dataset`
+of `llmrl.recipes.kalm.studies.imagination`, whose instruction probe asks whether the grounding
+reads the instruction) to --out.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from rich.table import Table
 
 from llmrl.common.console import output_console
 from llmrl.common.threads import torch_threads
-from llmrl.learner.algorithms.grounding_sft import DEFAULTS as SFT_DEFAULTS
 from llmrl.learner.llm.grounding import TASKS, dynamics_prompt, trajectory_prompt
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.kalm.config import KalmConfig, discrete_action_size
+from llmrl.recipes.options import add_model_options, check_each_value, model_from_options
 
 WHOLE_EPISODES = 10**6  # dataset_episodes cuts episodes longer than this: none here
 
@@ -56,89 +61,78 @@ def one_step_errors(model, episodes) -> dict[str, list[float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=300, help="scripted training episodes")
+    add_model_options(
+        parser,
+        KalmConfig,
+        ["scripted_episodes", "scripted_noise", "scripted_goals_per_start", "grounding_steps",
+         "grounding_batch_size", "grounding_layers", "state_target", "grounding_tasks",
+         "grounding_action_weight", "model", "seed"],
+        defaults={"scripted_episodes": 300, "scripted_noise": 0.3, "grounding_layers": 4,
+                  "state_target": "delta"},
+    )  # fmt: skip
     parser.add_argument(
         "--test-episodes", type=int, default=60, help="held-out episodes (another seed)"
     )
-    parser.add_argument("--noise", type=float, default=0.3, help="the scripted pusher's noise")
     parser.add_argument(
-        "--goals-per-start", type=int, default=1,
-        help="training episodes sharing a start state, each with its own goal (1: KALM's data)",
+        "--grounding-state-weights", type=float, nargs="+", default=[1.0, 20.0, 100.0],
+        help="grounding_state_weight values, one grounding each (KALM: 1)",
     )  # fmt: skip
-    parser.add_argument(
-        "--action-loss-weight", type=float, default=SFT_DEFAULTS["action_loss_weight"],
-        help="weight of the action loss (KALM: 1)",
-    )  # fmt: skip
-    parser.add_argument("--steps", type=int, default=300, help="grounding SFT steps per setting")
-    parser.add_argument("--batch-size", type=int, default=8, help="examples per SFT step")
-    parser.add_argument(
-        "--layers", type=int, default=4, help="keep the LLM's first N layers (0: all)"
-    )
-    parser.add_argument(
-        "--state-target", choices=["absolute", "delta"], default="delta",
-        help="what the state head predicts: the next state (KALM) or its change",
-    )  # fmt: skip
-    parser.add_argument(
-        "--weights", type=float, nargs="+", default=[1.0, 20.0, 100.0],
-        help="state_loss_weight values, one grounding each (KALM: 1)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--tasks", nargs="+", choices=list(TASKS), default=list(TASKS),
-        help="the grounding tasks mixed in training (KALM: all four)",
-    )  # fmt: skip
-    parser.add_argument("--model", default="smollm2", help="base LLM (gateway model name)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of data and SFT")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads")
     parser.add_argument(
         "--out", type=Path, default=Path("runs/eval-kalm-grounding"),
         help="run directory: a grounding per setting and results.json",
     )  # fmt: skip
     args = parser.parse_args()
-    if args.goals_per_start < 1:
-        parser.error(f"--goals-per-start must be >= 1, got {args.goals_per_start}")
-    if args.action_loss_weight <= 0:
-        parser.error(f"--action-loss-weight must be > 0, got {args.action_loss_weight}")
+    try:
+        cfg = model_from_options(KalmConfig, args)
+        for weight in args.grounding_state_weights:
+            check_each_value(KalmConfig, args, "grounding_state_weight", weight)
+    except ConfigError as exc:
+        parser.error(str(exc))
     with torch_threads(args.torch_threads):
-        rows = measure(args)
-    report(args, rows)
+        rows = measure(cfg, args)
+    report(cfg, args, rows)
     return 0
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
+def measure(cfg: KalmConfig, args: argparse.Namespace) -> list[dict]:
     """One grounding per state weight, each measured on the same held-out transitions."""
     from llmrl.common.registry import registry
     from llmrl.learner.algorithms.grounding_sft import dataset_episodes
     from llmrl.learner.versions import Versions
     from llmrl.orchestrator.embedded import make_progress
     from llmrl.recipes.kalm.collect import collect_clevr
-    from llmrl.recipes.kalm.config import discrete_action_size
 
     train = collect_clevr(
-        args.episodes, noise=args.noise, seed=args.seed, goals_per_start=args.goals_per_start
+        cfg.scripted_episodes,
+        noise=cfg.scripted_noise,
+        seed=cfg.seed,
+        goals_per_start=cfg.scripted_goals_per_start,
     )
-    train.save(args.out / "train.npz")  # what kalm_imagination.py's --data wants
-    test = collect_clevr(args.test_episodes, noise=args.noise, seed=args.seed + 1)
+    train.save(args.out / "train.npz")  # what studies.imagination's --dataset wants
+    test = collect_clevr(args.test_episodes, noise=cfg.scripted_noise, seed=cfg.seed + 1)
     held_out = dataset_episodes([test], WHOLE_EPISODES)
     grounding = registry.get_algorithm("kalm-grounding")
     progress = make_progress(output_console())
+    tasks = cfg.grounding_tasks or list(TASKS)
     rows = []
-    for weight in args.weights:
-        name = f"w{weight:g}-{'+'.join(args.tasks)}"
-        progress.start(f"ground {name}", args.steps, unit="steps")
+    for weight in args.grounding_state_weights:
+        name = f"w{weight:g}-{'+'.join(tasks)}"
+        progress.start(f"ground {name}", cfg.grounding_steps, unit="steps")
         checkpoint = grounding.train(
             train,
             Versions(args.out / name),
             version="1",
-            base_model=args.model,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            base_layers=args.layers or None,
-            state_target=args.state_target,
+            base_model=cfg.model,
+            steps=cfg.grounding_steps,
+            batch_size=cfg.grounding_batch_size,
+            base_layers=cfg.grounding_layers,
+            state_target=cfg.state_target,
             state_loss_weight=weight,
-            action_loss_weight=args.action_loss_weight,
-            tasks=list(args.tasks),
+            action_loss_weight=cfg.grounding_action_weight,
+            tasks=tasks,
             action_size=discrete_action_size("ClevrRobot"),
-            seed=args.seed,
+            seed=cfg.seed,
             on_progress=progress.advance,
         )
         progress.finish()
@@ -146,7 +140,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
         rows.append(
             {
                 "state_loss_weight": weight,
-                "tasks": list(args.tasks),
+                "tasks": tasks,
                 "last_losses": checkpoint.result["last_losses"],
                 "seconds": checkpoint.result["seconds"],
                 "transitions": len(errors["dynamics"]),
@@ -160,9 +154,13 @@ def measure(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def report(args: argparse.Namespace, rows: list[dict]) -> None:
+def report(cfg: KalmConfig, args: argparse.Namespace, rows: list[dict]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    own = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings = {
+        **{k: v for k, v in own.items() if not k.startswith("_")},
+        **cfg.model_dump(include=set(own)),  # the recipe's keys as validated
+    }
     (args.out / "results.json").write_text(json.dumps({"settings": settings, "rows": rows}))
 
     table = Table(title=f"one-step error (L2 over 10 numbers), {rows[0]['transitions']} "

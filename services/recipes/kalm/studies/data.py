@@ -1,16 +1,19 @@
 """KALM's environments and data, measured: our CLEVR-Robot against KALM's released data, and the
 scripted collectors' success per level and noise.
 
-    .venv/bin/python evaluation/kalm_data.py                      # ~5 min on 2 loaded cores
-    .venv/bin/python evaluation/kalm_data.py --clevr-episodes 200 --metaworld-episodes 3
+    .venv/bin/python -m llmrl.recipes.kalm.studies.data           # ~5 min on 2 loaded cores
+    .venv/bin/python -m llmrl.recipes.kalm.studies.data --scripted-episodes 200 \\
+        --metaworld-episodes 3
 
 Prints (and writes to --out: results.json, physics_agreement.png, collectors.png):
 
-* physics agreement: every real transition of the released `clevr_robot.npy` replayed from its
-  recorded state in our 2-D physics; how often our push moves the pushed ball within 45° of the
-  recorded way, and the ratio of the distances;
+* physics agreement: every real transition of the released `clevr_robot.npy` (the recipe's
+  `--released-path`, by default found in $LLMRL_KALM_DATA or ../shared/data/kalm) replayed from
+  its recorded state in our 2-D physics; how often our push moves the pushed ball within 45° of
+  the recorded way, and the ratio of the distances;
 * label agreement: the released success labels (terminals) against our success function;
-* the scripted pusher's success rate and mean episode length per level and noise;
+* the scripted pusher's success rate and mean episode length per level and noise
+  (`--scripted-episodes` per level and noise, at each of `--scripted-noises`);
 * Meta-World's experts' success rate per task and noise level (--metaworld-episodes per cell,
   0 to skip).
 """
@@ -26,8 +29,12 @@ import numpy as np
 from rich.table import Table
 
 from llmrl.common.console import output_console
+from llmrl.common.paths import allow_root
 from llmrl.common.safe_numpy import load_npy
+from llmrl.recipes.base import ConfigError
 from llmrl.recipes.kalm import collect, released
+from llmrl.recipes.kalm.config import KalmConfig
+from llmrl.recipes.options import add_model_options, check_each_value, model_from_options
 from llmrl.simulator.envs import clevr_robot
 
 
@@ -132,15 +139,20 @@ def metaworld_rows(episodes: int, noises: list[float], seed: int) -> list[dict]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=None, help="KALM's data folder")
-    parser.add_argument("--clevr-episodes", type=int, default=100, help="per level and noise")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_options(
+        parser,
+        KalmConfig,
+        ["released_path", "scripted_episodes", "seed"],
+        defaults={"scripted_episodes": 100},  # per level and noise
+    )
     parser.add_argument(
-        "--clevr-noises",
+        "--scripted-noises",
         type=float,
         nargs="+",
         default=[0.0, 0.2, 0.5],
-        help="scripted pusher: probabilities of a random push",
+        help="scripted_noise values, one collection per level each: the scripted pusher's "
+        "probabilities of a random push",
     )
     parser.add_argument("--metaworld-episodes", type=int, default=2, help="per task and noise")
     parser.add_argument(
@@ -150,23 +162,31 @@ def main() -> int:
         default=[0.0, 0.3, 1.0],
         help="Meta-World experts: standard deviations of the action noise",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the collectors")
     parser.add_argument("--out", type=Path, default=Path("runs/kalm_data"), help="output folder")
     args = parser.parse_args()
-    data_dir = args.data or released.released_dir()
-    if data_dir is None:
-        parser.error(f"--data: no KALM data found (set it or {released.DATA_ENV_VAR})")
+    if args.released_path is not None:  # named on this command line, like --out
+        allow_root(Path(str(args.released_path)).expanduser().resolve().parent)
+    try:
+        cfg = model_from_options(KalmConfig, args)
+        for noise in args.scripted_noises:
+            check_each_value(KalmConfig, args, "scripted_noise", noise)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    if cfg.released_path is None and released.released_dir() is None:
+        parser.error(f"--released-path: no KALM data found (set it or ${released.DATA_ENV_VAR})")
+    clevr_file = released.released_file(released.CLEVR_FILE, cfg.released_path)
+    if not clevr_file.is_file():
+        parser.error(f"--released-path: {clevr_file}: no such file (KALM's {released.CLEVR_FILE})")
     args.out.mkdir(parents=True, exist_ok=True)
     console = output_console()
 
-    clevr_file = data_dir / released.CLEVR_FILE
     physics = released.physics_agreement(clevr_file)
     labels = released.label_agreement(clevr_file)
     plot_agreement(*displacement_pairs(clevr_file), args.out / "physics_agreement.png")
     console.print(released.describe(physics))
     console.print(released.describe(labels))
 
-    clevr_rows = clevr_collector_rows(args.clevr_episodes, args.clevr_noises, args.seed)
+    clevr_rows = clevr_collector_rows(cfg.scripted_episodes, args.scripted_noises, cfg.seed)
     plot_collectors(clevr_rows, args.out / "collectors.png")
     table = Table(title="CLEVR-Robot scripted pusher")
     for column in ("level", "noise", "episodes", "success", "mean length"):
@@ -183,7 +203,7 @@ def main() -> int:
 
     mw_rows = []
     if args.metaworld_episodes:
-        mw_rows = metaworld_rows(args.metaworld_episodes, args.metaworld_noises, args.seed)
+        mw_rows = metaworld_rows(args.metaworld_episodes, args.metaworld_noises, cfg.seed)
         table = Table(title=f"Meta-World experts: success ({args.metaworld_episodes} episodes)")
         for column in ("task", "level", *[f"noise {n}" for n in args.metaworld_noises]):
             table.add_column(column)

@@ -2,20 +2,23 @@
 
 What a grounded model imagines for each goal level, per sampling temperature and rollout count.
 
-    .venv/bin/python evaluation/kalm_imagination.py \\
-        --grounding runs/eval-kalm-delta-sw20/grounding/1 \\
-        --data runs/eval-kalm-delta-sw20/data/real.npz --temperatures 0 0.5 1 2
+    .venv/bin/python -m llmrl.recipes.kalm.studies.imagination \\
+        --grounding-from runs/eval-kalm-delta-sw20/grounding/1 \\
+        --dataset runs/eval-kalm-delta-sw20/data/real.npz --imagine-temperatures 0 0.5 1 2
 
-`--grounding` is a `kalm-grounding` version directory (a `kalm` run's `grounding/<version>`)
-and `--data` the real dataset it was grounded on (the run's `data/real.npz`), whose episodes'
-first states are the imagined rollouts' starts. For each level and temperature the recipe's own
-imagination phase (`recipes/kalm/imagination.imagine_level`, same seed, same starts and
-instructions) imagines `--count` rollouts, and the table gives what the recipe reports: the
-share of valid rollouts, the rollouts the `goal` filter keeps, the goal-match rate, the mean
-length, the median one-step error against the env's physics and the share of kept rollouts
-whose actions reach the goal when replayed there. Beside them, what no language model is
-needed for: uniformly random pushes (`--random-steps` of them, in the env's own physics) from
-the same starts, and the share that meets the same goals, as the `goal` filter counts it.
+`--grounding-from` is a `kalm-grounding` version directory (a `kalm` run's
+`grounding/<version>`, or one of `llmrl.recipes.kalm.studies.grounding`'s) and `--dataset` the
+real dataset it was grounded on (the run's `data/real.npz`, or that study's `train.npz`), whose
+episodes' first states are the imagined rollouts' starts; the checkpoint's numbers and
+state_target are the config's. For each of `--imagine-levels` and `--imagine-temperatures` the
+recipe's own imagination phase (`recipes/kalm/imagination.imagine_level`, same seed, same starts
+and instructions) imagines `--imagined-per-level` rollouts of at most `--imagine-max-steps`, and
+the table gives what the recipe reports: the share of valid rollouts, the rollouts the `goal`
+filter keeps, the goal-match rate, the mean length, the median one-step error against the env's
+physics and the share of kept rollouts whose actions reach the goal when replayed there. Beside
+them, what no language model is needed for: uniformly random pushes (`--random-steps` of them,
+in the env's own physics) from the same starts, and the share that meets the same goals, as the
+`goal` filter counts it.
 
 A second table asks whether the grounded action head follows the instruction at all. On
 `--probe-episodes` of the data's own episodes it compares the head's first action (the argmax
@@ -42,33 +45,31 @@ from rich.table import Table
 from llmrl.common.console import output_console
 from llmrl.common.paths import allow_root
 from llmrl.common.threads import torch_threads
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.kalm.config import KalmConfig
+from llmrl.recipes.options import add_model_options, check_each_value, model_from_options
 
-LEVELS = ("rephrased", "unseen-easy", "unseen-hard")
 FIGURES = ("kept_share_valid", "kept", "goal_match", "mean_length", "one_step_error",
            "replay_goal_match_kept")  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_model_options(
+        parser,
+        KalmConfig,
+        ["grounding_from", "dataset", "imagine_levels", "imagined_per_level",
+         "imagine_max_steps", "seed"],
+        defaults={"imagined_per_level": 2048, "imagine_max_steps": 6},
+    )  # fmt: skip
     parser.add_argument(
-        "--grounding", type=Path, required=True, help="a kalm-grounding version directory"
-    )
-    parser.add_argument(
-        "--data", type=Path, required=True, help="the real dataset (.npz) it was grounded on"
-    )
-    parser.add_argument(
-        "--levels", nargs="+", choices=LEVELS, default=list(LEVELS), help="goal levels imagined"
-    )
-    parser.add_argument(
-        "--temperatures",
+        "--imagine-temperatures",
         type=float,
         nargs="+",
         default=[0.0, 1.0],
-        help="action temperatures (0: the action head's argmax, KALM's)",
+        help="imagine_temperature values, one imagination per level each (0: the action "
+        "head's argmax, KALM's)",
     )
-    parser.add_argument("--count", type=int, default=2048, help="rollouts per level and setting")
-    parser.add_argument("--max-steps", type=int, default=6, help="steps per rollout, at most")
-    parser.add_argument("--seed", type=int, default=0, help="the imagination phase's seed")
     parser.add_argument(
         "--random-steps",
         type=int,
@@ -83,50 +84,42 @@ def main() -> int:
         "--out", type=Path, default=Path("runs/eval-kalm-imagination"), help="results folder"
     )
     args = parser.parse_args()
-    if min(args.count, args.max_steps, args.probe_episodes, args.random_steps) < 1:
-        parser.error("--count, --max-steps, --probe-episodes and --random-steps must be >= 1")
-    if any(t < 0 for t in args.temperatures):
-        parser.error("--temperatures: each must be >= 0 (0: greedy)")
-    for path in (args.grounding, args.data):
+    if min(args.probe_episodes, args.random_steps) < 1:
+        parser.error("--probe-episodes and --random-steps must be >= 1")
+    for flag, named in (("--grounding-from", args.grounding_from), ("--dataset", args.dataset)):
+        if named is None:
+            parser.error(f"{flag}: required; name a kalm run's outputs")
+        path = Path(str(named))
         if not path.exists():
-            parser.error(f"{path}: no such file or directory; name a kalm run's outputs")
+            parser.error(f"{flag}: {path}: no such file or directory; name a kalm run's outputs")
+        allow_root(path.parent)  # named on this command line, like --out
+    grounded_with = checkpoint_settings(args.grounding_from)
+    try:
+        cfg = model_from_options(KalmConfig, args, **grounded_with)
+        for temperature in args.imagine_temperatures:
+            check_each_value(KalmConfig, args, "imagine_temperature", temperature, **grounded_with)
+    except ConfigError as exc:
+        parser.error(str(exc))
 
     from llmrl.learner.algorithms import load_cached
-    from llmrl.recipes.kalm.imagination import imagination_env, imagine_level
     from llmrl.recipes.kalm.training import load_datasets
 
-    torch_threads(args.torch_threads)
-    for path in (args.grounding, args.data):
-        allow_root(path.parent)  # named on this command line, like --out
-    real = load_datasets([str(args.data)])
+    real = load_datasets([str(cfg.dataset)])
     if real.env != "ClevrRobot":
-        parser.error(f"--data: {args.data} holds {real.env} data; this measures ClevrRobot's")
-    grounded = load_cached("kalm-grounding", str(args.grounding))
-    env = imagination_env(real.env, real)
-    rows = []
-    for level in args.levels:
-        random_share = random_pushes_meet_goal(env, level, args.count, args.seed, args.random_steps)
-        for temperature in args.temperatures:
-            started = time.monotonic()
-            _, figures = imagine_level(
-                grounded, real, env, level, count=args.count, max_steps=args.max_steps,
-                seed=args.seed, imagined_filter="goal", temperature=temperature,
-            )  # fmt: skip
-            rows.append(
-                {
-                    "level": level,
-                    "temperature": temperature,
-                    **{k: figures.get(k) for k in FIGURES},
-                    "random_pushes_goal": random_share,
-                    "seconds": round(time.monotonic() - started, 1),
-                }
-            )
-    following = instruction_following(grounded, real, env, args.levels, args.probe_episodes)
+        parser.error(f"--dataset: {cfg.dataset} holds {real.env} data; this measures ClevrRobot's")
+    with torch_threads(args.torch_threads):
+        rows, following = measure(
+            cfg, args, load_cached("kalm-grounding", cfg.grounding_from), real
+        )
     args.out.mkdir(parents=True, exist_ok=True)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    own = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    settings = {
+        **{k: v for k, v in own.items() if not k.startswith("_")},
+        **cfg.model_dump(include={*own, *grounded_with}),  # the recipe's keys as validated
+    }
     results = {"settings": settings, "rows": rows, "instruction_following": following}
     (args.out / "results.json").write_text(json.dumps(results))
-    table = Table(title=f"imagination, {args.count} rollouts per level and temperature")
+    table = Table(title=f"imagination, {cfg.imagined_per_level} rollouts per level and temperature")
     for column in ("level", "temperature", "valid", "kept (goal met)", "goal match",
                    "mean length", "one-step error", "kept right on replay",
                    f"random pushes meeting the goal (<= {args.random_steps})"):  # fmt: skip
@@ -152,6 +145,49 @@ def main() -> int:
         probe.add_row(pairs, matches, _number(share, "{:.0%}"))
     output_console().print(probe)
     return 0
+
+
+def checkpoint_settings(path: object) -> dict[str, str]:
+    """The numbers and state_target the checkpoint at `path` was grounded with, which the
+    config takes (KalmConfig checks a `grounding_from` against them); none when it has no
+    readable metadata (the config's check then says why)."""
+    from llmrl.learner.versions import Checkpoint
+
+    try:
+        saved = Checkpoint.read(str(path)).config
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+    return {key: saved[key] for key in ("numbers", "state_target") if key in saved}
+
+
+def measure(
+    cfg: KalmConfig, args: argparse.Namespace, grounded, real
+) -> tuple[list[dict], dict[str, float]]:
+    """The imagination table's rows (each level and temperature) and the instruction probe."""
+    from llmrl.recipes.kalm.imagination import imagination_env, imagine_level
+
+    env = imagination_env(real.env, real)
+    count = cfg.imagined_per_level
+    rows = []
+    for level in cfg.imagine_levels:
+        random_share = random_pushes_meet_goal(env, level, count, cfg.seed, args.random_steps)
+        for temperature in args.imagine_temperatures:
+            started = time.monotonic()
+            _, figures = imagine_level(
+                grounded, real, env, level, count=count, max_steps=cfg.imagine_max_steps,
+                seed=cfg.seed, imagined_filter="goal", temperature=temperature,
+            )  # fmt: skip
+            rows.append(
+                {
+                    "level": level,
+                    "temperature": temperature,
+                    **{k: figures.get(k) for k in FIGURES},
+                    "random_pushes_goal": random_share,
+                    "seconds": round(time.monotonic() - started, 1),
+                }
+            )
+    levels = list(cfg.imagine_levels)
+    return rows, instruction_following(grounded, real, env, levels, args.probe_episodes)
 
 
 def random_pushes_meet_goal(env, level: str, count: int, seed: int, steps: int) -> float:

@@ -1,0 +1,1 @@
+"""Studies beside the kalm recipe: its data, grounding and imagination measured directly."""
