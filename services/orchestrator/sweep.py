@@ -27,6 +27,7 @@ from rich.console import Console
 from llmrl.agents import RolloutResources
 from llmrl.common import store as states
 from llmrl.common.console import output_console
+from llmrl.common.paths import allow_root
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import catalog
@@ -62,6 +63,7 @@ def run_sweep(
     planned = plan_experiment(spec, experiment_id)  # everything validated before anything runs
     out = Path(out_dir or Path("runs") / experiment_id).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    allow_root(out)  # the runs' own models and datasets live here (the user chose it)
     if gateway:
         use_gateway_settings(out, gateway)
     if threads:
@@ -197,6 +199,7 @@ def _run_in_worker(
     """One run in a worker process: its own store connection and in-process services; progress
     as lines (bars from several processes would overwrite each other)."""
     load_plugins()
+    allow_root(out)  # as in the parent: the runs' own files are under the sweep's out dir
     store = RunStore(Path(store_path))
     resources = RolloutResources(simulator=None, llm_gateway=None)
     console = output_console(terminal=False)

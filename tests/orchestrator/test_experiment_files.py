@@ -97,3 +97,26 @@ def test_an_experiments_gateway_settings_serve_its_embedded_runs(tmp_path, monke
     assert load_settings().models["smollm2"].timeout_s == 900
     # not part of the runnable spec (what --url submits)
     assert "gateway" not in load_experiment(path).spec().model_dump()
+
+
+def test_a_sweeps_runs_load_their_own_models_from_any_out_dir(tmp_path, monkeypatch):
+    """The runs' out dir is the user's choice: their models load from it though it lies
+    outside LLMRL_HOME, the data roots and the working folder."""
+    from llmrl.cli import main
+    from llmrl.common.paths import DATA_ROOTS_ENV
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLMRL_HOME", str(home))
+    monkeypatch.setenv(DATA_ROOTS_ENV, str(home))  # the temporary folders are roots no more
+    path = write(
+        tmp_path,
+        "description: a tiny When2Ask\nclaim: {statement: it runs}\nrecipe: when2ask\n"
+        "config: {envs: [SimpleDoorKey], methods: [learned], train_steps: 128, n_envs: 2,\n"
+        "         n_steps: 64, never_ask_steps: 0, eval_episodes: 2}\n",
+    )
+    out = tmp_path / "elsewhere"
+    result = CliRunner().invoke(
+        main, ["sweep", "--config", str(path), "--out", str(out), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "failed" not in result.output and (out / "results.md").exists()
