@@ -11,7 +11,8 @@ Three configurations of the same loop (same envs, same DQN, same frames):
 
 Each runs in a fresh LLMRL_HOME with an empty gateway cache (in-process gateway: embedded mode).
 
-    python bench/ellm.py [--frames 4000] [--num-envs 8] [--suggester llm-score] [--model smollm2]
+    python bench/ellm.py [--pretrain-frames 4000] [--num-envs 8] [--suggester llm-score]
+                         [--model smollm2] [--methods none oracle ellm]
 
 The last line printed is one JSON object with every figure.
 """
@@ -29,37 +30,43 @@ from typing import Any
 
 import yaml
 
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.ellm.config import EllmConfig
+from llmrl.recipes.options import add_model_options, model_from_options
 
-def run_one(method: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+BENCH_METHODS = ["none", "oracle", "ellm"]  # the loop alone, + the reward model, + the LLM
+
+
+def run_one(method: str, config: EllmConfig, threads: int, root: Path) -> dict[str, Any]:
     import llmrl.llm_gateway.client as gateway_client
     from llmrl.recipes.ellm.training import EllmTrainingJob, train_ellm
 
     home = root / method
     home.mkdir(parents=True)
     os.environ["LLMRL_HOME"] = str(home)
-    config = home / "gateway.yaml"
+    gateway_file = home / "gateway.yaml"
     cache = {"backend": "sqlite", "sqlite_path": str(home / "cache.sqlite")}
     settings = {
         "cache": cache,
-        "torch_threads": args.torch_threads,
+        "torch_threads": threads,
         # a loaded machine answers slowly: wait for the local model rather than fail
-        "models": {args.model: {"timeout_s": 900}},
+        "models": {config.model: {"timeout_s": 900}},
     }
-    config.write_text(yaml.safe_dump(settings))
-    os.environ["LLMRL_LLM_GATEWAY_CONFIG"] = str(config)
+    gateway_file.write_text(yaml.safe_dump(settings))
+    os.environ["LLMRL_LLM_GATEWAY_CONFIG"] = str(gateway_file)
     gateway_client._shared_gateway = None  # a fresh gateway (and cache) per configuration
     job = EllmTrainingJob(
-        env=args.env,
-        num_envs=args.num_envs,
+        env=config.env,
+        num_envs=config.num_envs,
         method=method,
-        suggester=args.suggester,
-        model=args.model,
-        frames=args.frames,
-        seed=args.seed,
+        suggester=config.suggester,
+        model=config.model,
+        frames=config.pretrain_frames,
+        seed=config.seed,
         dqn={
-            "learning_starts": min(1_000, args.frames // 2),
+            "learning_starts": min(1_000, config.pretrain_frames // 2),
             "buffer_size": 20_000,
-            "checkpoint_every": 10 * args.frames,  # only the final checkpoint
+            "checkpoint_every": 10 * config.pretrain_frames,  # only the final checkpoint
         },
         model_path=str(home / "line"),
     )
@@ -67,10 +74,10 @@ def run_one(method: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
         llm = gateway_client.connect()
         llm.embed(["warm up"])
         if method == "ellm":
-            llm.score("warm up", [" a", " b"], model=args.model)
+            llm.score("warm up", [" a", " b"], model=config.model)
     import torch
 
-    torch.set_num_threads(args.torch_threads)  # this process's (a job never sets threads)
+    torch.set_num_threads(threads)  # this process's (a job never sets threads)
     started = time.perf_counter()
     result = train_ellm(job)
     seconds = time.perf_counter() - started
@@ -103,33 +110,32 @@ def run_one(method: str, args: argparse.Namespace, root: Path) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CrafterText", help="CrafterText-like env id")
-    parser.add_argument("--frames", type=int, default=4_000, help="frames per configuration")
-    parser.add_argument("--num-envs", type=int, default=8, help="envs stepped together")
-    parser.add_argument(
-        "--suggester",
-        default="llm-score",
-        choices=("llm", "llm-score"),
-        help="llm: the LLM writes suggestions; llm-score: it scores the candidate goals",
+    # the recipe's settings, from its config model (the bench's own defaults where noted)
+    add_model_options(
+        parser,
+        EllmConfig,
+        ["env", "pretrain_frames", "num_envs", "suggester", "model", "methods", "seed"],
+        defaults={"pretrain_frames": 4_000, "methods": BENCH_METHODS},
     )
-    parser.add_argument("--model", default="smollm2", help="gateway model of the suggester")
-    parser.add_argument("--methods", default="none,oracle,ellm", help="configurations to run")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the envs and the agent")
     args = parser.parse_args()
+    try:
+        config = model_from_options(EllmConfig, args, finetune_from=[])  # pretraining only
+    except ConfigError as exc:
+        parser.error(str(exc))
     import torch  # imported (with the optimizer's own imports) before any clock starts
 
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     figures: dict[str, Any] = {
-        "env": args.env,
-        "frames": args.frames,
-        "num_envs": args.num_envs,
-        "suggester": args.suggester,
-        "model": args.model,
+        "env": config.env,
+        "frames": config.pretrain_frames,
+        "num_envs": config.num_envs,
+        "suggester": config.suggester,
+        "model": config.model,
     }
     with tempfile.TemporaryDirectory(prefix="bench-ellm-") as root:
-        for method in args.methods.split(","):
-            figures[method] = run_one(method, args, Path(root))
+        for method in config.methods:
+            figures[method] = run_one(method, config, args.torch_threads, Path(root))
             print(method, json.dumps(figures[method]), file=sys.stderr, flush=True)
     if "none" in figures and "ellm" in figures:
         figures["ellm_speed_ratio_to_none"] = round(

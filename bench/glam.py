@@ -16,8 +16,8 @@ naive loop scores every env alone, so its steps/s do not depend on how many envs
 The last line printed is one JSON object with every figure.
 
     python bench/glam.py                      # SmolLM2-135M, 16 envs x 1 step, 1 update
-    python bench/glam.py --model tiny         # a tiny random Llama: a quick check
-    python bench/glam.py --steps 2 --epochs 2 --updates 2
+    python bench/glam.py --model tiny --lora-layers 1   # a tiny random Llama: a quick check
+    python bench/glam.py --rollout-steps 2 --update-epochs 2 --updates 2
 """
 
 from __future__ import annotations
@@ -31,18 +31,20 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_ENV = "BabyAIText-GoToLocalS5N2"
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.glam.config import GlamConfig
+from llmrl.recipes.options import add_model_options, model_from_options
 
 
 def settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """The PPO settings both modes share (llm-ppo's names)."""
     return {
         "base_model": model,
-        "num_envs": args.envs,
-        "num_steps": args.steps,
-        "total_timesteps": args.envs * args.steps * args.updates,
-        "update_epochs": args.epochs,
-        "minibatch_size": args.minibatch,
+        "num_envs": args.num_envs,
+        "num_steps": args.rollout_steps,
+        "total_timesteps": args.num_envs * args.rollout_steps * args.updates,
+        "update_epochs": args.update_epochs,
+        "minibatch_size": args.minibatch_size,
         "learning_rate": 1e-4,
         "lora_r": 16,
         "bf16": False,
@@ -102,9 +104,11 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
     from llmrl.simulator.client import make_world
     from llmrl.simulator.world import episode_ends
 
-    config = LlmPpoConfig(**{**settings(args, model), "num_envs": args.naive_envs,
-                             "total_timesteps": args.naive_envs * args.steps * args.updates},
-                          lora_layers=None)  # fmt: skip
+    steps = args.naive_envs * args.rollout_steps * args.updates
+    config = LlmPpoConfig(
+        **{**settings(args, model), "num_envs": args.naive_envs, "total_timesteps": steps},
+        lora_layers=None,
+    )
     torch.set_num_threads(args.threads)
     torch.manual_seed(config.seed)
     policy = LlmPolicyModel.load(model, lora=True, lora_r=config.lora_r, bf16=False)
@@ -213,23 +217,29 @@ def summary(figures: dict[str, float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2", help="gateway model name, dir, or tiny")
-    parser.add_argument("--env", default=DEFAULT_ENV, help="a BabyAI-Text env id")
-    parser.add_argument("--envs", type=int, default=16, help="envs stepped together")
-    parser.add_argument("--steps", type=int, default=1, help="steps per env per rollout")
+    # the recipe's settings, from its config model (this bench's own defaults where noted);
+    # --model also takes a model directory, or `tiny` (a tiny random Llama: a quick check)
+    add_model_options(
+        parser,
+        GlamConfig,
+        ["model", "env", "num_envs", "rollout_steps", "update_epochs", "minibatch_size",
+         "lora_layers"],
+        defaults={"rollout_steps": 1, "update_epochs": 1, "minibatch_size": 16, "lora_layers": 4},
+    )  # fmt: skip
     parser.add_argument("--updates", type=int, default=1, help="PPO updates per mode")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs per update")
-    parser.add_argument("--minibatch", type=int, default=16, help="samples per gradient step")
     parser.add_argument(
         "--naive-envs",
         type=int,
         default=16,
         help="naive: envs (it scores each env alone, so its steps/s do not depend on this)",
     )
-    parser.add_argument("--lora-layers", type=int, default=4, help="fast: LoRA on the top N")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--modes", default="fast,naive", help="which modes, in order")
     args = parser.parse_args()
+    try:
+        model_from_options(GlamConfig, args)  # every recipe setting checked, naming its option
+    except ConfigError as exc:
+        parser.error(str(exc))
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
@@ -249,7 +259,8 @@ def main() -> None:
             else:
                 raise SystemExit(f"--modes: unknown mode {mode!r}; known: fast, naive")
             print(mode, figures[mode], flush=True)
-    report: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items() if k != "modes"}}
+    shown = {k: v for k, v in vars(args).items() if k != "modes" and not k.startswith("_")}
+    report: dict[str, Any] = {"settings": shown}
     report.update(figures)
     if "fast" in figures and "naive" in figures:
         fast, naive = figures["fast"], figures["naive"]

@@ -45,13 +45,21 @@ def _is_bool(annotation: Any) -> bool:
 
 
 def _parse_text(text: str) -> Any:
-    """A value as the user typed it: JSON where it parses (numbers, null, lists), else text."""
-    if text.lower() == "none":
-        return None
+    """A value as the user typed it: JSON where it parses (numbers, lists), else text."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
         return text
+    return text if value is None else value  # "null" is a word here; `none` below
+
+
+def _optional_text(text: str) -> Any:
+    """As `_parse_text`, and the word `none` for a field that may be null."""
+    return None if text.lower() in ("none", "null") else _parse_text(text)
+
+
+def _allows_none(annotation: Any) -> bool:
+    return annotation is None or type(None) in typing.get_args(annotation)
 
 
 def add_model_options(
@@ -71,7 +79,7 @@ def add_model_options(
         default = (
             defaults[name] if name in defaults else info.get_default(call_default_factory=True)
         )
-        note = " (this study's default; the recipe's is "
+        note = " (this script's default; the recipe's is "
         note += f"{info.get_default(call_default_factory=True)!r})" if name in defaults else ""
         help_text = (info.description or name).rstrip(".") + f". Default: {default!r}"
         help_text += note if name in defaults else ""
@@ -89,7 +97,8 @@ def add_model_options(
                 flag, dest=name, nargs="+", type=_parse_text, default=default, help=help_text
             )
         else:
-            group.add_argument(flag, dest=name, type=_parse_text, default=default, help=help_text)
+            parse = _optional_text if _allows_none(info.annotation) else _parse_text
+            group.add_argument(flag, dest=name, type=parse, default=default, help=help_text)
     known = getattr(parser, _FIELDS_ATTR, {})
     known[model.__name__] = [*known.get(model.__name__, []), *fields]
     setattr(parser, _FIELDS_ATTR, known)

@@ -26,7 +26,7 @@ def test_options_take_the_models_types_defaults_and_help():
     assert config.planner_noise == 0.3 and config.planner_noise_mode == "fresh"
     assert config.envs == When2AskConfig().envs and config.mediator_sees_knowledge is False
     text = " ".join(parser().format_help().split())  # unwrapped
-    assert "--planner-noise" in text and "this study's default; the recipe's is 0.2" in text
+    assert "--planner-noise" in text and "this script's default; the recipe's is 0.2" in text
     description = When2AskConfig.model_fields["planner_noise_mode"].description
     assert " ".join(description.split()[:6]) in text
 
