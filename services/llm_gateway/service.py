@@ -29,6 +29,19 @@ from llmrl.llm_gateway.rest import create_app
 
 GRACE_S = 10  # seconds requests in flight get at shutdown, unless GRACE_ENV says otherwise
 GRACE_ENV = "LLMRL_GATEWAY_GRACE_S"
+# The HTTP client under the `openai` backend (httpx; httpx2 in newer openai releases) logs every
+# upstream request at INFO: one JSON line per model call (~80 us of formatting and redaction,
+# ~4% of a cache miss's CPU in bench/gateway_peers.py), for calls that the gateway's metrics and
+# ledger count already. Served at WARNING unless the gateway logs at DEBUG.
+UPSTREAM_CLIENT_LOGGERS = ("httpx", "httpx2")
+
+
+def quiet_upstream_client_logs(log: logging.Logger) -> None:
+    """Keep the upstream HTTP client's per-request INFO lines out of the gateway's log (its
+    warnings and errors stay), unless the gateway's log level is DEBUG."""
+    if log.getEffectiveLevel() > logging.DEBUG:
+        for name in UPSTREAM_CLIENT_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def grace_period_s() -> int:
@@ -73,6 +86,7 @@ class RestServer:
 def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any]) -> None:
     """Run the gateway (REST on `port`, gRPC on `grpc_port`) until SIGTERM or Ctrl-C."""
     log = configure_logging("llm_gateway")
+    quiet_upstream_client_logs(log)
     grace = grace_period_s()  # a bad value stops here, before any model loads
     gateway = Gateway(settings, mode="service")
     token = configured_token()
