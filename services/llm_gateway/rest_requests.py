@@ -27,9 +27,8 @@ def gateway_of(request: Request) -> Gateway:
 
 async def _gateway_dependency(request: Request) -> Gateway:
     """`gateway_of` as a route dependency. Async on purpose: FastAPI runs a plain `def`
-    dependency in a worker thread, a thread hop (and back) on every request just to read an
-    attribute; measured at ~7% of the gateway's CPU on the cache-miss path
-    (bench/gateway_peers.py)."""
+    dependency in a worker thread, a thread hop there and back on every request just to read
+    an attribute (4-7% of the gateway's CPU on a cache miss; bench/gateway_peers.py)."""
     return gateway_of(request)
 
 
