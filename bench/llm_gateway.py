@@ -8,8 +8,17 @@ SmolLM2-135M-Instruct, Redis cache on a private redis-server when one is on PATH
 this process is the client. Targets (issue 3): cache hit p50 <= 1 ms via gRPC; >= 3x sequential
 throughput at 8 clients; score <= 150 ms.
 
+Then, against their limits (issue 56), in this process on the same weights with transformers
+directly (after the service has stopped, same torch threads): scoring by the gateway's own
+scorer (cold and with a shared prefix), by K naive forwards of prompt + candidate and the way
+Lamorel does it (`pre_encode_inputs`: the prompt once, the candidates batched on its past key
+values), each as a ratio to one forward pass of the prompt alone (goal: score <= 1.3x); and
+the raw model's batch-8 / batch-1 decoding throughput, the most that batching 8 clients can
+give (goal: 8 clients >= 5x sequential). Measure on a shared machine as ratios within a run;
+the load average is printed beside them.
+
     python bench/llm_gateway.py [--hits 500] [--max-tokens 32] [--rounds 2] [--clients 1,4,8]
-                                [--torch-threads 1]
+                                [--torch-threads 1] [--limit-repeats 15] [--skip-service]
 
 The last line printed is one JSON object with every figure.
 """
@@ -26,9 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import httpx
 import numpy as np
@@ -181,6 +192,239 @@ def score_latency(client, repeats: int, shared_prefix: bool) -> dict[str, float]
             "min_ms": round(min(times) * 1000, 1)}  # fmt: skip
 
 
+# -- in-process limits: the same weights run directly with transformers in this process ------
+
+
+def load_local_model(path: str | Path | None = None, dtype: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) as the gateway's `hf` backend loads them on this CPU: the builtin
+    SmolLM2 (`llmrl.llm_gateway.local_models.smollm2_dir`) unless `path` names a model dir."""
+    import torch  # noqa: F401  (imported here: the service part of the bench needs no torch)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from llmrl.llm_gateway.backends.transformers_local import resolve_dtype
+    from llmrl.llm_gateway.local_models import smollm2_dir
+
+    path = Path(path) if path else smollm2_dir()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, _cpu()))
+    return model.eval(), tokenizer
+
+
+def _cpu() -> Any:
+    import torch
+
+    return torch.device("cpu")
+
+
+class ForwardCounter:
+    """Counts the model's top-level forward calls (a forward hook): how many passes a scorer
+    really ran."""
+
+    def __init__(self, model: Any) -> None:
+        self.calls = 0
+        self._handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, *_: Any) -> None:
+        self.calls += 1
+
+    def close(self) -> None:
+        self._handle.remove()
+
+
+def forward_prompt(model: Any, prompt_ids: list[int]) -> Any:
+    """The limit: one forward pass of the prompt alone (KV cache kept, last logits only, as
+    the gateway's first scoring pass)."""
+    import torch
+
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([prompt_ids]), use_cache=True, logits_to_keep=1)
+
+
+def naive_score(model: Any, prompt_ids: list[int], candidates: list[list[int]]) -> list[float]:
+    """Baseline: K separate forwards of prompt + candidate; each candidate's summed
+    log-probability."""
+    import torch
+
+    scores = []
+    with torch.inference_mode():
+        for cand in candidates:
+            ids = torch.tensor([prompt_ids + cand])
+            logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+            positions = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)
+            scores.append(float(logprobs[positions, ids[0, positions + 1]].sum()))
+    return scores
+
+
+def lamorel_score(model: Any, prompt_ids: list[int], candidates: list[list[int]]) -> list[float]:
+    """Lamorel's `score` with `pre_encode_inputs`: the prompt is encoded once (its past key
+    values kept), then the K candidates run as one right-padded batch against the prompt's
+    past key values repeated K times; the first candidate token's log-prob comes from the
+    prompt's last logits."""
+    import torch
+
+    from llmrl.common.token_batches import pad
+
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True, logits_to_keep=1)
+        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        cache = out.past_key_values
+        k = len(candidates)
+        cache.reorder_cache(torch.zeros(k, dtype=torch.long))  # the prompt once per candidate
+        ids, mask = pad(candidates, 0, left=False)
+        p = len(prompt_ids)
+        inputs = ids[:, :-1] if ids.shape[1] > 1 else ids
+        attention = torch.cat([torch.ones((k, p), dtype=mask.dtype), mask[:, : inputs.shape[1]]], 1)
+        positions = (p + torch.arange(inputs.shape[1])).expand(k, -1)
+        logits = model(
+            input_ids=inputs, attention_mask=attention, position_ids=positions,
+            past_key_values=cache, use_cache=True,
+        ).logits  # fmt: skip
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        scores = []
+        for row, cand in enumerate(candidates):
+            total = float(first[cand[0]])
+            for j in range(1, len(cand)):
+                total += float(logprobs[row, j - 1, cand[j]])
+            scores.append(total)
+    return scores
+
+
+def gateway_core(model: Any, tokenizer: Any) -> Any:
+    """The gateway's own scorer (`LocalCausalLM`, its defaults on a CPU) on these weights."""
+    from llmrl.llm_gateway.backends.transformers_local import (
+        LocalCausalLM,
+        default_forward_tokens,
+    )
+
+    return LocalCausalLM(model, tokenizer, score_forward_tokens=default_forward_tokens(_cpu()))
+
+
+def gateway_score(core: Any, prompt_ids: list[int], candidates: list[list[int]]) -> list[float]:
+    """One score request through the gateway's scorer, as its model thread runs it (the
+    prefix cache included); each candidate's summed log-probability."""
+    from llmrl.llm_gateway.backends.transformers_local import _ScoreJob
+
+    (rows,) = core.score([_ScoreJob(prompt_ids, candidates)])
+    return [sum(row[: len(c)]) for row, c in zip(rows, candidates, strict=True)]
+
+
+def score_limits(
+    model: Any, tokenizer: Any, repeats: int, candidates: list[str] = CANDIDATES
+) -> dict[str, Any]:
+    """Median seconds, in this process, of: one forward of the ~140-token prompt (the limit),
+    the gateway's scorer (cold prompts, and prompts sharing a prefix with the previous one),
+    K naive forwards and Lamorel-style scoring, rounds interleaved so load drift hits all
+    alike; their ratios to the forward, and the forward passes each ran per score."""
+    core = gateway_core(model, tokenizer)
+    cands = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
+
+    def cold(i: int) -> list[int]:
+        return core.encode(f"Episode {i}. {PROMPT_140}")
+
+    def shared(i: int) -> list[int]:
+        return core.encode(f"{PROMPT_140} {SITUATIONS[i % len(SITUATIONS)]} (step {i})")
+
+    methods: dict[str, Callable[[int], Any]] = {
+        "forward": lambda i: forward_prompt(model, cold(i)),
+        "gateway_cold": lambda i: gateway_score(core, cold(i), cands),
+        "gateway_shared_prefix": lambda i: gateway_score(core, shared(i), cands),
+        "naive": lambda i: naive_score(model, cold(i), cands),
+        "lamorel": lambda i: lamorel_score(model, cold(i), cands),
+    }
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    forwards: dict[str, int] = {}
+    counter = ForwardCounter(model)
+    try:
+        for name, run in methods.items():  # warm-up, and the passes each method runs
+            before = counter.calls
+            run(10_000)
+            forwards[name] = counter.calls - before
+        for i in range(repeats):
+            for name, run in methods.items():
+                started = time.perf_counter()
+                run(i)
+                times[name].append(time.perf_counter() - started)
+    finally:
+        counter.close()
+    medians = {name: median(samples) for name, samples in times.items()}
+    limit = medians["forward"]
+    return {
+        "prompt_tokens": len(cold(0)),
+        "candidates": len(cands),
+        "repeats": repeats,
+        "median_ms": {name: round(s * 1000, 2) for name, s in medians.items()},
+        "forwards_per_score": forwards,
+        "ratio_to_forward": {
+            name: round(s / limit, 2) for name, s in medians.items() if name != "forward"
+        },
+    }
+
+
+def batch_limit(
+    model: Any, tokenizer: Any, repeats: int, batch: int = 8, steps: int = 16
+) -> dict[str, Any]:
+    """The raw model's decoding throughput at `batch` rows and at 1 (KV-cached forwards of
+    one new token per row after a short chat prompt, `steps` per run, medians over
+    `repeats`): their ratio is what batching gains on the forward passes alone. Also the
+    same through `model.generate` (prefill and its per-step overhead included, paid once per
+    batch), as the gateway runs it."""
+    import torch
+
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tell me a short story about robot 0-0."}],
+        add_generation_prompt=True, tokenize=False,
+    )  # fmt: skip
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def decode(rows: int) -> float:
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([ids] * rows), use_cache=True, logits_to_keep=1)
+            cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            started = time.perf_counter()
+            for step in range(steps):
+                position = torch.full((rows, 1), len(ids) + step)
+                out = model(
+                    input_ids=token, position_ids=position, past_key_values=cache, use_cache=True
+                )
+                cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            return time.perf_counter() - started
+
+    def generate(rows: int) -> float:
+        """`generate` as the gateway calls it (greedy), prefill and per-step overhead in."""
+        with torch.inference_mode():
+            started = time.perf_counter()
+            model.generate(
+                input_ids=torch.tensor([ids] * rows), attention_mask=torch.ones((rows, len(ids))),
+                max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
+                pad_token_id=tokenizer.eos_token_id,
+            )  # fmt: skip
+            return time.perf_counter() - started
+
+    for run in (decode, generate):  # warm-up
+        run(1)
+        run(batch)
+    times: dict[str, list[float]] = {"decode_1": [], "decode_n": [], "gen_1": [], "gen_n": []}
+    for _ in range(repeats):
+        times["decode_1"].append(decode(1))
+        times["decode_n"].append(decode(batch))
+        times["gen_1"].append(generate(1))
+        times["gen_n"].append(generate(batch))
+    tps = {
+        name: steps * (batch if name.endswith("_n") else 1) / median(samples)
+        for name, samples in times.items()
+    }
+    return {
+        "batch": batch,
+        "steps": steps,
+        "batch_1_tokens_per_s": round(tps["decode_1"], 1),
+        f"batch_{batch}_tokens_per_s": round(tps["decode_n"], 1),
+        "ratio": round(tps["decode_n"] / tps["decode_1"], 2),
+        "generate_batch_1_tokens_per_s": round(tps["gen_1"], 1),
+        f"generate_batch_{batch}_tokens_per_s": round(tps["gen_n"], 1),
+        "generate_ratio": round(tps["gen_n"] / tps["gen_1"], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hits", type=int, default=500, help="cache hits timed per interface")
@@ -194,12 +438,69 @@ def main() -> None:
         "--torch-threads",
         type=int,
         default=1,
-        help="torch threads in the gateway (0: torch's default). 1 suits a shared 2-core box",
+        help="torch threads in the gateway and for the in-process limits (0: torch's "
+        "default). 1 suits a shared 2-core box",
+    )
+    parser.add_argument(
+        "--limit-repeats",
+        type=int,
+        default=15,
+        help="repeats per median of the in-process limits (forward, scorers, batch decoding)",
+    )
+    parser.add_argument(
+        "--skip-service",
+        action="store_true",
+        help="measure only the in-process limits (no gateway process)",
     )
     args = parser.parse_args()
-    client_counts = [int(c) for c in args.clients.split(",")]
+    figures: dict[str, Any] = {"load_avg": {"start": [round(x, 2) for x in os.getloadavg()]}}
+    if not args.skip_service:
+        service(args, figures)
+    limits(args, figures)
+    figures["load_avg"]["end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(figures))
 
-    figures: dict[str, object] = {}
+
+def limits(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """The in-process limits, their ratios, and the goals of issue 56."""
+    import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    model, tokenizer = load_local_model()
+    limit = score_limits(model, tokenizer, args.limit_repeats)
+    figures["score_limits"] = limit
+    print("score vs one forward of the prompt (in-process):", limit, flush=True)
+    batching = batch_limit(model, tokenizer, args.limit_repeats, steps=args.max_tokens)
+    figures["batch_limit"] = batching
+    load = os.getloadavg()
+    print("raw model batch-8 / batch-1 (decode, generate):", batching, "load:", load, flush=True)
+    ratios = limit["ratio_to_forward"]
+    forward_ms = limit["median_ms"]["forward"]
+    goals: dict[str, Any] = {
+        "score_le_1_3x_forward": ratios["gateway_cold"] <= 1.3,
+        "score_shared_prefix_le_1_3x_forward": ratios["gateway_shared_prefix"] <= 1.3,
+        "batch_8_limit_ge_5x": batching["ratio"] >= 5.0,
+    }
+    if "score_6_candidates" in figures:  # end to end over gRPC, same threads, same weights
+        ratios["service_cold"] = round(figures["score_6_candidates"]["median_ms"] / forward_ms, 2)
+        ratios["service_shared_prefix"] = round(
+            figures["score_6_candidates_shared_prefix"]["median_ms"] / forward_ms, 2
+        )
+        clients_8 = figures["generation"].get("clients_8")
+        if clients_8:
+            ratio = clients_8["ratio_to_sequential"]
+            goals["clients_8_ge_5x_sequential"] = ratio >= 5.0
+            goals["clients_8_share_of_batch_limit"] = round(ratio / batching["ratio"], 2)
+            goals["clients_8_share_of_generate_limit"] = round(
+                ratio / batching["generate_ratio"], 2
+            )
+    figures["goals_issue_56"] = goals
+
+
+def service(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """The gateway as a service process: cache hits, scoring latency, generation throughput."""
+    client_counts = [int(c) for c in args.clients.split(",")]
     with tempfile.TemporaryDirectory(prefix="llmrl-bench-gateway-") as tmp:
         workdir = Path(tmp)
         redis, redis_url = start_redis(workdir)
@@ -245,7 +546,6 @@ def main() -> None:
             "ratio_to_sequential", best) >= 3.0,
         "score_le_150ms": score_ms <= 150.0,
     }  # fmt: skip
-    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
