@@ -104,7 +104,7 @@ def ellm_targets(results: ConfigResults) -> list[Verdict]:
                     results.paired(measure, {"method": method}, {"method": none}),
                     ">",
                     0.0,
-                    "more achievements than no intrinsic reward (Du et al. 2023, Fig. 4)",
+                    "more achievements than no intrinsic reward (Du et al. 2023, Fig. 3)",
                 )
             )
         if method.split(" ")[0] == "ellm":
