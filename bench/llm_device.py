@@ -3,9 +3,9 @@
 On SmolLM2-135M's architecture (random weights: the same arithmetic as the pretrained ones,
 so no weights need to be on the machine), LoRA on the top `--lora-layers` layers as GLAM
 trains it, per device:
-  * `rollout`: one batched, KV-shared scoring of `--envs` GLAM prompts (~160 tokens) and the
+  * `rollout`: one batched, KV-shared scoring of `--num-envs` GLAM prompts (~160 tokens) and the
     six action phrases, keeping the frozen layers' states (no gradients);
-  * `update`: one PPO-sized forward + backward of `--minibatch` of those samples through the
+  * `update`: one PPO-sized forward + backward of `--minibatch-size` of those samples through the
     top layers, from the kept states, and an Adam step.
 Each is the median of `--repeats` timed runs after one warm-up. The CPU runs fp32 (bf16 only
 where native there), a GPU bf16 autocast where it computes bf16. The ratios are the CPU's
@@ -14,7 +14,7 @@ JSON object with every figure.
 
     python bench/llm_device.py                    # the CPU, and the GPU where torch sees one
     python bench/llm_device.py --devices cpu      # the CPU alone
-    python bench/llm_device.py --model tiny       # a tiny random Llama: a quick check
+    python bench/llm_device.py --architecture tiny --lora-layers 1   # a quick check
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from llmrl.recipes.base import ConfigError
+from llmrl.recipes.glam.config import GlamConfig
+from llmrl.recipes.options import add_model_options, model_from_options
 
 PHRASES = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 VIEW = "You see a wall 3 steps forward, You see a red ball 1 step left and 2 steps forward"
@@ -70,7 +74,7 @@ def measure(model_dir: str, device: str, args: argparse.Namespace) -> dict[str, 
     )
     sync = torch.cuda.synchronize if policy.device.type == "cuda" else (lambda: None)
     candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
-    prompts = glam_prompts(policy, args.envs)
+    prompts = glam_prompts(policy, args.num_envs)
     kept: list[Any] = []
 
     def rollout() -> None:
@@ -82,7 +86,7 @@ def measure(model_dir: str, device: str, args: argparse.Namespace) -> dict[str, 
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-5)
 
     def update() -> None:
-        samples = (kept * (args.minibatch // len(kept) + 1))[: args.minibatch]
+        samples = (kept * (args.minibatch_size // len(kept) + 1))[: args.minibatch_size]
         scored = score_from_frozen(policy, samples, candidates, "mean")
         values = policy.heads["value"](scored.hidden).squeeze(-1).float()
         loss = -torch.log_softmax(scored.scores.float(), -1)[:, 2].mean() + values.pow(2).mean()
@@ -100,7 +104,7 @@ def measure(model_dir: str, device: str, args: argparse.Namespace) -> dict[str, 
         "prompt_tokens": max(len(p) for p in prompts),
         "rollout_seconds": rollout_s,
         "update_seconds": update_s,
-        "rollout_env_steps_per_s": args.envs / rollout_s,
+        "rollout_env_steps_per_s": args.num_envs / rollout_s,
     }
 
 
@@ -113,16 +117,23 @@ def main() -> None:
         help="devices to measure (default: cpu, and cuda where torch sees a GPU)",
     )
     parser.add_argument(
-        "--model",
+        "--architecture",
+        choices=("smollm2", "tiny"),
         default="smollm2",
         help="smollm2 (its architecture, random weights) or tiny (a 2-layer random Llama)",
     )
-    parser.add_argument("--envs", type=int, default=16, help="prompts scored per rollout step")
-    parser.add_argument("--minibatch", type=int, default=64, help="samples per PPO update step")
-    parser.add_argument("--lora-layers", type=int, default=2, help="LoRA on the top N layers")
+    # GLAM's settings, from its config model: prompts scored per rollout step (num_envs),
+    # samples per PPO update step (minibatch_size), LoRA on the top N layers (lora_layers)
+    add_model_options(
+        parser, GlamConfig, ["num_envs", "minibatch_size", "lora_layers"], {"lora_layers": 2}
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = parser.parse_args()
+    try:
+        model_from_options(GlamConfig, args)
+    except ConfigError as exc:
+        parser.error(str(exc))
 
     import torch
 
@@ -130,7 +141,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     devices = args.devices or ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model == "tiny":
+        if args.architecture == "tiny":
             import sys
 
             sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -143,9 +154,9 @@ def main() -> None:
             model_dir = str(smollm2_dir())  # only its config and tokenizer are read
         results = {device: measure(model_dir, device, args) for device in devices}
     report: dict[str, Any] = {
-        "model": args.model,
-        "envs": args.envs,
-        "minibatch": args.minibatch,
+        "model": args.architecture,
+        "envs": args.num_envs,
+        "minibatch": args.minibatch_size,
         "lora_layers": args.lora_layers,
         "cpu_threads": torch.get_num_threads(),
         "devices": results,
@@ -163,8 +174,8 @@ def main() -> None:
     for device, figures in results.items():
         print(
             f"{device} ({figures['name']}, bf16 {figures['bf16']}): rollout "
-            f"{figures['rollout_seconds']:.3f} s for {args.envs} prompts, update "
-            f"{figures['update_seconds']:.3f} s for {args.minibatch} samples"
+            f"{figures['rollout_seconds']:.3f} s for {args.num_envs} prompts, update "
+            f"{figures['update_seconds']:.3f} s for {args.minibatch_size} samples"
         )
     print(json.dumps(report))
 
