@@ -30,9 +30,8 @@ from typing import Any
 
 import yaml
 
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.ellm.config import EllmConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 
 BENCH_METHODS = ["none", "oracle", "ellm"]  # the loop alone, + the reward model, + the LLM
 
@@ -118,11 +117,8 @@ def main() -> None:
         defaults={"pretrain_frames": 4_000, "methods": BENCH_METHODS},
     )
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args()
-    try:
-        config = model_from_options(EllmConfig, args, finetune_from=[])  # pretraining only
-    except ConfigError as exc:
-        parser.error(str(exc))
+    # pretraining only: no fine-tuning starts to check
+    args, config = parse_model_options(parser, EllmConfig, None, finetune_from=[])
     import torch  # imported (with the optimizer's own imports) before any clock starts
 
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])

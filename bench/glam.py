@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.glam.config import GlamConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 
 
 def settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
@@ -235,11 +234,7 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--modes", default="fast,naive", help="which modes, in order")
-    args = parser.parse_args()
-    try:
-        model_from_options(GlamConfig, args)  # every recipe setting checked, naming its option
-    except ConfigError as exc:
-        parser.error(str(exc))
+    args, _ = parse_model_options(parser, GlamConfig)  # each recipe setting checked
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model

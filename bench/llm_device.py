@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.glam.config import GlamConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 
 PHRASES = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 VIEW = "You see a wall 3 steps forward, You see a red ball 1 step left and 2 steps forward"
@@ -129,11 +128,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    args = parser.parse_args()
-    try:
-        model_from_options(GlamConfig, args)
-    except ConfigError as exc:
-        parser.error(str(exc))
+    args, _ = parse_model_options(parser, GlamConfig)
 
     import torch
 

@@ -121,6 +121,21 @@ def model_from_options(model: type[BaseModel], args: argparse.Namespace, **extra
         raise ConfigError("; ".join(problems), exc.errors()) from None
 
 
+def parse_model_options(
+    parser: argparse.ArgumentParser,
+    model: type[BaseModel],
+    argv: Sequence[str] | None = None,
+    **extra: Any,
+) -> tuple[argparse.Namespace, Any]:
+    """Parse the command line and build `model` from its generated options (plus `extra`);
+    a bad value exits as argparse does (status 2), naming the option and what it takes."""
+    args = parser.parse_args(argv)
+    try:
+        return args, model_from_options(model, args, **extra)
+    except ConfigError as exc:
+        parser.error(str(exc))
+
+
 def check_each_value(
     model: type[BaseModel], args: argparse.Namespace, key: str, value: Any, **extra: Any
 ) -> None:

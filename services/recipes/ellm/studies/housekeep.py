@@ -30,10 +30,9 @@ import numpy as np
 from tqdm import tqdm
 
 from llmrl.llm_gateway.client import connect
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.housekeep import PlacementJudge
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 from llmrl.simulator.envs.housekeep import House
 from llmrl.simulator.envs.housekeep import data as housekeep_data
 
@@ -147,11 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0.5,
         help="P(yes) at which an object 'belongs' (the housekeep-llm suggester's threshold)",
     )
-    args = parser.parse_args(argv)
-    try:
-        config = model_from_options(EllmConfig, args)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    args, config = parse_model_options(parser, EllmConfig, argv)
     if args.episodes < 1:
         parser.error("--episodes must be positive")
     if not 0.0 <= args.p_yes_threshold <= 1.0:

@@ -23,10 +23,9 @@ import numpy as np
 from tqdm import tqdm
 
 from llmrl.llm_gateway.client import connect
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.suggesters import feasible_goals, make_suggester
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 from llmrl.simulator.envs.crafter.env import CrafterTextEnv
 
 # the recipe's keys this study takes
@@ -82,11 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_options(parser, EllmConfig, RECIPE_KEYS)
     parser.add_argument("--captions", type=int, default=30, help="distinct captions to ask")
-    args = parser.parse_args(argv)
-    try:
-        config = model_from_options(EllmConfig, args)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    args, config = parse_model_options(parser, EllmConfig, argv)
     if args.captions < 1:
         parser.error("--captions must be positive")
     samples = collect(args.captions, config.seed)

@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 
 from llmrl.llm_gateway.client import connect
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.ellm.config import EllmConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 from llmrl.simulator.envs.crafter.vocabulary import GOALS
 
 # the recipe's keys this study takes
@@ -126,11 +125,7 @@ def summary(found: Mapping[str, list[tuple]], embed_model: str | None) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_model_options(parser, EllmConfig, RECIPE_KEYS)
-    args = parser.parse_args(argv)
-    try:
-        config = model_from_options(EllmConfig, args)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    _, config = parse_model_options(parser, EllmConfig, argv)
     with connect() as llm:
         vector = unit_vectors(llm, config.embed_model)
     found = similarities(vector)

@@ -36,9 +36,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.glam.config import GlamConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 
 # the recipe's keys this study takes, and its defaults where they differ from the recipe's
 RECIPE_KEYS = ["env", "model", "train_steps", "num_envs", "reduction", "seed"]
@@ -141,11 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per forward")
     parser.add_argument("--torch-threads", type=int, default=0, help="0: torch's default")
     parser.add_argument("--out", type=Path, default=Path("runs/glam-probe"), help="files here")
-    args = parser.parse_args(argv)
-    try:
-        config = model_from_options(GlamConfig, args)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    args, config = parse_model_options(parser, GlamConfig, argv)
     for name in ("test_steps", "batch_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be positive")

@@ -48,9 +48,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.glam.config import GlamConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 
 # the recipe's keys this study takes, and its defaults where they differ from the recipe's
 RECIPE_KEYS = ["env", "gamma", "reward_scale", "num_envs", "rollout_steps", "seed"]
@@ -246,11 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "e.g. a trained policy's mean over its held-out steps from the GLAM report",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/glam-signal"), help="JSON here")
-    args = parser.parse_args(argv)
-    try:
-        config = model_from_options(GlamConfig, args)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    args, config = parse_model_options(parser, GlamConfig, argv)
     for name, least in (("states", 1), ("rollouts", 2), ("bc_turn_labels", 1)):
         if getattr(args, name) < least:
             parser.error(f"--{name.replace('_', '-')} must be at least {least}")

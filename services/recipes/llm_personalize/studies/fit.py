@@ -30,9 +30,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from llmrl.recipes.base import ConfigError
 from llmrl.recipes.llm_personalize.config import LlmPersonalizeConfig
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 
 # the recipe's keys this study takes
 RECIPE_KEYS = ["model", "seed"]
@@ -132,11 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     # --model: the base model (a gateway model name, or a local model directory);
     # --seed: the seed of the sample
     add_model_options(parser, LlmPersonalizeConfig, RECIPE_KEYS)
-    args = parser.parse_args(argv)
-    try:  # no houses are read here: data_dir none keeps the config from checking any
-        config = model_from_options(LlmPersonalizeConfig, args, data_dir=None)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    # no houses are read here: data_dir none keeps the config from checking any
+    args, config = parse_model_options(parser, LlmPersonalizeConfig, argv, data_dir=None)
     if args.examples < 1:
         parser.error("--examples must be positive")
     if not args.data.is_file():

@@ -37,8 +37,7 @@ from sklearn.metrics import roc_auc_score
 from tqdm import tqdm
 
 from llmrl.planners.noisy_oracle import NoisyOraclePlanner
-from llmrl.recipes.base import ConfigError
-from llmrl.recipes.options import add_model_options, model_from_options
+from llmrl.recipes.options import add_model_options, parse_model_options
 from llmrl.recipes.when2ask.mediator import ASK, CARRY_ON, OBS_SIZE, PLAN_FEATURES, MediatorEnv
 from llmrl.recipes.when2ask.recipe import When2AskConfig
 from llmrl.simulator.world import World
@@ -104,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         help="chance per step that the random rule asks (sets how often plans change)",
     )
     parser.add_argument("--steps", type=int, default=30000, help="mediator steps per task")
-    args = parser.parse_args(argv)
-    try:
-        config = model_from_options(When2AskConfig, args)
-    except ConfigError as exc:  # names the option and what it takes
-        parser.error(str(exc))
+    args, config = parse_model_options(parser, When2AskConfig, argv)
     if not 0.0 <= args.ask_rate <= 1.0:
         parser.error("--ask-rate must be in [0, 1]")
     if args.steps < 100:
