@@ -33,7 +33,8 @@ Settings (each checked, the error names it): `length` (10000; 1 to 1,000,000 ste
 (64; the world's side, 16 to 256 cells), `reward` (True), `pixels` (False), `status_threshold`
 (9; a vital statistic below it is felt: "you feel thirsty", 1 to 10). Seeding is per reset
 (a world's `seed`): a seeded reset regenerates the world from that seed, later resets continue
-from it, so episodes are reproducible.
+from it, so episodes are reproducible (crafter's spawning and despawning of creatures runs over
+each chunk's objects in the order of their positions, not of their memory addresses).
 """
 
 from __future__ import annotations
@@ -82,7 +83,18 @@ def crafter_env_class() -> type:
         def _obs(self) -> np.ndarray | None:
             return self.render() if self.render_pixels else None
 
+        def _balance_chunk(self, chunk: Any, objs: Any) -> None:
+            # crafter keeps each chunk's objects in a set, ordered by the objects' hashes
+            # (their memory addresses), and despawns `creatures[random.randint(n)]` from it:
+            # which creature goes would differ between two runs of the same seed. Balancing
+            # in the order of the objects' positions (one object a cell) makes it seeded.
+            super()._balance_chunk(chunk, sorted(objs, key=_position))
+
     return QuietCrafter
+
+
+def _position(obj: Any) -> tuple[int, int]:
+    return int(obj.pos[0]), int(obj.pos[1])
 
 
 def _check_setting(name: str, value: Any) -> None:
