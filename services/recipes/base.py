@@ -259,9 +259,10 @@ def learning_curve(
     if len(xs) > bins:
         edges = np.linspace(xs.min(), xs.max(), bins + 1)
         index = np.clip(np.searchsorted(edges, xs, side="right") - 1, 0, bins - 1)
-        filled = [i for i in range(bins) if np.any(index == i)]
-        xs = np.array([xs[index == i].mean() for i in filled])
-        ys = np.array([ys[index == i].mean() for i in filled])
+        counts = np.bincount(index, minlength=bins)
+        filled = counts > 0  # one pass per array, not one per bin
+        xs = np.bincount(index, weights=xs, minlength=bins)[filled] / counts[filled]
+        ys = np.bincount(index, weights=ys, minlength=bins)[filled] / counts[filled]
     return {"panel": panel, "line": line, "x": xs.tolist(), "y": ys.tolist()}
 
 

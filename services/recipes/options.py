@@ -146,4 +146,5 @@ def check_each_value(
         model_from_options(model, args, **extra, **{key: value})
     except ConfigError as exc:
         reasons = "; ".join(str(error["msg"]) for error in exc.errors)
-        raise ConfigError(f"--{key.replace('_', '-')}s {value:g}: {reasons}", exc.errors) from None
+        shown = f"{value:g}" if isinstance(value, int | float) else str(value)  # not only numbers
+        raise ConfigError(f"--{key.replace('_', '-')}s {shown}: {reasons}", exc.errors) from None
