@@ -385,14 +385,23 @@ def results() -> None:
 @results.command("keep")
 @click.argument("out_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("experiment_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def results_keep(out_dir: Path, experiment_file: Path) -> None:
+@click.option(
+    "--partial",
+    is_flag=True,
+    help="Keep the runs done so far although some planned runs are missing (the report says "
+    "which); a later keep of another out dir adds its runs to them.",
+)
+def results_keep(out_dir: Path, experiment_file: Path, partial: bool) -> None:
     """Store the report of EXPERIMENT_FILE's runs found in OUT_DIR (the sweep's --out) as
-    <name>.results.json beside the file: every run the file plans must be there, completed,
-    with the same config. Then `llmrl results render` puts it on the recipe's docs page."""
+    <name>.results.json beside the file: every run the file plans must be there (in OUT_DIR
+    or kept before), completed, with the same config. An experiment run in parts, e.g. one
+    seed per machine or sitting (`llmrl sweep --config FILE seeds=[1] --out DIR`), is kept
+    with --partial until its last part. Then `llmrl results render` puts it on the recipe's
+    docs page."""
     keep = _load("llmrl.orchestrator.stored_results", "keep")
     config_error = _load("llmrl.recipes.base", "ConfigError")
     try:
-        path = keep(out_dir, experiment_file)
+        path = keep(out_dir, experiment_file, partial=partial)
     except config_error as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(f"kept {path}")

@@ -8,9 +8,17 @@ results tables rendered from it.
 `keep` reads the sweep's run store, finds a completed run for every run the experiment file
 plans (same recipe, same full config: the report is the file's, or nothing is kept), builds
 the report over seeds with the recipe's targets, and writes a small JSON beside the file
-(`<name>.results.json`: tables, verdicts, runs, no curves). `render` writes each recipe page's
-results section from those files alone, so a figure on the site is one its stored report
-holds; the test suite runs `render --check`.
+(`<name>.results.json`: tables, verdicts, each run's config and final results, no curves).
+`render` writes each recipe page's results section from those files alone, so a figure on
+the site is one its stored report holds; the test suite runs `render --check`.
+
+An experiment longer than one sitting is kept in parts: `keep --partial` stores the runs done
+so far (the report says which planned runs it lacks), and a later `keep` of another out dir
+(the same file, `seeds=[...]` given to the sweep for the rest) adds its runs to the kept ones,
+each matched by its full config; the report is complete once every planned run is there.
+
+    llmrl sweep --config FILE seeds=[0] --out runs/a && llmrl results keep --partial runs/a FILE
+    llmrl sweep --config FILE seeds=[1,2] --out runs/b && llmrl results keep runs/b FILE
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from llmrl.orchestrator.compare import RunData, build_report
 from llmrl.orchestrator.experiment_files import RECIPES_DIR, load_experiment
 from llmrl.orchestrator.experiments import plan_experiment
 from llmrl.orchestrator.sources import STORE_FILE, from_store
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.base import ConfigError, Results
 from llmrl.recipes.targets import verdicts_markdown
 
 SUFFIX = ".results.json"
@@ -60,28 +68,58 @@ def completed_runs(out_dir: Path) -> list[RunData]:
         store.close()
 
 
-def keep(out_dir: Path, experiment_file: Path) -> Path:
-    """Store the report of `experiment_file`'s runs found in `out_dir`; ConfigError naming the
-    planned runs (grid point and seed) that have no completed run of the same config."""
+def kept_runs(experiment_file: Path) -> list[RunData]:
+    """The runs an earlier `keep` stored beside `experiment_file` with their results (a
+    report kept before runs carried results gives none)."""
+    path = stored_path(experiment_file)
+    if not path.is_file():
+        return []
+    return [
+        RunData(
+            run["run_id"],
+            run["recipe"],
+            run["settings"],
+            "completed",
+            Results.from_dict(run["results"]),
+        )
+        for run in json.loads(path.read_text()).get("runs", [])
+        if "results" in run and "settings" in run
+    ]
+
+
+def _run_label(point: dict[str, Any], recipe: str, seed: Any) -> str:
+    return f"{', '.join(f'{k}={v}' for k, v in point.items()) or recipe} seed {seed}"
+
+
+def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
+    """Store the report of `experiment_file`'s runs found in `out_dir` (and those kept before
+    beside the file); ConfigError naming the planned runs (grid point and seed) that have no
+    completed run of the same config, unless `partial` (then at least one must be there)."""
     experiment = load_experiment(experiment_file)
     planned = plan_experiment(experiment.spec(), str(experiment.name))
-    by_config = {(run.recipe, _canonical(run.config)): run for run in completed_runs(out_dir)}
-    matched, missing = [], []
+    by_config = {(run.recipe, _canonical(run.config)): run for run in kept_runs(experiment_file)}
+    # this out dir's runs win over kept ones of the same config (a re-run replaces its part)
+    by_config.update({(run.recipe, _canonical(run.config)): run for run in completed_runs(out_dir)})
+    matched, missing, missing_seeds = [], [], set()
     for run in planned:
         found = by_config.get((run.recipe, _canonical(run.config)))
         if found is None:
-            point = ", ".join(f"{k}={v}" for k, v in run.point.items())
-            missing.append(f"{point or run.recipe} seed {run.seed}")
+            missing.append(_run_label(run.point, run.recipe, run.seed))
+            missing_seeds.add(run.seed)
         else:
             matched.append(found)
-    if missing:
+    if missing and (not partial or not matched):
+        rest = ",".join(str(seed) for seed in sorted(missing_seeds))
         raise ConfigError(
             f"{out_dir} holds no completed run of {experiment_file} for: {'; '.join(missing)} "
-            f"(run `llmrl sweep --config {experiment_file} --out {out_dir}` to complete it)",
+            f"(run `llmrl sweep --config {experiment_file} seeds=[{rest}] --out {out_dir}` to "
+            "complete it"
+            + (", or keep what is there with `llmrl results keep --partial`)" if matched else ")"),
             [{"loc": ["runs"], "msg": "planned runs without a completed run"}],
         )
     with tempfile.TemporaryDirectory() as scratch:
         report = build_report(matched, scratch, str(experiment.name), plots=False)
+    by_id = {run.run_id: run for run in matched}
     stored = {
         "experiment": experiment.name,
         "file": _relative(experiment_file),
@@ -89,15 +127,29 @@ def keep(out_dir: Path, experiment_file: Path) -> Path:
         "budget": experiment.budget,
         "claim": experiment.claim.model_dump() if experiment.claim else None,
         "kept": time.strftime("%Y-%m-%d", time.gmtime()),
+        "planned": len(planned),
+        "missing": missing,
         "statistics": report["statistics"],
         "configs": report["configs"],
         "tables": report["tables"],
         "verdicts": report["verdicts"],
-        "runs": [{k: run[k] for k in ("run_id", "config", "seed")} for run in report["runs"]],
+        "runs": [_stored_run(entry, by_id[entry["run_id"]]) for entry in report["runs"]],
     }
     path = stored_path(experiment_file)
     path.write_text(json.dumps(stored, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def _stored_run(entry: dict[str, Any], run: RunData) -> dict[str, Any]:
+    """A run as kept: its report entry (`config`: its grid point's label), its full config
+    (`settings`) and final results (rows, notes, per-unit samples; no curves or plot files),
+    so a later keep can rebuild the report with it."""
+    stored = {k: entry[k] for k in ("run_id", "recipe", "config", "seed")}
+    stored["settings"] = run.config
+    if run.results is not None:
+        final = run.results.to_dict()
+        stored["results"] = {k: v for k, v in final.items() if k not in ("curves", "plots")}
+    return stored
 
 
 def _relative(path: Path) -> str:
@@ -130,6 +182,14 @@ def results_section(reports: list[dict[str, Any]]) -> str:
             + (f" ({report['budget']})" if report.get("budget") else "")
             + f"; report kept {report['kept']}.",
         ]
+        if report.get("missing"):
+            kept = report["planned"] - len(report["missing"])
+            lines += [
+                "",
+                f"**Partial: {kept} of the {report['planned']} planned runs are kept**, so "
+                f"far; not yet run: {'; '.join(report['missing'])}. The figures below are "
+                "over the kept runs only.",
+            ]
         if claim:
             lines += ["", f"Claim: {claim['statement']}."]
             if claim.get("target"):

@@ -94,3 +94,50 @@ def test_llmrl_results_keep_names_what_is_missing(swept, tmp_path):
     grown.write_text(EXPERIMENT + "seeds: [0, 5]\n")
     result = CliRunner().invoke(main, ["results", "keep", str(out), str(grown)])
     assert result.exit_code == 2 and "seed 5" in result.output
+
+
+def test_an_experiment_kept_in_parts_adds_each_part_to_the_kept_runs(swept, tmp_path):
+    """One seed per sitting: `keep --partial` stores what is done, a later sweep of the
+    missing seeds (`seeds=[...]` over the file) completes the kept report."""
+    from llmrl.cli import main
+
+    _, out = swept
+    experiments = tmp_path / "recipes" / "evaluate" / "experiments"
+    experiments.mkdir(parents=True)
+    grown = experiments / "grown.yaml"
+    grown.write_text(EXPERIMENT + "seeds: [0, 1, 2]\n")
+    refused = CliRunner().invoke(main, ["results", "keep", str(out), str(grown)])
+    assert (
+        refused.exit_code == 2 and "seeds=[2]" in refused.output and "--partial" in refused.output
+    )
+    part = json.loads(keep(out, grown, partial=True).read_text())
+    assert part["planned"] == 3 and part["missing"] == ["evaluate seed 2"]
+    assert [c["seeds"] for c in part["configs"]] == [[0, 1]]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "evaluate.md"
+    page.write_text(f"# evaluate\n{BEGIN}\n{END}\n")
+    render(tmp_path / "recipes", docs)
+    assert "**Partial: 2 of the 3 planned runs are kept**" in page.read_text()
+
+    rest = tmp_path / "rest"  # another sitting: only the missing seed, into a new out dir
+    result = CliRunner().invoke(
+        main, ["sweep", "--config", str(grown), "seeds=[2]", "--out", str(rest), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    whole = json.loads(keep(rest, grown).read_text())
+    assert whole["missing"] == [] and [c["seeds"] for c in whole["configs"]] == [[0, 1, 2]]
+    assert sorted(run["seed"] for run in whole["runs"]) == [0, 1, 2]
+    render(tmp_path / "recipes", docs)
+    assert "Partial" not in page.read_text() and "seeds [0, 1, 2]" in page.read_text()
+    # the parts' rows are the runs' own: the same as keeping one out dir with all three
+    again = json.loads(keep(rest, grown).read_text())
+    assert again["tables"] == whole["tables"]
+
+
+def test_a_partial_keep_needs_at_least_one_run(swept, tmp_path):
+    _, out = swept
+    other = tmp_path / "other.yaml"
+    other.write_text(EXPERIMENT.replace("episodes: 2", "episodes: 3") + "seeds: [0]\n")
+    with pytest.raises(ConfigError, match="no completed run"):
+        keep(out, other, partial=True)
