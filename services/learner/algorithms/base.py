@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmrl.learner.versions import Checkpoint, Versions
 
@@ -101,7 +103,68 @@ def resumable_version(line: Versions, algorithm: str, state_file: str) -> Checkp
     return latest
 
 
-# -- settings of the hand-written algorithms (llm-ppo, dqn-ellm): dataclass fields with help --
+# -- settings as pydantic models --------------------------------------------------------------
+class AlgorithmSettings(BaseModel):
+    """Base of an algorithm's settings model: one `Field(default, description=..., bounds)`
+    per setting. Unknown keys are refused, and so are NaN, infinity and values of another
+    type (strict: 5.0 is no int, 1 no bool, "1e-4" no number), as the hand-written checks
+    did; a tuple field that takes a JSON list says `strict=False` (its items stay strict)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+Settings = TypeVar("Settings", bound=BaseModel)
+_SHOWN_VALUE = 80  # characters of a refused value a message repeats
+
+
+def validate_settings(owner: str, model: type[Settings], settings: Mapping[str, Any]) -> Settings:
+    """`settings` as a `model` instance; a ValueError `<owner>: <key>: <problem> (got <value>)`
+    for each bad or unknown key otherwise (`settings_error`)."""
+    try:
+        return model.model_validate(dict(settings))
+    except ValidationError as error:
+        raise ValueError(f"{owner}: {settings_error(model, error)}") from None
+
+
+def settings_error(model: type[BaseModel], error: ValidationError, prefix: str = "") -> str:
+    """Every problem of `error` on one line, each naming its key (after `prefix`, e.g.
+    "offline."): `<key>: <problem> (got <value>)`, `<key>: unknown setting; allowed: ...`,
+    `<key>: required (<description>)`."""
+    problems = []
+    for detail in error.errors(include_url=False):
+        key = prefix + ".".join(map(str, detail["loc"]))
+        message = detail["msg"].removeprefix("Value error, ")
+        if detail["type"] == "extra_forbidden":
+            problems.append(f"{key}: unknown setting; allowed: {', '.join(model.model_fields)}")
+        elif detail["type"] == "missing":
+            problems.append(f"{key}: required ({model.model_fields[detail['loc'][0]].description})")
+        elif not detail["loc"] or message.startswith(f"{detail['loc'][0]}: "):
+            problems.append(prefix + message)  # a validator's own message names its key
+        else:
+            shown = repr(detail["input"])
+            if len(shown) > _SHOWN_VALUE:
+                shown = shown[: _SHOWN_VALUE - 3] + "..."
+            problems.append(f"{key}: {message} (got {shown})")
+    return "; ".join(problems)
+
+
+def setting_field(
+    model: type[BaseModel], name: str, description: str | None = None, **bounds: Any
+) -> Any:
+    """A pydantic field for a config or request key that passes setting `name` of `model` on:
+    the setting's default, description (unless `description` is given) and bounds, plus
+    `bounds` of the key's own (a recipe's upper limits...). Nothing is typed twice."""
+    setting = model.model_fields[name]
+    if setting.default_factory is not None:
+        default: dict[str, Any] = {"default_factory": setting.default_factory}
+    else:
+        default = {"default": setting.default}
+    derived = Field(**default, description=description or setting.description, **bounds)
+    derived.metadata = [*setting.metadata, *derived.metadata]
+    return derived
+
+
+# -- settings as dataclass fields with help (kept until dqn-ellm and sb3 use models) ------------
 def setting(default: Any, help: str) -> Any:
     """A dataclass field whose help text `settings_help` gives to `--help`."""
     return field(default=default, metadata={"help": help})
