@@ -20,7 +20,7 @@ from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import adapter_versions
-from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step, setting_help
+from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step
 from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
@@ -266,32 +266,39 @@ def test_resume_after_a_kill_continues_from_the_last_checkpoint(
 @pytest.mark.parametrize(
     ("source", "settings", "named"),
     [
-        (ENV_ID, {"num_envs": -1}, "num_envs"),
-        (ENV_ID, {"num_steps": 0}, "num_steps"),
-        (ENV_ID, {"minibatch_size": -4}, "minibatch_size"),
-        (ENV_ID, {"learning_rate": 0}, "learning_rate"),
-        (ENV_ID, {"gamma": 1.5}, "gamma"),
-        (ENV_ID, {"action_set": "klingon"}, "action_set"),
-        (ENV_ID, {"reduction": "max"}, "reduction"),
-        (ENV_ID, {"lora_layers": 0}, "lora_layers"),
-        (ENV_ID, {"cache_frozen": "yes"}, "cache_frozen"),
-        (ENV_ID, {"bf16": 1}, "bf16"),
-        (ENV_ID, {"target_kl": -0.1}, "target_kl"),
-        (ENV_ID, {"bogus": 1}, "bogus"),
-        ("NoSuchEnv", {}, "env"),
+        (ENV_ID, {"num_envs": -1}, "llm-ppo: num_envs: Input should be greater than 0"),
+        (ENV_ID, {"num_steps": 0}, "llm-ppo: num_steps: "),
+        (ENV_ID, {"num_steps": 4.0}, "llm-ppo: num_steps: Input should be a valid integer"),
+        (ENV_ID, {"minibatch_size": -4}, "llm-ppo: minibatch_size: "),
+        (ENV_ID, {"learning_rate": 0}, "llm-ppo: learning_rate: "),
+        (ENV_ID, {"learning_rate": "1e-4"}, "llm-ppo: learning_rate: "),
+        (ENV_ID, {"learning_rate": float("nan")}, "llm-ppo: learning_rate: .*finite"),
+        (ENV_ID, {"max_grad_norm": float("inf")}, "llm-ppo: max_grad_norm: .*finite"),
+        (ENV_ID, {"gamma": 1.5}, r"llm-ppo: gamma: .*less than or equal to 1 \(got 1\.5\)"),
+        (ENV_ID, {"action_set": "klingon"}, "llm-ppo: action_set: unknown action phrase set"),
+        (ENV_ID, {"reduction": "max"}, "llm-ppo: reduction: expected one of sum, mean"),
+        (ENV_ID, {"init": "scratch"}, "llm-ppo: init: "),
+        (ENV_ID, {"device": "tpu"}, "llm-ppo: device: expected auto"),
+        (ENV_ID, {"lora_layers": 0}, "llm-ppo: lora_layers: "),
+        (ENV_ID, {"cache_frozen": "yes"}, "llm-ppo: cache_frozen: "),
+        (ENV_ID, {"bf16": 1}, "llm-ppo: bf16: "),
+        (ENV_ID, {"target_kl": -0.1}, "llm-ppo: target_kl: "),
+        (ENV_ID, {"bogus": 1}, "llm-ppo: bogus: unknown setting; allowed: base_model, "),
+        ("NoSuchEnv", {}, "env: unknown env 'NoSuchEnv'"),
     ],
 )
 def test_bad_settings_are_named(source: str, settings: dict, named: str, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(ValueError, match=f"^{named}"):
         registry.get_algorithm("llm-ppo").train(
             source, tmp_path / "line", base_model="/nonexistent", **settings
         )
+    assert not (tmp_path / "line").exists()
 
 
 def test_base_model_is_required_and_every_setting_has_help(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="base_model"):
+    with pytest.raises(ValueError, match=r"^llm-ppo: base_model: required \(local HF model"):
         registry.get_algorithm("llm-ppo").train(ENV_ID, tmp_path / "line")
-    assert all(setting_help().values())
+    assert all(field.description for field in LlmPpoConfig.model_fields.values())
 
 
 def test_the_frozen_layer_cache_trains_as_the_full_forward(

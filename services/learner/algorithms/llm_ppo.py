@@ -31,23 +31,22 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
+    AlgorithmSettings,
     Progress,
     check_env,
-    check_number,
     resumable_version,
-    setting,
-    settings_help,
     tensorboard_writer,
+    validate_settings,
 )
 from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.learner.llm.scorer import REDUCTIONS
@@ -58,105 +57,116 @@ LLM_PPO = "llm-ppo"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"
 GRAD_NORMS = ("grad_norm", "policy_grad_norm", "value_grad_norm")  # logged per update
-INITS = ("pretrained", "random")
 
 
-@dataclass
-class LlmPpoConfig:
-    """Every setting, with its help text (`setting_help`). Defaults: the paper's where they
-    fit a CPU (GLAM's code: Adam eps 1e-5, gamma 0.99, lambda 0.99, clip 0.2 with a clipped
-    value loss, entropy 0.01, value 0.5, grad norm 0.5, 4 epochs, minibatch 64, 32 envs x 40
-    steps, reward x 20)."""
+Init = Literal["pretrained", "random"]
 
-    base_model: str = field(metadata={"help": "local HF model directory or gateway model name"})
-    total_timesteps: int = setting(5120, "env steps to train for (all envs together)")
-    num_envs: int = setting(32, "envs stepped together in one world")
-    num_steps: int = setting(40, "steps per env per rollout")
-    learning_rate: float = setting(
-        1e-4, "Adam learning rate (the paper: 1e-6 for full fine-tuning of 780M; LoRA wants more)"
+
+class LlmPpoConfig(AlgorithmSettings):
+    """Every setting of `llm-ppo`, with its description and bounds (a bad or unknown one is a
+    ValueError naming it: `validate_settings`). Defaults: the paper's where they fit a CPU
+    (GLAM's code: Adam eps 1e-5, gamma 0.99, lambda 0.99, clip 0.2 with a clipped value loss,
+    entropy 0.01, value 0.5, grad norm 0.5, 4 epochs, minibatch 64, 32 envs x 40 steps,
+    reward x 20)."""
+
+    base_model: str = Field(description="local HF model directory or gateway model name")
+    total_timesteps: int = Field(
+        5120, gt=0, description="env steps to train for (all envs together)"
     )
-    anneal_lr: bool = setting(False, "anneal the learning rate linearly to 0")
-    adam_eps: float = setting(1e-5, "Adam epsilon")
-    gamma: float = setting(0.99, "discount factor")
-    gae_lambda: float = setting(0.99, "GAE lambda")
-    update_epochs: int = setting(4, "epochs over each rollout")
-    minibatch_size: int = setting(64, "samples per gradient step")
-    microbatch_size: int | None = setting(
+    num_envs: int = Field(32, gt=0, description="envs stepped together in one world")
+    num_steps: int = Field(40, gt=0, description="steps per env per rollout")
+    learning_rate: float = Field(
+        1e-4,
+        gt=0,
+        description="Adam learning rate (the paper: 1e-6 for full fine-tuning of 780M; LoRA "
+        "wants more)",
+    )
+    anneal_lr: bool = Field(False, description="anneal the learning rate linearly to 0")
+    adam_eps: float = Field(1e-5, gt=0, description="Adam epsilon")
+    gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
+    gae_lambda: float = Field(0.99, ge=0, le=1, description="GAE lambda")
+    update_epochs: int = Field(4, gt=0, description="epochs over each rollout")
+    minibatch_size: int = Field(64, gt=0, description="samples per gradient step")
+    microbatch_size: int | None = Field(
         None,
-        "samples per forward/backward within a minibatch, gradients accumulated (None: the "
-        "whole minibatch at once); full fine-tuning keeps every layer's activations for the "
-        "backward, so a 64-sample minibatch of a 135M model needs tens of GB: 8 fits in a few",
+        gt=0,
+        description="samples per forward/backward within a minibatch, gradients accumulated "
+        "(None: the whole minibatch at once); full fine-tuning keeps every layer's activations "
+        "for the backward, so a 64-sample minibatch of a 135M model needs tens of GB: 8 fits in "
+        "a few",
     )
-    norm_adv: bool = setting(True, "normalise advantages per minibatch")
-    clip_coef: float = setting(0.2, "policy ratio clip")
-    clip_vloss: bool = setting(True, "clip the value loss as the policy's")
-    ent_coef: float = setting(0.01, "entropy bonus coefficient")
-    vf_coef: float = setting(0.5, "value loss coefficient")
-    max_grad_norm: float = setting(0.5, "gradient norm clip")
-    target_kl: float | None = setting(None, "stop the update's epochs past this approx KL")
-    grad_diagnostics: bool = setting(
+    norm_adv: bool = Field(True, description="normalise advantages per minibatch")
+    clip_coef: float = Field(0.2, ge=0, description="policy ratio clip")
+    clip_vloss: bool = Field(True, description="clip the value loss as the policy's")
+    ent_coef: float = Field(0.01, ge=0, description="entropy bonus coefficient")
+    vf_coef: float = Field(0.5, ge=0, description="value loss coefficient")
+    max_grad_norm: float = Field(0.5, ge=0, description="gradient norm clip")
+    target_kl: float | None = Field(
+        None, gt=0, description="stop the update's epochs past this approx KL"
+    )
+    grad_diagnostics: bool = Field(
         False,
-        "also log the gradient norms of the policy and the value losses on the shared "
-        "weights (LoRA or LLM) separately (losses/policy_grad_norm, losses/value_grad_norm): "
-        "one more backward per microbatch",
+        description="also log the gradient norms of the policy and the value losses on the "
+        "shared weights (LoRA or LLM) separately (losses/policy_grad_norm, "
+        "losses/value_grad_norm): one more backward per microbatch",
     )
-    reward_scale: float = setting(20.0, "reward multiplier (the paper: 20 x BabyAI's)")
-    action_set: str = setting("babyai", "the action phrases (llmrl.learner.llm.glam_prompt)")
-    reduction: str = setting("sum", "candidate score: sum or mean of its token log-probs")
-    lora: bool = setting(True, "train a LoRA (False: fine-tune every weight)")
-    init: str = setting(
-        "pretrained", "the LLM's weights: pretrained, or random (NPAE: the architecture only)"
+    reward_scale: float = Field(
+        20.0, gt=0, description="reward multiplier (the paper: 20 x BabyAI's)"
     )
-    lora_r: int = setting(16, "LoRA rank")
-    lora_alpha: int | None = setting(None, "LoRA alpha (None: 2 x rank)")
-    lora_layers: int | None = setting(None, "adapt only the top N decoder layers (None: all)")
-    cache_frozen: bool = setting(
+    action_set: str = Field(
+        "babyai", description="the action phrases (llmrl.learner.llm.glam_prompt)"
+    )
+    reduction: str = Field("sum", description="candidate score: sum or mean of its token log-probs")
+    lora: bool = Field(True, description="train a LoRA (False: fine-tune every weight)")
+    init: Init = Field(
+        "pretrained",
+        description="the LLM's weights: pretrained, or random (NPAE: the architecture only)",
+    )
+    lora_r: int = Field(16, gt=0, description="LoRA rank")
+    lora_alpha: int | None = Field(None, gt=0, description="LoRA alpha (None: 2 x rank)")
+    lora_layers: int | None = Field(
+        None, gt=0, description="adapt only the top N decoder layers (None: all)"
+    )
+    cache_frozen: bool = Field(
         True,
-        "with lora_layers: keep the frozen lower layers' hidden states from the rollout and "
-        "run only the top layers in the PPO epochs (~0.4 MB a sample for SmolLM2)",
+        description="with lora_layers: keep the frozen lower layers' hidden states from the "
+        "rollout and run only the top layers in the PPO epochs (~0.4 MB a sample for SmolLM2)",
     )
-    value_hidden: int = setting(1024, "width of the value head's two hidden layers")
-    bf16: bool | None = setting(None, "bf16 autocast (None: where the device computes it natively)")
-    device: str = setting(
-        "auto", "where the LLM runs: auto (the GPU where torch sees one), cpu, cuda or cuda:<n>"
+    value_hidden: int = Field(1024, gt=0, description="width of the value head's two hidden layers")
+    bf16: bool | None = Field(
+        None, description="bf16 autocast (None: where the device computes it natively)"
     )
-    checkpoint_every: int = setting(1, "save a version every this many updates")
-    resume: bool = setting(True, "continue from the line's latest version, if any")
-    seed: int = setting(0, "seed of the world, the sampling and the initialisation")
-    address: str | None = setting(None, "simulator address (None: an in-process world)")
-    tensorboard_dir: str | None = setting(None, "TensorBoard directory (None: none)")
-    torch_threads: int | None = setting(None, "torch CPU threads (None: torch's default)")
+    device: str = Field(
+        "auto",
+        description="where the LLM runs: auto (the GPU where torch sees one), cpu, cuda or "
+        "cuda:<n>",
+    )
+    checkpoint_every: int = Field(1, gt=0, description="save a version every this many updates")
+    resume: bool = Field(True, description="continue from the line's latest version, if any")
+    seed: int = Field(0, ge=0, description="seed of the world, the sampling and the initialisation")
+    address: str | None = Field(None, description="simulator address (None: an in-process world)")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
+    torch_threads: int | None = Field(
+        None, gt=0, description="torch CPU threads (None: torch's default)"
+    )
 
-    def __post_init__(self) -> None:
-        for key in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "minibatch_size"):
-            check_number(key, getattr(self, key), integer=True, positive=True)
-        for key in ("lora_r", "value_hidden", "checkpoint_every"):
-            check_number(key, getattr(self, key), integer=True, positive=True)
-        for key in ("lora_layers", "torch_threads", "lora_alpha", "microbatch_size"):
-            if getattr(self, key) is not None:
-                check_number(key, getattr(self, key), integer=True, positive=True)
-        for key in ("learning_rate", "adam_eps", "reward_scale"):
-            check_number(key, getattr(self, key), positive=True)
-        for key in ("clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "gamma", "gae_lambda"):
-            check_number(key, getattr(self, key))
-        for key in ("gamma", "gae_lambda"):
-            if getattr(self, key) > 1:
-                raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
-        for key in ("anneal_lr", "norm_adv", "clip_vloss", "lora", "cache_frozen", "resume"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key}: expected true or false, got {getattr(self, key)!r}")
-        if self.bf16 is not None and not isinstance(self.bf16, bool):
-            raise ValueError(f"bf16: expected true, false or null, got {self.bf16!r}")
-        check_device(self.device)
-        if self.target_kl is not None:
-            check_number("target_kl", self.target_kl, positive=True)
-        if self.init not in INITS:
-            raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
-        action_phrases(self.action_set)  # a ValueError names the key and the known sets
-        if self.reduction not in REDUCTIONS:
-            raise ValueError(
-                f"reduction: expected one of {', '.join(REDUCTIONS)}, got {self.reduction!r}"
-            )
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return check_device(value)
+
+    @field_validator("action_set")
+    @classmethod
+    def _known_action_set(cls, value: str) -> str:
+        action_phrases(value)  # a ValueError names the key and the known sets
+        return value
+
+    @field_validator("reduction")
+    @classmethod
+    def _known_reduction(cls, value: str) -> str:
+        if value not in REDUCTIONS:
+            raise ValueError(f"reduction: expected one of {', '.join(REDUCTIONS)}, got {value!r}")
+        return value
 
     @property
     def batch_size(self) -> int:
@@ -165,11 +175,6 @@ class LlmPpoConfig:
     @property
     def num_updates(self) -> int:
         return max(1, self.total_timesteps // self.batch_size)
-
-
-def setting_help() -> dict[str, str]:
-    """Each setting's help text (`--help` of whoever exposes them)."""
-    return settings_help(LlmPpoConfig)
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -598,13 +603,13 @@ def _save(
         torch.save(optimizer.state_dict(), directory / OPTIMIZER_FILE)
         (directory / STATE_FILE).write_text(json.dumps(result, indent=2) + "\n")
 
-    return line.save(write, LLM_PPO, version, config=asdict(config), result=result)
+    return line.save(write, LLM_PPO, version, config=config.model_dump(), result=result)
 
 
 # -- the registered algorithm ----------------------------------------------------------------
 class LlmPpo(Algorithm):
-    """PPO on an LLM policy. Settings: `LlmPpoConfig`'s fields (`setting_help()`); `base_model`
-    is required. `source`: an env id (a world of `num_envs` is made) or a world."""
+    """PPO on an LLM policy. Settings: `LlmPpoConfig`'s fields; `base_model` is required.
+    `source`: an env id (a world of `num_envs` is made) or a world."""
 
     name = LLM_PPO
     family = "llm-ppo"
@@ -619,13 +624,7 @@ class LlmPpo(Algorithm):
         on_progress: Progress | None = None,
         **settings: Any,
     ) -> Checkpoint:
-        self.check_settings(settings, [f.name for f in fields(LlmPpoConfig)])
-        if "base_model" not in settings:
-            raise ValueError(
-                f"{LLM_PPO}: base_model is required (a local model directory or a gateway "
-                "model name)"
-            )
-        config = LlmPpoConfig(**settings)
+        config = validate_settings(LLM_PPO, LlmPpoConfig, settings)
         if isinstance(source, str):
             check_env(source)
         return train_llm_ppo(source, as_versions(checkpoints), config, version, on_progress)

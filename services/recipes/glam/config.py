@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from llmrl.common.bounds import Episodes, Seed, SeedOffset
 from llmrl.recipes.base import RecipeConfig, registered_env
-from llmrl.recipes.glam.training import PpoSettings
+from llmrl.recipes.glam.training import PpoSettings, ppo_setting
 
 NPAE_MICROBATCH = 8  # NPAE's default microbatch_size: fits a few GB of activations
 METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
@@ -28,19 +28,18 @@ class GlamConfig(RecipeConfig, PpoSettings):
     )
     train_steps: int = Field(5120, ge=1, description="Training budget in env steps (all envs).")
     num_envs: int = Field(16, ge=1, le=256, description="Envs stepped together in training.")
-    rollout_steps: int = Field(40, ge=1, description="Steps per env per PPO rollout.")
-    minibatch_size: int = Field(64, ge=1, description="Samples per PPO gradient step.")
-    microbatch_size: int | None = Field(
-        None,
-        ge=1,
-        description="Samples per forward/backward of GLAM's and NPAE's PPO update, gradients "
+    rollout_steps: int = ppo_setting("num_steps", "Steps per env per PPO rollout.")
+    minibatch_size: int = ppo_setting("minibatch_size", "Samples per PPO gradient step.")
+    microbatch_size: int | None = ppo_setting(
+        "microbatch_size",
+        "Samples per forward/backward of GLAM's and NPAE's PPO update, gradients "
         f"accumulated over the minibatch (None: GLAM the whole minibatch, NPAE "
         f"{NPAE_MICROBATCH}: full fine-tuning keeps every layer's activations for the backward, "
         "tens of GB for a 64-sample minibatch of SmolLM2-135M).",
     )
-    update_epochs: int = Field(4, ge=1, description="PPO epochs over each rollout.")
-    learning_rate: float = Field(
-        1e-4, gt=0, description="Adam learning rate of GLAM (its LoRA, or every weight)."
+    update_epochs: int = ppo_setting("update_epochs", "PPO epochs over each rollout.")
+    learning_rate: float = ppo_setting(
+        "learning_rate", "Adam learning rate of GLAM (its LoRA, or every weight)."
     )
     finetune: Literal["lora", "full"] = Field(
         "lora",
@@ -57,12 +56,11 @@ class GlamConfig(RecipeConfig, PpoSettings):
         "rollout. None: all layers, whose activations a whole minibatch keeps for the backward "
         "(~16 GB for 32 samples of SmolLM2-135M): set microbatch_size (e.g. 8) with it.",
     )
-    lora_rank: int = Field(
-        16,
-        ge=1,
+    lora_rank: int = ppo_setting(
+        "lora_r",
+        "Rank of GLAM's and BC's LoRA (alpha = 2 x rank, so the update's scale stays the same "
+        "across ranks).",
         le=1024,
-        description="Rank of GLAM's and BC's LoRA (alpha = 2 x rank, so the update's scale "
-        "stays the same across ranks).",
     )
     eval_every: int = Field(
         2,
@@ -84,7 +82,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
     )
     bc_batch_size: int = Field(8, ge=1, description="Examples per SFT step of behaviour cloning.")
     bc_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the BC LoRA.")
-    reduction: str = Field("sum", description="Candidate score: sum or mean of token log-probs.")
+    reduction: str = ppo_setting("reduction", "Candidate score: sum or mean of token log-probs.")
     greedy: bool = Field(
         False,
         description="Evaluate greedily (argmax); False (the original's tests): sample from the "

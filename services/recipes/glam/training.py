@@ -20,7 +20,6 @@ The baselines train where the recipe runs (their envs in-process, or at the simu
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -33,30 +32,31 @@ from llmrl.common.bounds import Seed
 from llmrl.common.devices import check_device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, setting_help
+from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
 
-_PPO_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LlmPpoConfig)}
 
-
-def _ppo_setting(name: str, **bounds: float) -> Any:
-    """A pydantic field with llm-ppo's default and help for setting `name`."""
-    return Field(_PPO_DEFAULTS[name], description=f"LLM-PPO: {setting_help()[name]}.", **bounds)
+def ppo_setting(name: str, description: str | None = None, **bounds: float) -> Any:
+    """A field that passes llm-ppo's setting `name` on: its default and bounds (plus
+    `bounds`), its description (`LLM-PPO: ...`) unless the key describes itself."""
+    own = f"LLM-PPO: {LlmPpoConfig.model_fields[name].description}."
+    return setting_field(LlmPpoConfig, name, description or own, **bounds)
 
 
 class PpoSettings(BaseModel):
     """LLM-PPO's return, loss and logging settings that GLAM's config, its training job and
-    experiment files all carry unchanged (defaults and help: `LlmPpoConfig`'s, GLAM's
+    experiment files all carry unchanged (defaults, bounds and help: `LlmPpoConfig`'s, GLAM's
     code's values)."""
 
-    gamma: float = _ppo_setting("gamma", gt=0, le=1)
-    gae_lambda: float = _ppo_setting("gae_lambda", ge=0, le=1)
-    clip_coef: float = _ppo_setting("clip_coef", gt=0)
-    ent_coef: float = _ppo_setting("ent_coef", ge=0)
-    vf_coef: float = _ppo_setting("vf_coef", ge=0)
-    max_grad_norm: float = _ppo_setting("max_grad_norm", gt=0)
-    reward_scale: float = _ppo_setting("reward_scale", gt=0)
-    grad_diagnostics: bool = _ppo_setting("grad_diagnostics")
-    device: str = _ppo_setting("device")
+    gamma: float = ppo_setting("gamma", gt=0)  # GLAM's own bounds beside llm-ppo's
+    gae_lambda: float = ppo_setting("gae_lambda")
+    clip_coef: float = ppo_setting("clip_coef", gt=0)
+    ent_coef: float = ppo_setting("ent_coef")
+    vf_coef: float = ppo_setting("vf_coef")
+    max_grad_norm: float = ppo_setting("max_grad_norm", gt=0)
+    reward_scale: float = ppo_setting("reward_scale")
+    grad_diagnostics: bool = ppo_setting("grad_diagnostics")
+    device: str = ppo_setting("device")
 
     @field_validator("device")
     @classmethod
@@ -80,23 +80,19 @@ class GlamTrainingJob(PpoSettings):
     adapter: Name = Field(..., description="the adapter line's name (one folder name)")
     steps: int = Field(..., ge=1, description="env steps to train for (all envs)")
     num_envs: int = Field(16, ge=1, le=256)
-    rollout_steps: int = Field(40, ge=1)
-    minibatch_size: int = Field(64, ge=1)
-    microbatch_size: int | None = Field(
-        None, ge=1, description="samples per forward/backward, gradients accumulated"
-    )
-    update_epochs: int = Field(4, ge=1)
-    learning_rate: float = Field(1e-4, gt=0)
-    lora_layers: int | None = Field(None, ge=1)
-    lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank (alpha = 2 x rank)")
-    reduction: Literal["sum", "mean"] = "sum"
-    lora: bool = Field(True, description="train a LoRA (False: every weight)")
-    init: Literal["pretrained", "random"] = Field(
-        "pretrained", description="the LLM's weights: pretrained, or random (NPAE)"
-    )
-    checkpoint_every: int = Field(1, ge=1, description="a version every this many updates")
+    rollout_steps: int = ppo_setting("num_steps")
+    minibatch_size: int = ppo_setting("minibatch_size")
+    microbatch_size: int | None = ppo_setting("microbatch_size")
+    update_epochs: int = ppo_setting("update_epochs")
+    learning_rate: float = ppo_setting("learning_rate")
+    lora_layers: int | None = ppo_setting("lora_layers")
+    lora_rank: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)", le=1024)
+    reduction: Literal["sum", "mean"] = ppo_setting("reduction")
+    lora: bool = ppo_setting("lora")
+    init: Literal["pretrained", "random"] = ppo_setting("init")
+    checkpoint_every: int = ppo_setting("checkpoint_every")
     seed: Seed = 0
-    tensorboard_dir: str | None = None
+    tensorboard_dir: str | None = ppo_setting("tensorboard_dir")
     simulator: str | None = Field(None, description="simulator address; None: in-process")
 
     @field_validator("env")

@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from llmrl.agents import make_driver
 from llmrl.learner.algorithms import load_cached
+from llmrl.learner.algorithms.base import validate_settings
 from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
@@ -172,8 +173,10 @@ def test_npae_has_the_architecture_but_not_the_weights(flat_model_dir: Path):
 
 
 def test_a_bad_init_names_the_key():
-    with pytest.raises(ValueError, match="init: expected one of pretrained, random"):
-        LlmPpoConfig(base_model="tiny", init="scratch")
+    with pytest.raises(
+        ValueError, match=r"^llm-ppo: init: Input should be 'pretrained' or 'random'"
+    ):
+        validate_settings("llm-ppo", LlmPpoConfig, {"base_model": "tiny", "init": "scratch"})
     body = {"kind": "glam", "env": "TinyTextGoForward", "model": "t", "adapter": "a", "steps": 8}
     with pytest.raises(PolicyJobError, match="init"):
         parse_policy_job({**body, "init": "scratch"})
