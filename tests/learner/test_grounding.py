@@ -212,15 +212,21 @@ def small_dataset(seed: int, actions: np.ndarray | None = None, state_dim: int =
         ({"steps": 0}, "steps"),
         ({"batch_size": 2.5}, "batch_size"),
         ({"learning_rate": float("nan")}, "learning_rate"),
+        ({"learning_rate": "3e-4"}, "learning_rate"),
         ({"head_learning_rate": -1.0}, "head_learning_rate"),
         ({"state_loss_weight": 0.0}, "state_loss_weight"),
         ({"action_loss_weight": -2.0}, "action_loss_weight"),
+        ({"action_loss_weight": float("inf")}, "action_loss_weight"),
         ({"lora_layers": 0}, "lora_layers"),
         ({"base_layers": "two"}, "base_layers"),
         ({"seed": -1}, "seed"),
+        ({"continue_training": "yes"}, "continue_training"),
         ({"numbers": "words"}, "numbers"),
         ({"state_target": "velocity"}, "state_target"),
         ({"numbers": "text", "state_target": "delta"}, "state_target"),
+        ({"tasks": ["trajectory", "sing"]}, "tasks"),
+        ({"device": "gpu"}, "device"),
+        ({"epochs": 3}, "epochs"),  # unknown
     ],
 )
 def test_grounding_sft_refuses_bad_settings_by_name(tmp_path, settings, named):
@@ -228,7 +234,7 @@ def test_grounding_sft_refuses_bad_settings_by_name(tmp_path, settings, named):
     from llmrl.learner.versions import Versions
 
     grounding = registry.get_algorithm("kalm-grounding")
-    with pytest.raises(ValueError, match=rf"^{named}: "):
+    with pytest.raises(ValueError, match=rf"^kalm-grounding: {named}: "):
         grounding.train(small_dataset(0), Versions(tmp_path / "g"), **settings)
     assert not (tmp_path / "g").exists() or not Versions(tmp_path / "g").versions()
 

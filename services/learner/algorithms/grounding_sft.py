@@ -22,10 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import Algorithm, Progress, check_number
+from llmrl.learner.algorithms.base import (
+    Algorithm,
+    AlgorithmSettings,
+    Progress,
+    validate_settings,
+)
 from llmrl.learner.algorithms.offline_rl import check_action_size
 from llmrl.learner.llm.grounding import (
     TASKS,
@@ -38,49 +44,88 @@ from llmrl.learner.llm.grounding import (
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
 NAME = "kalm-grounding"
-DEFAULTS: dict[str, Any] = {
-    "base_model": "smollm2",  # a gateway model served from local weights, or a directory
-    "steps": 200,
-    "batch_size": 8,
-    "learning_rate": 3e-4,  # the LoRA
-    "head_learning_rate": 1e-3,  # slot layers and heads
-    # The state MSE's weight in the summed loss. KALM sums its losses unweighted (1), but a
-    # normalised state's MSE is far smaller than the action and text cross-entropies, so
-    # under the shared gradient clip a small model learns the dynamics slowly (README, kalm).
-    "state_loss_weight": 1.0,
-    "action_loss_weight": 1.0,  # the action head's loss (KALM: 1)
-    "lora_r": 16,
-    "lora_layers": None,
-    "base_layers": None,  # keep only the base model's first N decoder layers (small CPUs)
-    "numbers": "tokens",  # or "text": the numbers-as-text ablation
-    "state_target": "absolute",  # or "delta": the state head predicts the change (tokens only)
-    "tasks": list(TASKS),
-    "max_episode_steps": 20,  # longer episodes are cut to their first steps (trajectory tasks)
-    "action_size": None,  # discrete actions (default: the dataset's largest id + 1)
-    "seed": 0,
-    "continue_training": False,  # start from the line's latest version
-    "tensorboard_dir": None,
-    "device": "auto",  # where the model trains: auto (the GPU where torch sees one), cpu, cuda
-}
+
+
+class GroundingSftConfig(AlgorithmSettings):
+    """Every setting of `kalm-grounding`, with its description and bounds (a bad or unknown one
+    is a ValueError naming it: `validate_settings`)."""
+
+    base_model: str = Field(
+        "smollm2", description="a gateway model served from local weights, or a directory"
+    )
+    steps: int = Field(200, gt=0, description="optimizer steps")
+    batch_size: int = Field(8, gt=0, description="grounding examples per step")
+    learning_rate: float = Field(3e-4, gt=0, description="the LoRA's learning rate")
+    head_learning_rate: float = Field(
+        1e-3, gt=0, description="the slot layers' and heads' learning rate"
+    )
+    # KALM sums its losses unweighted (1), but a normalised state's MSE is far smaller than the
+    # action and text cross-entropies, so under the shared gradient clip a small model learns
+    # the dynamics slowly (README, kalm)
+    state_loss_weight: float = Field(
+        1.0, gt=0, description="the state MSE's weight in the summed loss (KALM: 1)"
+    )
+    action_loss_weight: float = Field(
+        1.0, gt=0, description="the action head's loss's weight in the summed loss (KALM: 1)"
+    )
+    lora_r: int = Field(16, gt=0, description="LoRA rank")
+    lora_layers: int | None = Field(
+        None, gt=0, description="adapt only the top N decoder layers (None: all)"
+    )
+    base_layers: int | None = Field(
+        None,
+        gt=0,
+        description="keep only the base model's first N decoder layers (small CPUs; None: all)",
+    )
+    numbers: str = Field(
+        "tokens", description="tokens: placeholder slots (KALM); text: the numbers-as-text ablation"
+    )
+    state_target: str = Field(
+        "absolute",
+        description="what the state head predicts: absolute (the state) or delta (its change; "
+        "numbers=tokens only)",
+    )
+    tasks: list[str] = Field(
+        default_factory=lambda: list(TASKS),
+        strict=False,  # a tuple is a list of tasks too
+        description=f"the grounding tasks mixed uniformly: any of {', '.join(TASKS)}",
+    )
+    max_episode_steps: int = Field(
+        20, gt=0, description="longer episodes are cut to their first steps (trajectory tasks)"
+    )
+    action_size: int | None = Field(
+        None, gt=0, description="discrete actions (None: the dataset's largest id + 1)"
+    )
+    seed: int = Field(0, ge=0, description="seed of the batches and the initialisation")
+    continue_training: bool = Field(False, description="start from the line's latest version")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
+    device: str = Field(
+        "auto",
+        description="where the model trains: auto (the GPU where torch sees one), cpu, cuda or "
+        "cuda:<n>",
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return check_device(value)
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, value: list[str]) -> list[str]:
+        check_tasks(value)
+        return value
+
+    @model_validator(mode="after")
+    def _numbers_fit_the_state_target(self) -> GroundingSftConfig:
+        check_number_settings(self.numbers, self.state_target)
+        return self
+
+
 # what the continued version's model is made of: a change would be silently ignored
 FIXED_ON_CONTINUE = (
     "base_model", "numbers", "state_target", "base_layers", "lora_r", "lora_layers",
 )  # fmt: skip
-
-
-def check_grounding_settings(cfg: dict[str, Any]) -> None:
-    """ValueErrors naming the setting, before any model is loaded."""
-    for key in ("steps", "batch_size", "lora_r", "max_episode_steps"):
-        check_number(key, cfg[key], integer=True, positive=True)
-    for key in ("learning_rate", "head_learning_rate", "state_loss_weight", "action_loss_weight"):
-        check_number(key, cfg[key], positive=True)
-    check_number("seed", cfg["seed"], integer=True)
-    check_device(cfg["device"])
-    for key in ("lora_layers", "base_layers", "action_size"):
-        if cfg[key] is not None:
-            check_number(key, cfg[key], integer=True, positive=True)
-    check_number_settings(cfg["numbers"], cfg["state_target"])
-    check_tasks(cfg["tasks"])
 
 
 def check_tasks(tasks: Sequence[str]) -> None:
@@ -146,7 +191,7 @@ def dataset_episodes(sources: Sequence[Any], max_steps: int) -> list[tuple[str, 
 
 
 class GroundingSft(Algorithm):
-    """Grounding SFT on offline datasets; settings in `DEFAULTS`."""
+    """Grounding SFT on offline datasets; settings: `GroundingSftConfig`'s fields."""
 
     name = NAME
     family = "grounding-sft"
@@ -163,9 +208,7 @@ class GroundingSft(Algorithm):
     ) -> Checkpoint:
         import torch
 
-        self.check_settings(settings, DEFAULTS)
-        cfg = {**DEFAULTS, **settings}
-        check_grounding_settings(cfg)
+        cfg = validate_settings(NAME, GroundingSftConfig, settings).model_dump()
         sources = list(source) if isinstance(source, list | tuple) else [source]
         check_sources_agree(sources)
         rng = random.Random(int(cfg["seed"]))

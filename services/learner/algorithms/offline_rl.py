@@ -23,20 +23,20 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from llmrl.common import trusted
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
+    AlgorithmSettings,
     Progress,
-    check_number,
-    setting,
-    settings_help,
+    validate_settings,
 )
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
@@ -47,65 +47,46 @@ CONTINUOUS_ONLY = ("td3+bc", "iql", "awac")
 ALGORITHMS = ("bc", "cql", "td3+bc", "iql", "awac")
 
 
-@dataclass
-class OfflineRLConfig:
-    """Every setting, with its help text (`setting_help`); bad values name the key."""
+PositiveInt = Annotated[int, Field(gt=0)]
 
-    steps: int = setting(10_000, "gradient steps")
-    steps_per_epoch: int = setting(1_000, "steps between TensorBoard points")
-    batch_size: int = setting(256, "transitions per gradient step")
-    learning_rate: float = setting(3e-4, "learning rate of every optimizer of the algorithm")
-    hidden_units: tuple[int, ...] = setting((256, 256), "the MLPs' hidden widths (a list)")
-    alpha: float | None = setting(
-        None, "discrete CQL's conservative weight (None: KALM's 10); TD3+BC's (None: 2.5)"
+
+class OfflineRLConfig(AlgorithmSettings):
+    """Every setting of the offline RL algorithms, with its description and bounds (a bad or
+    unknown one is a ValueError naming it: `validate_settings`)."""
+
+    steps: int = Field(10_000, gt=0, description="gradient steps")
+    steps_per_epoch: int = Field(1_000, gt=0, description="steps between TensorBoard points")
+    batch_size: int = Field(256, gt=0, description="transitions per gradient step")
+    learning_rate: float = Field(
+        3e-4, gt=0, description="learning rate of every optimizer of the algorithm"
     )
-    gamma: float = setting(0.99, "discount factor, in [0, 1]")
-    seed: int = setting(0, "seed of d3rlpy (torch, numpy) and the batches")
-    action_size: int | None = setting(
-        None, "discrete actions (None: the dataset's largest id + 1; must exceed every id)"
+    # a list in JSON: the tuple alone is lax, its widths strict integers
+    hidden_units: tuple[PositiveInt, ...] = Field(
+        (256, 256), strict=False, description="the MLPs' hidden widths (a list)"
     )
-    tensorboard_dir: str | None = setting(None, "TensorBoard directory (None: none)")
+    alpha: float | None = Field(
+        None,
+        ge=0,
+        description="discrete CQL's conservative weight (None: KALM's 10); TD3+BC's (None: 2.5)",
+    )
+    gamma: float = Field(0.99, ge=0, le=1, description="discount factor, in [0, 1]")
+    seed: int = Field(0, ge=0, description="seed of d3rlpy (torch, numpy) and the batches")
+    action_size: int | None = Field(
+        None,
+        gt=0,
+        description="discrete actions (None: the dataset's largest id + 1; must exceed every id)",
+    )
+    tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
 
-    def __post_init__(self) -> None:
-        for key in ("steps", "steps_per_epoch", "batch_size"):
-            check_number(key, getattr(self, key), integer=True, positive=True)
-        check_number("learning_rate", self.learning_rate, positive=True)
-        check_number("seed", self.seed, integer=True)
-        check_number("gamma", self.gamma)
-        if self.gamma > 1:
-            raise ValueError(f"gamma: expected a number in [0, 1], got {self.gamma!r}")
-        if self.alpha is not None:
-            check_number("alpha", self.alpha)
-        if self.action_size is not None:
-            check_number("action_size", self.action_size, integer=True, positive=True)
-        if isinstance(self.hidden_units, str | bytes) or not isinstance(
-            self.hidden_units, list | tuple
-        ):
-            raise ValueError(f"hidden_units: expected a list of widths, got {self.hidden_units!r}")
-        if not self.hidden_units:
-            raise ValueError("hidden_units: expected at least one width")
-        for width in self.hidden_units:
-            check_number("hidden_units", width, integer=True, positive=True)
-        self.hidden_units = tuple(self.hidden_units)
+    @field_validator("hidden_units")
+    @classmethod
+    def _at_least_one_width(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("expected at least one width")
+        return value
 
 
-SETTINGS = tuple(f.name for f in fields(OfflineRLConfig))
-DEFAULTS: dict[str, Any] = asdict(OfflineRLConfig())
-
-
-def setting_help() -> dict[str, str]:
-    """Each setting's help text (`--help` of whoever exposes them)."""
-    return settings_help(OfflineRLConfig)
-
-
-def parse_settings(settings: dict[str, Any], owner: str = "offline RL") -> OfflineRLConfig:
-    """`settings` checked: an unknown key or a bad value is a ValueError naming the key."""
-    unknown = sorted(set(settings) - set(SETTINGS))
-    if unknown:
-        raise ValueError(
-            f"{owner}: unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(SETTINGS)}"
-        )
-    return OfflineRLConfig(**settings)
+SETTINGS = tuple(OfflineRLConfig.model_fields)
 
 
 @functools.cache
@@ -222,9 +203,8 @@ def is_discrete(dataset: Any) -> bool:
 
 
 class OfflineRLAlgorithm(Algorithm):
-    """One d3rlpy algorithm on a dataset. Settings: see `SETTINGS` (`steps`, `batch_size`,
-    `learning_rate`, `hidden_units`, `alpha`, `gamma`, `seed`, `action_size`,
-    `tensorboard_dir`); `instruction_embeddings` (E, D) is passed beside them."""
+    """One d3rlpy algorithm on a dataset. Settings: `OfflineRLConfig`'s fields;
+    `instruction_embeddings` (E, D) is passed beside them."""
 
     learns_from = "dataset"
     family = FAMILY
@@ -242,7 +222,7 @@ class OfflineRLAlgorithm(Algorithm):
         instruction_embeddings: np.ndarray | None = None,
         **settings: Any,
     ) -> Checkpoint:
-        cfg = asdict(parse_settings(settings, self.name))
+        cfg = validate_settings(self.name, OfflineRLConfig, settings).model_dump()
         d3rlpy = _d3rlpy()
         d3rlpy.seed(int(cfg["seed"]))
         dataset = as_mdp_dataset(source, instruction_embeddings, cfg["action_size"])

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import Episodes, Seed, SeedOffset
 from llmrl.recipes.base import RecipeConfig
+from llmrl.recipes.kalm.training import grounding_setting, offline_setting
 
 ENVS = ("ClevrRobot", "MetaWorld")
 LEVELS = ("training", "rephrased", "unseen-easy", "unseen-hard")
@@ -86,13 +87,13 @@ class KalmConfig(RecipeConfig):
         "simulator, an upper bound for better grounding, not a method). Every share is "
         "reported.",
     )
-    model: str = Field("smollm2", description="Base LLM grounded by SFT (gateway model name).")
-    numbers: Literal["tokens", "text"] = Field(
-        "tokens", description="tokens: placeholder slots (KALM); text: numbers as text (ablation)."
+    model: str = grounding_setting("base_model", "Base LLM grounded by SFT (gateway model name).")
+    numbers: Literal["tokens", "text"] = grounding_setting(
+        "numbers", "tokens: placeholder slots (KALM); text: numbers as text (ablation)."
     )
-    state_target: Literal["absolute", "delta"] = Field(
-        "absolute",
-        description="What the grounded state head predicts: the next state (KALM) or its "
+    state_target: Literal["absolute", "delta"] = grounding_setting(
+        "state_target",
+        "What the grounded state head predicts: the next state (KALM) or its "
         "change from the state before it (delta; numbers=tokens only).",
     )
     grounding_steps: int = Field(300, ge=1, description="Grounding SFT optimizer steps.")
@@ -104,11 +105,10 @@ class KalmConfig(RecipeConfig):
         "Imagination and offline-RL ablations then skip the grounding SFT (the grounding_* "
         "settings are not used).",
     )
-    grounding_batch_size: int = Field(8, ge=1, description="Examples per grounding SFT step.")
-    grounding_learning_rate: float = Field(3e-4, gt=0, description="LoRA learning rate.")
-    grounding_state_weight: float = Field(
-        1.0,
-        gt=0,
+    grounding_batch_size: int = grounding_setting("batch_size", "Examples per grounding SFT step.")
+    grounding_learning_rate: float = grounding_setting("learning_rate", "LoRA learning rate.")
+    grounding_state_weight: float = grounding_setting(
+        "state_loss_weight",
         le=1e4,
         description="Weight of the state MSE in the grounding loss (KALM sums its losses "
         "unweighted: 1; a larger weight lets a small model learn the dynamics in fewer steps).",
@@ -118,20 +118,18 @@ class KalmConfig(RecipeConfig):
         description="Grounding SFT tasks, mixed uniformly: trajectory, dynamics, goal, describe "
         "(default: all four, KALM's). Imagination uses the trajectory format only.",
     )
-    grounding_action_weight: float = Field(
-        1.0,
-        gt=0,
+    grounding_action_weight: float = grounding_setting(
+        "action_loss_weight",
         le=1e4,
         description="Weight of the action loss in the grounding loss (KALM: 1). With a large "
         "grounding_state_weight the action head gets a small share of the clipped gradient.",
     )
-    lora_r: int = Field(16, ge=1, description="LoRA rank of the grounding SFT.")
-    lora_layers: int | None = Field(
-        None, ge=1, description="Adapt only the top N decoder layers (None: all)."
+    lora_r: int = grounding_setting("lora_r", "LoRA rank of the grounding SFT.")
+    lora_layers: int | None = grounding_setting(
+        "lora_layers", "Adapt only the top N decoder layers (None: all)."
     )
-    grounding_layers: int | None = Field(
-        None,
-        ge=1,
+    grounding_layers: int | None = grounding_setting(
+        "base_layers",
         description="Keep only the base LLM's first N decoder layers for grounding (a cheaper "
         "LM on a small CPU; None: all).",
     )
@@ -148,7 +146,7 @@ class KalmConfig(RecipeConfig):
         "slots only: ClevrRobot with numbers=tokens).",
     )
     offline_steps: int = Field(5000, ge=1, description="Gradient steps of each offline policy.")
-    offline_batch_size: int = Field(256, ge=1, description="Transitions per offline RL step.")
+    offline_batch_size: int = offline_setting("batch_size", "Transitions per offline RL step.")
     offline_seeds: int = Field(
         1, ge=1, le=10, description="Offline policies trained per algorithm x data (seeds)."
     )

@@ -24,6 +24,19 @@ from llmrl.common.bounds import Seed
 from llmrl.common.names import Name
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
+from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.grounding_sft import GroundingSftConfig
+from llmrl.learner.algorithms.offline_rl import OfflineRLConfig
+
+
+def grounding_setting(name: str, description: str | None = None, **bounds: float) -> Any:
+    """A field that passes kalm-grounding's setting `name` on (default, bounds, description)."""
+    return setting_field(GroundingSftConfig, name, description, **bounds)
+
+
+def offline_setting(name: str, description: str | None = None, **bounds: float) -> Any:
+    """A field that passes the offline RL algorithms' setting `name` on."""
+    return setting_field(OfflineRLConfig, name, description, **bounds)
 
 
 def load_datasets(paths: list[str]) -> Any:
@@ -57,29 +70,23 @@ class KalmGroundingJob(BaseModel):
     datasets: list[str] = Field(..., min_length=1, description="OfflineDataset .npz files")
     model_path: str = Field(..., description="the grounded model's checkpoint line (directory)")
     version: Name = Field("1", description="version to write")
-    base_model: str = Field("smollm2", description="gateway model name or model directory")
+    base_model: str = grounding_setting("base_model", "gateway model name or model directory")
     steps: int = Field(300, ge=1, le=1_000_000)
-    batch_size: int = Field(8, ge=1, le=1024)
-    learning_rate: float = Field(3e-4, gt=0, le=1)
-    lora_r: int = Field(16, ge=1, le=1024)
-    lora_layers: int | None = Field(None, ge=1)
-    base_layers: int | None = Field(None, ge=1, description="keep the first N decoder layers")
-    numbers: Literal["tokens", "text"] = "tokens"
-    state_target: Literal["absolute", "delta"] = Field(
-        "absolute", description="what the state head predicts: the state, or its change"
-    )
-    action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
-    state_loss_weight: float = Field(
-        1.0, gt=0, le=1e4, description="the state MSE's weight in the summed loss (KALM: 1)"
-    )
-    action_loss_weight: float = Field(
-        1.0, gt=0, le=1e4, description="the action loss's weight in the summed loss (KALM: 1)"
-    )
+    batch_size: int = grounding_setting("batch_size", le=1024)
+    learning_rate: float = grounding_setting("learning_rate", le=1)
+    lora_r: int = grounding_setting("lora_r", le=1024)
+    lora_layers: int | None = grounding_setting("lora_layers")
+    base_layers: int | None = grounding_setting("base_layers")
+    numbers: Literal["tokens", "text"] = grounding_setting("numbers")
+    state_target: Literal["absolute", "delta"] = grounding_setting("state_target")
+    action_size: int | None = grounding_setting("action_size", "discrete actions (CLEVR-Robot: 40)")
+    state_loss_weight: float = grounding_setting("state_loss_weight", le=1e4)
+    action_loss_weight: float = grounding_setting("action_loss_weight", le=1e4)
     tasks: list[str] | None = Field(
         None, description="grounding tasks mixed in SFT (default: all four, KALM's)"
     )
     seed: Seed = 0
-    tensorboard_dir: str | None = None
+    tensorboard_dir: str | None = grounding_setting("tensorboard_dir")
 
     _paths_confined = field_validator("datasets")(confined_field)
 
@@ -111,14 +118,14 @@ class KalmOfflineJob(BaseModel):
     model_path: str = Field(..., description="the policy's checkpoint line (directory)")
     version: Name = Field("1", description="version to write")
     steps: int = Field(5000, ge=1, le=10_000_000)
-    batch_size: int = Field(256, ge=1, le=65536)
-    action_size: int | None = Field(None, ge=1, description="discrete actions (CLEVR-Robot: 40)")
+    batch_size: int = offline_setting("batch_size", le=65536)
+    action_size: int | None = offline_setting("action_size", "discrete actions (CLEVR-Robot: 40)")
     seed: Seed = 0
-    tensorboard_dir: str | None = None
+    tensorboard_dir: str | None = offline_setting("tensorboard_dir")
     offline: dict[str, Any] = Field(
         default_factory=dict,
         description="further settings of the offline algorithm (learning_rate, hidden_units, "
-        "alpha, gamma, steps_per_epoch; `llmrl.learner.algorithms.offline_rl.setting_help`)",
+        "alpha, gamma, steps_per_epoch: `llmrl.learner.algorithms.offline_rl.OfflineRLConfig`)",
     )
 
     _paths_confined = field_validator("datasets", "embeddings")(confined_field)
@@ -129,9 +136,11 @@ class KalmOfflineJob(BaseModel):
         """Checked when the job is parsed (a 422 naming `offline.<key>`), not when it runs: the
         keys the job sets from its own fields are refused, the rest go through offline_rl's
         own checks."""
-        from llmrl.learner.algorithms.offline_rl import SETTINGS, parse_settings
+        from pydantic import ValidationError
 
-        known = sorted(set(SETTINGS) - JOB_OWNED_OFFLINE_SETTINGS)
+        from llmrl.learner.algorithms.base import settings_error
+
+        known = sorted(set(OfflineRLConfig.model_fields) - JOB_OWNED_OFFLINE_SETTINGS)
         for key in value:
             if key not in known:
                 raise ValueError(
@@ -139,9 +148,9 @@ class KalmOfflineJob(BaseModel):
                     f"{', '.join(known)}"
                 )
         try:
-            parse_settings(value)
-        except ValueError as error:
-            raise ValueError(f"offline.{error}") from None
+            OfflineRLConfig.model_validate(value)
+        except ValidationError as error:
+            raise ValueError(settings_error(OfflineRLConfig, error, "offline.")) from None
         return value
 
 
