@@ -201,7 +201,7 @@ def load_local_model(path: str | Path | None = None, dtype: str = "auto") -> tup
     import torch  # noqa: F401  (imported here: the service part of the bench needs no torch)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from llmrl.llm_gateway.backends.transformers_local import resolve_dtype
+    from llmrl.llm_gateway.local_causal_lm import resolve_dtype
     from llmrl.llm_gateway.local_models import smollm2_dir
 
     path = Path(path) if path else smollm2_dir()
@@ -291,7 +291,7 @@ def lamorel_score(model: Any, prompt_ids: list[int], candidates: list[list[int]]
 
 def gateway_core(model: Any, tokenizer: Any) -> Any:
     """The gateway's own scorer (`LocalCausalLM`, its defaults on a CPU) on these weights."""
-    from llmrl.llm_gateway.backends.transformers_local import (
+    from llmrl.llm_gateway.local_causal_lm import (
         LocalCausalLM,
         default_forward_tokens,
     )
@@ -302,9 +302,9 @@ def gateway_core(model: Any, tokenizer: Any) -> Any:
 def gateway_score(core: Any, prompt_ids: list[int], candidates: list[list[int]]) -> list[float]:
     """One score request through the gateway's scorer, as its model thread runs it (the
     prefix cache included); each candidate's summed log-probability."""
-    from llmrl.llm_gateway.backends.transformers_local import _ScoreJob
+    from llmrl.llm_gateway.local_causal_lm import ScoreJob
 
-    (rows,) = core.score([_ScoreJob(prompt_ids, candidates)])
+    (rows,) = core.score([ScoreJob(prompt_ids, candidates)])
     return [sum(row[: len(c)]) for row, c in zip(rows, candidates, strict=True)]
 
 

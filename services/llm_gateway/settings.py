@@ -16,14 +16,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from llmrl.common import config as common_config
-from llmrl.common.devices import check_device
-from llmrl.common.names import is_safe_name
 from llmrl.common.providers import Provider
 from llmrl.llm_gateway.errors import InvalidRequestError, UnknownModelError
 
@@ -44,56 +43,67 @@ class Price(_Strict):
 
 
 class ModelConfig(_Strict):
-    """One model the gateway serves; `backend` is a registered backend name."""
+    """What every configured model has, whatever serves it: its backend (a registered name),
+    its price and the gateway's reliability settings. Each backend declares its own settings
+    as a subclass (`Backend.settings_model`: `hf`'s path, dtype and batching, `openai`'s base
+    URL and key variable...), so a new backend with a new setting edits only its own module;
+    `parse_model` validates an entry with its backend's model."""
 
     backend: str
-    # hf / sentence_transformers: a local directory or a builtin:... name (local_models.py)
-    path: str | None = None
-    # openai: the provider's model id (default: the gateway's name), base URL, key variable
-    remote_model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = Field(
-        None, description="name of the environment variable holding the API key"
-    )
     # price override (USD per million tokens); None: the price table, else 0
     prompt_usd_per_1m: float | None = Field(None, ge=0)
     completion_usd_per_1m: float | None = Field(None, ge=0)
-    # reliability (remote backends)
+    # reliability: the gateway core retries remote backends, falls back, times out
     fallback: str | None = None
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0)
     backoff_s: float = Field(0.5, ge=0)
     max_backoff_s: float = Field(20.0, ge=0)
-    # local generation
-    # auto: bfloat16 where the model's device computes it natively (a GPU, AVX512-BF16/AMX),
-    # else float32 (on an AVX2-only CPU bf16 is emulated and measured ~3x slower than fp32)
-    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
-    # where a local model runs: auto (the GPU where torch sees one), cpu, cuda or cuda:<index>
-    device: str = "auto"
-    max_batch_size: int = Field(8, ge=1)
-    max_wait_ms: float = Field(5.0, ge=0)
-    max_context_tokens: int = Field(4096, ge=16)
-    # hf scoring: candidate rows × (prompt + candidate) tokens per forward pass (bounds memory;
-    # a cancelled score stops between passes)
-    score_chunk_tokens: int = Field(32_768, ge=16)
-    score_forward_tokens: int | None = Field(
-        None,
-        ge=16,
-        description=(
-            "hf scoring: the most tokens one forward pass computes (rows x columns; a long "
-            "prompt or candidate runs in segments on its KV cache). A cancelled or timed-out "
-            "score stops after the forward in progress, so this bounds how long it holds the "
-            "model. None: 512 on a CPU (SmolLM2-135M: about a second on 2 idle cores), "
-            "8192 on a GPU"
-        ),
-    )
-    # LoRA adapters: name -> version -> directory (peft save_pretrained output)
-    adapters: dict[str, dict[str, str]] = Field(default_factory=dict)
 
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        return check_device(value)
+    def source(self, name: str) -> str:
+        """Where the model comes from, for listings (`llmrl models`)."""
+        return ""
+
+    def provider_model(self, name: str) -> str:
+        """The model's name at its provider (the price table may list it so)."""
+        return name
+
+
+def backend_settings_model(backend: str) -> type[ModelConfig]:
+    """The settings model the registered backend `backend` declares (found without importing
+    its provider's packages: backend modules import those when a model loads)."""
+    from llmrl.common.registry import UnknownNameError, registry
+
+    try:
+        entry = registry.entry("backend", backend)
+    except UnknownNameError as exc:
+        raise ValueError(str(exc)) from None
+    return getattr(entry.obj, "settings_model", ModelConfig)
+
+
+def parse_model(name: str, data: dict[str, Any] | ModelConfig) -> ModelConfig:
+    """Model `name`'s entry validated by its backend's settings model; a ValidationError
+    whose locations start at `models.<name>`."""
+    if isinstance(data, ModelConfig):
+        return data
+    backend = data.get("backend") if isinstance(data, dict) else None
+    try:
+        if not isinstance(backend, str):
+            raise ValueError("name the model's backend (a registered backend name)")
+        model = backend_settings_model(backend)
+    except ValueError as exc:
+        raise ValidationError.from_exception_data(
+            "ModelConfig",
+            [{"type": "value_error", "loc": ("models", name, "backend"), "input": backend,
+              "ctx": {"error": exc}}],
+        ) from None  # fmt: skip
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ValidationError.from_exception_data(
+            "ModelConfig",
+            [{**err, "loc": ("models", name, *err["loc"])} for err in exc.errors()],
+        ) from None
 
 
 class CacheSettings(_Strict):
@@ -147,7 +157,8 @@ class GatewaySettings(_Strict):
     # torch intra-op threads for local models (process-wide). None leaves torch's default
     # (all cores); on a busy shared machine 1 is much faster (busy-waiting thread pools).
     torch_threads: int | None = Field(None, ge=1)
-    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    # each a subclass (its backend's settings model): serialized with its own fields
+    models: dict[str, SerializeAsAny[ModelConfig]] = Field(default_factory=dict)
     # named OpenAI-compatible providers ({base_url, api_key_env}) that the learner's fine-tuning
     # jobs may name (llmrl.common.providers reads them); the gateway itself does not use them
     providers: dict[str, Provider] = Field(default_factory=dict)
@@ -156,6 +167,15 @@ class GatewaySettings(_Strict):
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     limits: Limits = Field(default_factory=Limits)
 
+    @field_validator("models", mode="before")
+    @classmethod
+    def _by_backend(cls, value: Any) -> Any:
+        """Each model by its backend's own settings model (load_settings parses them first,
+        so that an error's location names the model; this covers settings built in code)."""
+        if not isinstance(value, dict):
+            return value
+        return {name: parse_model(name, data) for name, data in value.items()}
+
     @model_validator(mode="after")
     def _check_references(self) -> GatewaySettings:
         for name, model in self.models.items():
@@ -163,13 +183,6 @@ class GatewaySettings(_Strict):
                 raise ValueError(f"models.{name}.fallback: unknown model {model.fallback!r}")
             if ":" in name or "@" in name:
                 raise ValueError(f"models.{name}: model names may not contain ':' or '@'")
-            for adapter, versions in model.adapters.items():  # requests reach only safe names
-                for part in (adapter, *versions):
-                    if not is_safe_name(part):
-                        raise ValueError(
-                            f"models.{name}.adapters: {part!r} is not a plain name (letters, "
-                            "digits, '_', '.', '-'; never '..')"
-                        )
         return self
 
     def model(self, name: str) -> ModelConfig:
@@ -183,7 +196,7 @@ class GatewaySettings(_Strict):
     def price(self, name: str) -> Price:
         """The price of model `name`: its own override, else the table, else free."""
         model = self.models[name]
-        table = self.prices.get(name) or self.prices.get(model.remote_model or name) or Price()
+        table = self.prices.get(name) or self.prices.get(model.provider_model(name)) or Price()
         return Price(
             prompt=table.prompt if model.prompt_usd_per_1m is None else model.prompt_usd_per_1m,
             completion=(
@@ -198,6 +211,9 @@ def _merge(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict
     for key, value in update.items():
         # models are merged by name (and each model's keys over the built-in ones)
         mergeable = path in ("", "models", "cache", "ledger", "limits", "prices")
+        if path == "models" and isinstance(value, dict) and isinstance(base.get(key), dict):
+            # another backend's model under a built-in name: its keys, not a mix of both
+            mergeable = value.get("backend") in (None, base[key].get("backend"))
         if mergeable and isinstance(value, dict) and isinstance(base.get(key), dict):
             _merge(base[key], value, f"{path}.{key}" if path else key)
         else:
@@ -224,12 +240,29 @@ def load_settings(
         _merge(data, common_config.load_yaml(nested_file))
     _merge(data, overrides)
     try:
+        models = data.get("models")
+        if isinstance(models, dict):  # by backend here, so that errors name the model's key
+            data["models"] = _parse_models(models)
         return GatewaySettings.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise InvalidRequestError(f"invalid gateway settings: {problems}", "settings") from None
+
+
+def _parse_models(models: dict[str, Any]) -> dict[str, ModelConfig]:
+    """Every model by its backend's settings model; one ValidationError with all problems."""
+    parsed, errors = {}, []
+    for name, entry in models.items():
+        try:
+            parsed[name] = parse_model(name, entry)
+        except ValidationError as exc:
+            errors.extend(exc.errors())
+    if errors:
+        raise ValidationError.from_exception_data("GatewaySettings", errors)
+    return parsed
 
 
 def print_models(config_file: str | None = None) -> None:
@@ -244,9 +277,7 @@ def print_models(config_file: str | None = None) -> None:
         table.add_column(column)
     for name, model in settings.models.items():
         price = settings.price(name)
-        source = model.path or model.base_url or ""
-        if model.backend == "openai":
-            source = f"{model.remote_model or name} @ {model.base_url or 'api.openai.com'}"
+        source = model.source(name)
         notes = []
         if name == settings.default_model:
             notes.append("default chat model")
@@ -254,8 +285,9 @@ def print_models(config_file: str | None = None) -> None:
             notes.append("default embedding model")
         if model.fallback:
             notes.append(f"fallback: {model.fallback}")
-        if model.adapters:
-            notes.append("adapters: " + ", ".join(model.adapters))
+        adapters = getattr(model, "adapters", None)
+        if adapters:
+            notes.append("adapters: " + ", ".join(adapters))
         table.add_row(
             name,
             model.backend,

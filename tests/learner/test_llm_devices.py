@@ -260,7 +260,7 @@ def test_bf16_is_chosen_by_the_device_the_model_runs_on(
     """A model on the CPU of a machine that also has a GPU must not autocast to bf16 unless
     that CPU computes bf16 natively (emulated bf16 is ~3x slower than fp32). On an AVX2-only
     CPU (this project's machines) the old rule, "bf16 wherever torch sees a GPU", fails here."""
-    from llmrl.llm_gateway.backends.transformers_local import resolve_dtype
+    from llmrl.llm_gateway.local_causal_lm import resolve_dtype
 
     on_this_cpu = native_bf16("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as beside a GPU

@@ -17,10 +17,10 @@ import pytest
 
 from llmrl.common.auth import authenticated_channel
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
-from llmrl.llm_gateway.backends.transformers_local import _ScoreJob
 from llmrl.llm_gateway.cache import cache_key
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.grpc_server import start_grpc_server
+from llmrl.llm_gateway.local_causal_lm import ScoreJob
 from llmrl.llm_gateway.rest import create_app
 from llmrl.llm_gateway.service import RestServer
 from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
@@ -84,9 +84,9 @@ def test_bounded_forward_passes_give_the_same_logprobs(make_gateway):
     prompts = ["Pick one:", "Go", "You are in a kitchen. " * 8 + "What next?"]
     candidates = [[" a"], LONG_CANDIDATES[:3], [" open the door", " go north and then east"]]
 
-    def jobs(backend: Any) -> list[_ScoreJob]:
+    def jobs(backend: Any) -> list[ScoreJob]:
         return [
-            _ScoreJob(backend.lm.encode(p), [backend.lm.encode(c) for c in cs])
+            ScoreJob(backend.lm.encode(p), [backend.lm.encode(c) for c in cs])
             for p, cs in zip(prompts, candidates, strict=True)
         ]
 
@@ -110,10 +110,10 @@ def test_the_rows_of_an_abandoned_job_leave_a_shared_pass(make_gateway, monkeypa
     from the next pass on, and the other's scores are unchanged."""
     lm = make_gateway(models=BOUNDED).backend("tiny").lm
     candidates = [lm.encode(c) for c in LONG_CANDIDATES[:4]]
-    expected = lm.score([_ScoreJob(lm.encode("Go"), candidates)])[0]
+    expected = lm.score([ScoreJob(lm.encode("Go"), candidates)])[0]
     leaving, staying = (
-        _ScoreJob(lm.encode("Pick:"), candidates),
-        _ScoreJob(lm.encode("Go"), candidates),
+        ScoreJob(lm.encode("Pick:"), candidates),
+        ScoreJob(lm.encode("Go"), candidates),
     )
     shapes: list[tuple[int, ...]] = []
     real_forward = lm.model.forward

@@ -42,6 +42,8 @@ class Backend:
     """
 
     ops: ClassVar[frozenset[str]] = frozenset()
+    # the backend's own settings (a ModelConfig subclass): validated where the config loads
+    settings_model: ClassVar[type[ModelConfig]] = ModelConfig
     remote: ClassVar[bool] = False
     guided_decoding: ClassVar[bool] = False  # honours GenerateRequest.guided_lines
 
@@ -53,7 +55,7 @@ class Backend:
     @property
     def identity(self) -> str:
         """What makes this model's answers what they are (goes into cache keys)."""
-        return f"{self.config.backend}:{self.config.path or self.config.remote_model or self.name}"
+        return f"{self.config.backend}:{self.config.source(self.name) or self.name}"
 
     def prompt_tokens(self, request: GenerateRequest | ScoreRequest) -> int:
         """Tokens of the request's prompt (an upper bound where counting is not exact); used

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from llmrl.common.logs import redact, secret_values
 from llmrl.common.registry import registry
@@ -51,6 +52,25 @@ def parse_retry_after(headers: Any) -> float | None:
             return None
 
 
+class OpenAIModelConfig(ModelConfig):
+    """An OpenAI-compatible endpoint's settings (`backend: openai`)."""
+
+    backend: Literal["openai"] = "openai"
+    remote_model: str | None = Field(
+        None, description="the provider's model id (default: the gateway's name for it)"
+    )
+    base_url: str | None = Field(None, description="the endpoint (default: api.openai.com)")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key"
+    )
+
+    def source(self, name: str) -> str:
+        return f"{self.provider_model(name)} @ {self.base_url or 'api.openai.com'}"
+
+    def provider_model(self, name: str) -> str:
+        return self.remote_model or name
+
+
 @registry.register_backend(
     "openai",
     description="Any OpenAI-compatible API (official client)",
@@ -60,8 +80,10 @@ def parse_retry_after(headers: Any) -> float | None:
 class OpenAIBackend(Backend):
     ops = frozenset({"chat", "completion", "embed"})
     remote = True
+    settings_model = OpenAIModelConfig
+    config: OpenAIModelConfig
 
-    def __init__(self, name: str, config: ModelConfig, settings: GatewaySettings) -> None:
+    def __init__(self, name: str, config: OpenAIModelConfig, settings: GatewaySettings) -> None:
         super().__init__(name, config, settings)
         import openai
 
@@ -76,7 +98,7 @@ class OpenAIBackend(Backend):
                     "model",
                 )
             self._key = key
-        self.remote_model = config.remote_model or name
+        self.remote_model = config.provider_model(name)
         self.client = openai.OpenAI(
             base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout_s
         )

@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.backends.base import Backend, Embeddings
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.local_models import resolve_path
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
+
+
+class SentenceTransformersModelConfig(ModelConfig):
+    """A local sentence-embedding model's settings (`backend: sentence_transformers`)."""
+
+    backend: Literal["sentence_transformers"] = "sentence_transformers"
+    path: str | None = Field(
+        None, description="a local model directory or a builtin:... name (local_models.py)"
+    )
+
+    def source(self, name: str) -> str:
+        return self.path or ""
 
 
 @registry.register_backend(
@@ -23,8 +37,12 @@ from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 )
 class SentenceTransformersBackend(Backend):
     ops = frozenset({"embed"})
+    settings_model = SentenceTransformersModelConfig
+    config: SentenceTransformersModelConfig
 
-    def __init__(self, name: str, config: ModelConfig, settings: GatewaySettings) -> None:
+    def __init__(
+        self, name: str, config: SentenceTransformersModelConfig, settings: GatewaySettings
+    ) -> None:
         super().__init__(name, config, settings)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights are local; never ask the hub
         from sentence_transformers import SentenceTransformer

@@ -66,9 +66,9 @@ def serve_stage_model(llm: Any, openai_model: str, base_url: str | None, api_key
             "configuration file (LLMRL_LLM_GATEWAY_CONFIG or --config), restart the gateway "
             f"and resume the run:\n{gateway_yaml({name: entry})}"
         )
-    from llmrl.llm_gateway.settings import ModelConfig
+    from llmrl.llm_gateway.settings import parse_model
 
     # the embedded gateway loads a model's backend on first use, so a new entry is servable
     # at once; setdefault keeps an entry another thread added meanwhile
-    gateway.settings.models.setdefault(name, ModelConfig.model_validate(entry))
+    gateway.settings.models.setdefault(name, parse_model(name, entry))
     return name
