@@ -36,7 +36,7 @@ When errors are drawn (`mode`):
   the right plan's first skill acts on (for `explore`, every object seen). An LLM confuses
   objects more the more of them its prompt names (Hu et al.'s Vicuna mixes up key colours
   when several keys are known); with nothing else seen it does not err. A mediator that
-  counts the objects it knows (`MediatorCore(counts_objects=True)`) can learn when a plan is
+  counts the objects it knows (`MediatorSettings(counts_objects=True)`) can learn when a plan is
   worth confirming; no fixed rule looks.
 """
 

@@ -22,7 +22,7 @@
   could combine.
 * `until-confident` (a reference too, for planners that report a confidence): asks until the
   planner gave the plan in hand at least probability `threshold` (the mediator's confidence
-  feature, `MediatorCore(sees_confidence=True)`, its last entry): the obvious rule on that
+  feature, `MediatorSettings(sees_confidence=True)`, its last entry): the obvious rule on that
   feature, for a sampling LLM re-draws a doubtful plan when asked again.
 
 The rules read the mediator's own observation (`MediatorCore.features`), as the learned

@@ -37,6 +37,7 @@ from llmrl.recipes.when2ask.asking import (
     make_ask_policy,
 )
 from llmrl.recipes.when2ask.mediator import FEATURE_OBSERVATIONS, MediatorCore
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 
 PLANNER_ENTRIES = ("at_queries", "every_step")  # when the planner's own entries are read
 
@@ -94,22 +95,13 @@ class AskSpec(BaseModel):
         return self
 
 
-class MediatorSpec(PolicySpec):
-    """`{"kind": "when2ask", "ask": {...}, "planner": {...}, ...}` (the module docstring)."""
+class MediatorSpec(PolicySpec, MediatorSettings):
+    """`{"kind": "when2ask", "ask": {...}, "planner": {...}, ...}` (the module docstring); the
+    mediator's costs and observations are `MediatorSettings`' fields."""
 
     kind: Literal["when2ask"] = "when2ask"
     ask: AskSpec
     planner: PlannerRef
-    lam: float = Field(0.01, ge=0, description="the cost of a query")
-    same_plan_penalty: float = Field(
-        0.01, ge=0, description="the cost of a query that re-plans the same"
-    )
-    new_plan_bonus: float = Field(0.0, ge=0, description="the reward of a query with a new plan")
-    sees_plan: bool = False
-    counts_objects: bool = False
-    sees_confidence: bool = False
-    sees_time: bool = False
-    sees_knowledge: bool = False
     planner_entries: Literal[PLANNER_ENTRIES] = Field(  # type: ignore[valid-type]
         PLANNER_ENTRIES[0], description="when the planner's own entries are read"
     )
@@ -136,17 +128,7 @@ def _mediator_driver(
     if spec.sees_time and job.max_steps is None:
         # the clock runs to the cap the mediator was trained with; without one it has no scale
         raise ValueError("policy.sees_time: needs the episode job's max_steps (the step cap)")
-    core = MediatorCore(
-        planner,
-        lam=spec.lam,
-        same_plan_penalty=spec.same_plan_penalty,
-        new_plan_bonus=spec.new_plan_bonus,
-        sees_plan=spec.sees_plan,
-        counts_objects=spec.counts_objects,
-        sees_confidence=spec.sees_confidence,
-        step_cap=job.max_steps if spec.sees_time else None,
-        sees_knowledge=spec.sees_knowledge,
-    )
+    core = MediatorCore(planner, spec, step_cap=job.max_steps)
     method = canonical_method(spec.ask.method)
     ask_policy = make_ask_policy(spec.ask.model_dump(exclude_none=True), seed=job.seed)
     # always-ask queries every step: reading the entries apart would only add a call per step

@@ -55,8 +55,10 @@ plus what the mediator knows about its own plan), all in [0, 1]:
     sampling LLM's wrong plans are mostly its unlikely draws, so a doubtful plan is worth
     asking about again, which no fixed rule reads.
 
-`MediatorCore` holds this logic once; `MediatorEnv` (training, a gymnasium env over a world
-of one env) and the rollout driver (evaluation by rollout workers) both use it.
+`MediatorSettings` declares what the mediator is paid and observes, once: the recipe's config
+(`lam`, `mediator_sees_plan`...), its training job and its driver's policy spec embed it.
+`MediatorCore` holds the logic once; `MediatorEnv` (training, a gymnasium env over a world of
+one env) and the rollout driver (evaluation by rollout workers) both use it.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from minigrid.core.constants import COLOR_NAMES
 
 from llmrl.common.episodes import LlmCall
 from llmrl.planners.base import Plan, Planner, observation_text
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 from llmrl.simulator.envs.base import SkillStatus
 from llmrl.simulator.envs.when2ask.knowledge import BALL, BOX, DOOR, GOAL, KEY
 from llmrl.simulator.envs.when2ask.skills import (
@@ -141,35 +144,25 @@ class MediatorCore:
     def __init__(
         self,
         planner: Planner,
-        lam: float = 0.01,
-        same_plan_penalty: float = 0.01,
-        new_plan_bonus: float = 0.0,
-        sees_plan: bool = False,
-        counts_objects: bool = False,
-        sees_confidence: bool = False,
+        settings: MediatorSettings | None = None,
         step_cap: int | None = None,
-        sees_knowledge: bool = False,
     ):
-        if lam < 0 or same_plan_penalty < 0 or new_plan_bonus < 0:
-            raise ValueError("lam, same_plan_penalty and new_plan_bonus must be non-negative")
+        settings = settings or MediatorSettings()
         self.planner = planner
-        self.lam = float(lam)
-        self.same_plan_penalty = float(same_plan_penalty)
-        self.new_plan_bonus = float(new_plan_bonus)
-        self.sees_plan = bool(sees_plan)
-        self.counts_objects = bool(counts_objects)
-        self.sees_confidence = bool(sees_confidence)
-        self.sees_knowledge = bool(sees_knowledge)
+        self.lam = settings.lam
+        self.same_plan_penalty = settings.same_plan_penalty
+        self.new_plan_bonus = settings.new_plan_bonus
+        self.sees_plan = settings.sees_plan
+        self.counts_objects = settings.counts_objects
+        self.sees_confidence = settings.sees_confidence
+        self.sees_knowledge = settings.sees_knowledge
+        if settings.sees_time and step_cap is None:
+            raise ValueError("sees_time: the mediator's clock needs its step cap (max_steps)")
         if step_cap is not None and step_cap < 1:
             raise ValueError(f"step_cap must be at least 1 (None: no clock), got {step_cap}")
-        self.step_cap = step_cap  # sees_time: the time feature is steps taken / step_cap
-        self.observation_space = observation_space(
-            self.sees_plan,
-            self.counts_objects,
-            self.sees_confidence,
-            self.sees_time,
-            self.sees_knowledge,
-        )
+        # sees_time: the time feature is steps taken / step_cap
+        self.step_cap = step_cap if settings.sees_time else None
+        self.observation_space = observation_space(settings)
         self.observations = tuple(sorted({*FEATURE_OBSERVATIONS, *planner.observations}))
         # the planner's other entries (privileged ones cost a search) are read at queries only
         self.query_observations = tuple(
@@ -343,16 +336,13 @@ def _parsed(skill: str | None) -> Skill | None:
         return None
 
 
-def observation_space(
-    sees_plan: bool = False,
-    counts_objects: bool = False,
-    sees_confidence: bool = False,
-    sees_time: bool = False,
-    sees_knowledge: bool = False,
-) -> spaces.Box:
-    size = OBS_SIZE + (PLAN_FEATURES if sees_plan or sees_knowledge else 0)
-    size += (KNOWLEDGE_FEATURES if sees_knowledge else 0) + int(counts_objects) + int(sees_time)
-    return spaces.Box(0.0, 1.0, shape=(size + int(sees_confidence),), dtype=np.float32)
+def observation_space(settings: MediatorSettings | None = None) -> spaces.Box:
+    """The mediator's features with `settings`' optional ones (`MediatorCore.features`)."""
+    s = settings or MediatorSettings()
+    size = OBS_SIZE + (PLAN_FEATURES if s.sees_plan or s.sees_knowledge else 0)
+    size += (KNOWLEDGE_FEATURES if s.sees_knowledge else 0) + int(s.counts_objects)
+    size += int(s.sees_time) + int(s.sees_confidence)
+    return spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
 
 
 class MediatorEnv(gym.Env):
@@ -369,30 +359,13 @@ class MediatorEnv(gym.Env):
         self,
         world_factory: Callable[[], Any],
         planner: Planner,
-        lam: float = 0.01,
-        same_plan_penalty: float = 0.01,
+        settings: MediatorSettings | None = None,
         max_steps: int = 200,
-        new_plan_bonus: float = 0.0,
-        sees_plan: bool = False,
-        counts_objects: bool = False,
-        sees_confidence: bool = False,
-        sees_time: bool = False,
-        sees_knowledge: bool = False,
     ) -> None:
         self.world = world_factory()
         if self.world.num_envs != 1:
             raise ValueError(f"a mediator needs a world of 1 env, got {self.world.num_envs}")
-        self.core = MediatorCore(
-            planner,
-            lam,
-            same_plan_penalty,
-            new_plan_bonus,
-            sees_plan,
-            counts_objects,
-            sees_confidence,
-            step_cap=max_steps if sees_time else None,
-            sees_knowledge=sees_knowledge,
-        )
+        self.core = MediatorCore(planner, settings, step_cap=max_steps)
         self.max_steps = max_steps
         self.requested = list(dict.fromkeys([*self.core.observations, *WORLD_ENTRIES]))
         # The planner's own entries (the oracle's plan, the feasible skills: a search each) are

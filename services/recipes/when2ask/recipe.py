@@ -16,6 +16,7 @@ curves and a queries-versus-success chart.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,7 @@ from llmrl.recipes.when2ask.asking import (
     UNTIL_CONFIRMED,
     canonical_method,
 )
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 from llmrl.recipes.when2ask.training import NEVER_ASK_KEYS, PolicyTrainingJob, train_policy
 
 TASKS = ("SimpleDoorKey", "KeyInBox", "RandomBoxKey", "ColoredDoorKey")
@@ -63,6 +65,18 @@ PAPER: dict[str, dict[str, tuple[float | None, float | None]]] = {
     "RandomBoxKey": {"learned": (95, 3.61), "always": (94, 30.26), _RULE: (56, None)},
     "ColoredDoorKey": {"learned": (83, 3.29), "always": (49, 61.96), _RULE: (43, None)},
 }
+
+
+# the config key of each MediatorSettings field (the flat keys users know)
+MEDIATOR_KEYS = {
+    name: name if name in ("lam", "same_plan_penalty", "new_plan_bonus") else f"mediator_{name}"
+    for name in MediatorSettings.model_fields
+}
+
+
+def mediator_field(name: str) -> Any:
+    """The config field of MediatorSettings' `name`: its default, bounds and help, not retyped."""
+    return copy.deepcopy(MediatorSettings.model_fields[name])
 
 
 class When2AskConfig(RecipeConfig):
@@ -99,46 +113,15 @@ class When2AskConfig(RecipeConfig):
     planner_mode: Literal["generate", "score"] | None = Field(
         None, description="Override the LLM planner's mode (local: score, llm: generate)."
     )
-    lam: float = Field(0.01, ge=0, description="Penalty per planner query (λ).")
-    same_plan_penalty: float = Field(
-        0.01, ge=0, description="Extra penalty for asking and getting the same plan back."
-    )
-    new_plan_bonus: float = Field(
-        0.0,
-        ge=0,
-        description="Reward for asking and getting another plan than the one in hand (the "
-        "original code: 0.01, with same_plan_penalty 0.1).",
-    )
-    mediator_sees_plan: bool = Field(
-        False,
-        description="The mediator also observes the skill in hand (its verb and object type), "
-        "so it can learn which plans do not fit the situation (the paper's sees only the "
-        "observation).",
-    )
-    mediator_sees_knowledge: bool = Field(
-        False,
-        description="The mediator also observes what the planner was prompted with and what "
-        "it answered, in compact form: the skill in hand (verb, object type and colour) and the "
-        "agent's knowledge (seen keys, doors, boxes and balls by colour, the goal, door states, "
-        "what it carries), so it can learn which plans do not fit what the agent knows.",
-    )
-    mediator_counts_objects: bool = Field(
-        False,
-        description="The mediator also observes how many objects the agent's knowledge names "
-        "(a planner errs more with more to tell apart: planner_noise_mode=distractors).",
-    )
-    mediator_sees_confidence: bool = Field(
-        False,
-        description="The mediator also observes the probability the planner gave the plan in "
-        "hand (a scoring LLM's softmax probability of its chosen skill; 1 for planners that "
-        "cannot say): a sampling LLM's wrong plans are mostly its unlikely draws.",
-    )
-    mediator_sees_time: bool = Field(
-        False,
-        description="The mediator also observes the share of its step cap (max_steps) used so "
-        "far, and training ends an episode at the cap as a termination instead of bootstrapping "
-        "past it: under a tight cap the steps left decide whether a detour fails the episode.",
-    )
+    # what the mediator is paid and observes: MediatorSettings' fields, under these keys
+    lam: float = mediator_field("lam")
+    same_plan_penalty: float = mediator_field("same_plan_penalty")
+    new_plan_bonus: float = mediator_field("new_plan_bonus")
+    mediator_sees_plan: bool = mediator_field("sees_plan")
+    mediator_sees_knowledge: bool = mediator_field("sees_knowledge")
+    mediator_counts_objects: bool = mediator_field("counts_objects")
+    mediator_sees_confidence: bool = mediator_field("sees_confidence")
+    mediator_sees_time: bool = mediator_field("sees_time")
     confident_at: float = Field(
         0.5,
         gt=0,
@@ -183,6 +166,10 @@ class When2AskConfig(RecipeConfig):
         "policy's measured ask rate; required when 'learned' is not among the methods).",
     )
     seed: Seed = Field(0, description="Seed of training and evaluation.")
+
+    def mediator(self) -> MediatorSettings:
+        """The mediator's settings (one model: the training job and the policy spec embed it)."""
+        return MediatorSettings(**{name: getattr(self, key) for name, key in MEDIATOR_KEYS.items()})
 
     @model_validator(mode="after")
     def _random_ask_has_a_rate(self) -> When2AskConfig:
@@ -286,14 +273,7 @@ class When2Ask(Recipe):
             policy=policy,  # type: ignore[arg-type]
             env=env,
             planner=self.planner_spec(),
-            lam=cfg.lam,
-            same_plan_penalty=cfg.same_plan_penalty,
-            new_plan_bonus=cfg.new_plan_bonus,
-            sees_plan=cfg.mediator_sees_plan,
-            counts_objects=cfg.mediator_counts_objects,
-            sees_confidence=cfg.mediator_sees_confidence,
-            sees_time=cfg.mediator_sees_time,
-            sees_knowledge=cfg.mediator_sees_knowledge,
+            mediator=cfg.mediator(),
             max_steps=cfg.max_steps,
             steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             n_envs=cfg.n_envs,
@@ -344,14 +324,7 @@ class When2Ask(Recipe):
             "name": method,
             "ask": ask,
             "planner": self.planner_spec(),
-            "lam": cfg.lam,
-            "same_plan_penalty": cfg.same_plan_penalty,
-            "new_plan_bonus": cfg.new_plan_bonus,
-            "sees_plan": cfg.mediator_sees_plan,
-            "counts_objects": cfg.mediator_counts_objects,
-            "sees_confidence": cfg.mediator_sees_confidence,
-            "sees_time": cfg.mediator_sees_time,
-            "sees_knowledge": cfg.mediator_sees_knowledge,
+            **cfg.mediator().model_dump(),
         }
 
     def _random_ask_rate(self, ctx: RunContext, env: str) -> float:

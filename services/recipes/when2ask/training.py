@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmrl.common.bounds import Seed
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.sb3 import LrSchedule, learning_rate_schedule
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 
 NEVER_ASK_KEYS = ["image", "direction"]
 ALGORITHM = "ppo"  # a registered learner algorithm (llmrl.learner.algorithms)
@@ -38,24 +39,8 @@ class PolicyTrainingJob(BaseModel):
         default_factory=lambda: {"name": "oracle", "kwargs": {}},
         description="planner spec for `asking`: {name, kwargs}",
     )
-    lam: float = Field(0.01, ge=0)
-    same_plan_penalty: float = Field(0.01, ge=0)
-    new_plan_bonus: float = Field(0.0, ge=0)
-    sees_plan: bool = Field(False, description="the mediator observes the skill in hand")
-    counts_objects: bool = Field(
-        False, description="the mediator observes how many objects the agent knows"
-    )
-    sees_knowledge: bool = Field(
-        False,
-        description="the mediator observes the agent's knowledge and the skill in hand's object",
-    )
-    sees_confidence: bool = Field(
-        False, description="the mediator observes how sure the planner was of the plan in hand"
-    )
-    sees_time: bool = Field(
-        False,
-        description="the mediator observes the share of max_steps used; the cap then ends an "
-        "episode as a termination",
+    mediator: MediatorSettings = Field(
+        default_factory=MediatorSettings, description="what a query costs, what it observes"
     )
     max_steps: int = Field(200, ge=1)
     steps: int = Field(..., ge=1, description="PPO timesteps")
@@ -102,15 +87,8 @@ def _vec_env(job: PolicyTrainingJob) -> tuple[Any, str]:
             return lambda: MediatorEnv(
                 lambda: make_world(job.env, num_envs=1, seed=seed, address=job.simulator),
                 _planner(job, seed),
-                lam=job.lam,
-                same_plan_penalty=job.same_plan_penalty,
+                job.mediator,
                 max_steps=job.max_steps,
-                new_plan_bonus=job.new_plan_bonus,
-                sees_plan=job.sees_plan,
-                counts_objects=job.counts_objects,
-                sees_confidence=job.sees_confidence,
-                sees_time=job.sees_time,
-                sees_knowledge=job.sees_knowledge,
             )
 
         return DummyVecEnv([make(i) for i in range(job.n_envs)]), "MlpPolicy"

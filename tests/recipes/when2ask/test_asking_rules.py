@@ -13,6 +13,7 @@ from llmrl.planners.base import Plan, Planner
 from llmrl.recipes.when2ask.asking import make_ask_policy
 from llmrl.recipes.when2ask.driver import MediatorDriver
 from llmrl.recipes.when2ask.mediator import MediatorCore
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 from llmrl.simulator.envs.base import SkillStatus
 from llmrl.simulator.world import World
 
@@ -167,7 +168,7 @@ class Doubtful(Planner):
 def test_until_confident_asks_until_the_planner_is_sure_enough():
     rule = make_ask_policy({"method": "until-confident", "threshold": 0.5})
     asked = asks_over_six_steps(
-        MediatorDriver(MediatorCore(Doubtful(), sees_confidence=True), rule)
+        MediatorDriver(MediatorCore(Doubtful(), MediatorSettings(sees_confidence=True)), rule)
     )
     # t=0: no plan (confidence 0); t=1: 0.2; t=2: 0.4; t=3 on: 0.8, so it follows the plan
     assert asked == [True, True, True, False, False, False]

@@ -9,6 +9,7 @@ from llmrl.learner.algorithms.sb3 import train_sb3
 from llmrl.planners.base import make_planner
 from llmrl.recipes.when2ask.asking import LearnedAsk, RandomAsk
 from llmrl.recipes.when2ask.mediator import MediatorEnv
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 from llmrl.simulator.world import World
 
 SEEDS = range(500, 520)
@@ -16,7 +17,9 @@ SEEDS = range(500, 520)
 
 def make_env(seed: int) -> MediatorEnv:
     return MediatorEnv(
-        lambda: World("SimpleDoorKey", 1, seed=seed), make_planner("oracle"), lam=0.05
+        lambda: World("SimpleDoorKey", 1, seed=seed),
+        make_planner("oracle"),
+        MediatorSettings(lam=0.05),
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 from minigrid.core.constants import COLOR_NAMES, COLOR_TO_IDX
+from pydantic import ValidationError
 
 from llmrl.common.episodes import EpisodeRecord, StepRecord
 from llmrl.planners.base import Plan, Planner
@@ -25,6 +26,7 @@ from llmrl.recipes.when2ask.mediator import (
     knowledge_features,
     skill_features,
 )
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings as Settings
 from llmrl.recipes.when2ask.recipe import summarize
 from llmrl.simulator.envs.when2ask.knowledge import GOAL, KEY
 from llmrl.simulator.envs.when2ask.skills import VERBS, seen_objects
@@ -51,7 +53,9 @@ class ScriptedPlanner(Planner):
 def mediator(plans: list[list[str]]) -> tuple[MediatorEnv, ScriptedPlanner]:
     planner = ScriptedPlanner(plans)
     env = MediatorEnv(
-        lambda: World("SimpleDoorKey", 1, seed=0), planner, lam=LAM, same_plan_penalty=SAME
+        lambda: World("SimpleDoorKey", 1, seed=0),
+        planner,
+        Settings(lam=LAM, same_plan_penalty=SAME),
     )
     return env, planner
 
@@ -112,9 +116,7 @@ def test_the_original_codes_bonus_pays_for_a_plan_that_changed():
     env = MediatorEnv(
         lambda: World("SimpleDoorKey", 1, seed=0),
         planner,
-        lam=LAM,
-        same_plan_penalty=SAME,
-        new_plan_bonus=bonus,
+        Settings(lam=LAM, same_plan_penalty=SAME, new_plan_bonus=bonus),
     )
     _reset_where_explore_keeps_running(env)
     before = env.core.stats.penalty
@@ -131,10 +133,8 @@ def test_the_original_codes_bonus_pays_for_a_plan_that_changed():
 
 
 def test_negative_query_costs_are_refused():
-    with pytest.raises(ValueError, match="new_plan_bonus must be non-negative"):
-        MediatorEnv(
-            lambda: World("SimpleDoorKey", 1, seed=0), ScriptedPlanner([[]]), new_plan_bonus=-1
-        )
+    with pytest.raises(ValidationError, match="new_plan_bonus"):
+        Settings(new_plan_bonus=-1)
 
 
 def test_infeasible_skill_forces_the_next_query():
@@ -228,7 +228,7 @@ def test_a_plan_is_confirmed_only_when_an_ask_returns_it_again():
 def test_a_mediator_that_sees_its_plan_observes_the_skill_in_hand():
     """sees_plan appends the skill in hand (verb, object type) after the base features."""
     planner = ScriptedPlanner([["explore"]])
-    env = MediatorEnv(lambda: World("SimpleDoorKey", 1, seed=0), planner, sees_plan=True)
+    env = MediatorEnv(lambda: World("SimpleDoorKey", 1, seed=0), planner, Settings(sees_plan=True))
     obs, _ = env.reset(seed=3)
     assert obs.shape == (OBS_SIZE + PLAN_FEATURES,) and env.observation_space.contains(obs)
     assert not obs[OBS_SIZE:].any()  # no plan yet
@@ -297,7 +297,9 @@ def test_knowledge_features_read_the_plans_object_and_what_the_agent_knows():
 def test_a_mediator_that_sees_knowledge_observes_the_plan_and_the_agents_knowledge():
     """sees_knowledge appends the skill in hand's features, then its knowledge features."""
     planner = ScriptedPlanner([["explore"]])
-    env = MediatorEnv(lambda: World("ColoredDoorKey", 1, seed=0), planner, sees_knowledge=True)
+    env = MediatorEnv(
+        lambda: World("ColoredDoorKey", 1, seed=0), planner, Settings(sees_knowledge=True)
+    )
     obs, _ = env.reset(seed=3)
     assert obs.shape == (OBS_SIZE + PLAN_FEATURES + KNOWLEDGE_FEATURES,)
     assert env.observation_space.contains(obs)
@@ -315,7 +317,9 @@ def test_a_mediator_that_sees_knowledge_observes_the_plan_and_the_agents_knowled
 def test_a_mediator_that_counts_objects_observes_how_many_the_agent_knows():
     """counts_objects appends the number of objects the knowledge text names, scaled."""
     planner = ScriptedPlanner([["explore"]])
-    env = MediatorEnv(lambda: World("ColoredDoorKey", 1, seed=0), planner, counts_objects=True)
+    env = MediatorEnv(
+        lambda: World("ColoredDoorKey", 1, seed=0), planner, Settings(counts_objects=True)
+    )
     obs, _ = env.reset(seed=3)
     assert obs.shape == (OBS_SIZE + 1,) and env.observation_space.contains(obs)
     counts = set()
@@ -348,7 +352,9 @@ def test_a_mediator_that_sees_confidence_observes_how_sure_the_planner_was():
     """sees_confidence appends the probability the last query gave the plan in hand: 0 with
     no plan, 1 for a planner that cannot say, and the planner's own figure otherwise."""
     planner = SureOrNot([(["explore"], 0.3), (["explore"], 0.9), (["explore"], None)])
-    env = MediatorEnv(lambda: World("SimpleDoorKey", 1, seed=0), planner, sees_confidence=True)
+    env = MediatorEnv(
+        lambda: World("SimpleDoorKey", 1, seed=0), planner, Settings(sees_confidence=True)
+    )
     obs, _ = env.reset(seed=3)
     assert obs.shape == (OBS_SIZE + 1,) and env.observation_space.contains(obs)
     assert obs[-1] == 0  # no plan yet
@@ -378,7 +384,7 @@ class PrivilegedRecorder(Planner):
 
 def test_the_planners_privileged_entries_are_fetched_only_for_queries_and_are_current():
     planner = PrivilegedRecorder()
-    env = MediatorEnv(lambda: World("KeyInBox", 1, seed=0), planner, lam=LAM)
+    env = MediatorEnv(lambda: World("KeyInBox", 1, seed=0), planner, Settings(lam=LAM))
     fetched: list[list[str]] = []
     step = env.world.step
 
@@ -420,9 +426,8 @@ def run_to_cap(sees_time: bool) -> tuple[list[np.ndarray], bool, bool]:
     env = MediatorEnv(
         lambda: World("ColoredDoorKey", 1, seed=0),
         planner,
+        Settings(sees_confidence=True, sees_time=sees_time),
         max_steps=5,
-        sees_confidence=True,
-        sees_time=sees_time,
     )
     obs, _ = env.reset(seed=3)
     seen, terminated, truncated = [obs], False, False

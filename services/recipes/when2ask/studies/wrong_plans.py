@@ -39,6 +39,7 @@ from tqdm import tqdm
 from llmrl.planners.noisy_oracle import NoisyOraclePlanner
 from llmrl.recipes.options import add_model_options, parse_model_options
 from llmrl.recipes.when2ask.mediator import ASK, CARRY_ON, OBS_SIZE, PLAN_FEATURES, MediatorEnv
+from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 from llmrl.recipes.when2ask.recipe import When2AskConfig
 from llmrl.simulator.world import World
 
@@ -61,8 +62,8 @@ def collect(
     env = MediatorEnv(
         lambda: World(task, 1, seed=config.seed),
         NoisyOraclePlanner(config.planner_noise, seed=config.seed, mode=config.planner_noise_mode),
+        MediatorSettings(sees_knowledge=True),
         max_steps=config.max_steps,
-        sees_knowledge=True,
     )
     rng = np.random.default_rng(config.seed)
     env.reset(seed=config.seed)
