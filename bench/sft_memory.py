@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from llmrl.learner.algorithms.sft import SftSettings
 
 SETTINGS = ("kept", "checkpointed", "top_layers")
 
@@ -46,7 +49,8 @@ def run_one(args: argparse.Namespace, setting: str) -> dict:
     """Train in this process and report (the child side)."""
     import torch
 
-    from llmrl.learner.sft import SftConfig, base_model_dir, train_lora_sft
+    from llmrl.learner.adapters import base_model_dir
+    from llmrl.learner.algorithms.sft import SftConfig, train_lora_sft
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,13 +79,21 @@ def run_one(args: argparse.Namespace, setting: str) -> dict:
     }
 
 
+def add_sft_option(parser: argparse.ArgumentParser, name: str, **overrides: Any) -> None:
+    """`--<name>`: the SFT setting `name`, its default and help from `SftSettings` unless
+    `overrides` give the bench's own."""
+    setting = SftSettings.model_fields[name]
+    options = {"default": setting.default, "help": setting.description, **overrides}
+    parser.add_argument(f"--{name.replace('_', '-')}", type=int, **options)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=1200, help="tokens per example")
-    parser.add_argument("--batch-size", type=int, default=4, help="examples per SFT step")
-    parser.add_argument("--steps", type=int, default=2, help="SFT steps timed per setting")
+    add_sft_option(parser, "batch_size")
+    add_sft_option(parser, "steps", default=2, help="SFT steps timed per setting")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--lora-layers", type=int, default=8, help="top_layers: LoRA layers")
+    add_sft_option(parser, "lora_layers", default=8, help="top_layers: LoRA on the top N layers")
     parser.add_argument("--child", choices=SETTINGS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

@@ -29,9 +29,16 @@ from llmrl.common.bounds import Seed
 from llmrl.common.names import Name, is_safe_name
 from llmrl.common.paths import confined_field
 from llmrl.common.providers import DEFAULT_PROVIDER, provider
+from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.learner.job_process import JobCancelled, Outcome, run_in_child
 
 log = logging.getLogger("llmrl.learner.jobs")
+
+
+def sft_setting(name: str, description: str | None = None, **bounds: float) -> Any:
+    """A field that passes `sft`'s setting `name` on (default, bounds, description)."""
+    return setting_field(SftSettings, name, description, **bounds)
 
 
 class FineTuneRequest(BaseModel):
@@ -45,21 +52,22 @@ class FineTuneRequest(BaseModel):
     adapter: Name = Field("sft", description="local adapter name")
     version: Name = Field("1", description="local adapter version")
     init_adapter: str | None = Field(None, description="local: continue this adapter directory")
-    steps: int | None = Field(None, ge=1, le=1_000_000)
-    epochs: float = Field(1.0, gt=0, le=100)
-    batch_size: int = Field(4, ge=1, le=512)
-    learning_rate: float = Field(2e-4, gt=0, le=1)
-    lora_r: int = Field(16, ge=1, le=1024)
+    # the local SFT settings: `sft`'s defaults and bounds, with the API's upper limits
+    steps: int | None = sft_setting("steps", le=1_000_000)
+    epochs: float = sft_setting("epochs", le=100)
+    batch_size: int = sft_setting("batch_size", le=512)
+    learning_rate: float = sft_setting("learning_rate", le=1)
+    lora_r: int = sft_setting("lora_r", le=1024)
     lora_targets: list[str] | None = Field(
         None, description="local: module names LoRA adapts (default: every linear layer)"
     )
-    lora_layers: int | None = Field(
-        None, ge=1, le=1024, description="local: adapt only the top N decoder layers (None: all)"
+    lora_layers: int | None = sft_setting(
+        "lora_layers", "local: adapt only the top N decoder layers (None: all)", le=1024
     )
-    max_length: int = Field(1024, ge=16, le=65536, description="local: longer examples dropped")
-    bf16: bool | None = Field(None, description="local: bf16 autocast (None: where native)")
-    gradient_checkpointing: bool = Field(
-        True, description="local: recompute activations in backward (far less memory)"
+    max_length: int = sft_setting("max_length", "local: longer examples dropped", ge=16, le=65536)
+    bf16: bool | None = sft_setting("bf16", "local: bf16 autocast (None: where native)")
+    gradient_checkpointing: bool = sft_setting(
+        "gradient_checkpointing", "local: recompute activations in backward (far less memory)"
     )
     seed: Seed = 0
     provider: str = Field(

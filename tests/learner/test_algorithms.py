@@ -126,9 +126,9 @@ def test_an_unknown_learning_rate_schedule_is_refused_naming_the_key():
 def test_an_unknown_setting_is_refused_naming_the_allowed_ones(tmp_path: Path):
     with pytest.raises(ValueError, match=r"ppo: unknown setting\(s\) n_stepz; allowed: .*n_steps"):
         registry.get_algorithm("ppo").train(cartpole(), tmp_path, n_stepz=8)
-    with pytest.raises(ValueError, match=r"sft: unknown setting\(s\) lora_rank;"):
-        registry.get_algorithm("sft").train("data.jsonl", tmp_path, lora_rank=8)
-    with pytest.raises(ValueError, match="sft: base_model is required"):
+    with pytest.raises(ValueError, match=r"^sft: lora_rank: unknown setting; allowed: base_model"):
+        registry.get_algorithm("sft").train("data.jsonl", tmp_path, base_model="m", lora_rank=8)
+    with pytest.raises(ValueError, match=r"^sft: base_model: required \(a local HF model"):
         registry.get_algorithm("sft").train("data.jsonl", tmp_path, steps=1)
     assert list(tmp_path.iterdir()) == []  # nothing was saved
 

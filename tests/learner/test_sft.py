@@ -139,3 +139,29 @@ def test_a_line_that_is_not_json_is_named_by_file_and_line(tmp_path: Path):
         handle.write('{"messages": [\n')
     with pytest.raises(ValueError, match=r"train\.jsonl line 2: not JSON"):
         read_chat_examples(str(data))
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"learning_rate": 0}, "learning_rate: Input should be greater than 0"),
+        ({"learning_rate": float("nan")}, "learning_rate: Input should be a finite number"),
+        ({"epochs": float("inf")}, "epochs: Input should be a finite number"),
+        ({"batch_size": 2.0}, "batch_size: Input should be a valid integer"),
+        ({"steps": -1}, "steps: "),
+        ({"lora_dropout": 1.0}, "lora_dropout: Input should be less than 1"),
+        ({"target_modules": []}, "target_modules: "),
+        ({"bf16": "no"}, "bf16: Input should be a valid boolean"),
+        ({"device": "gpu"}, "device: expected auto"),
+        ({"out_dir": "x"}, "out_dir: unknown setting; allowed: base_model, "),  # the line's
+    ],
+)
+def test_a_bad_setting_is_refused_naming_it_before_anything_loads(tmp_path, settings, named):
+    from llmrl.common.registry import registry
+
+    with pytest.raises(ValueError, match=f"^sft: {named}"):
+        registry.get_algorithm("sft").train(
+            str(tmp_path / "missing.jsonl"), tmp_path / "line", base_model="/nonexistent",
+            **settings,
+        )  # fmt: skip
+    assert not (tmp_path / "line").exists()

@@ -155,11 +155,8 @@ def setting_field(
     the setting's default, description (unless `description` is given) and bounds, plus
     `bounds` of the key's own (a recipe's upper limits...). Nothing is typed twice."""
     setting = model.model_fields[name]
-    if setting.default_factory is not None:
-        default: dict[str, Any] = {"default_factory": setting.default_factory}
-    else:
-        default = {"default": setting.default}
-    derived = Field(**default, description=description or setting.description, **bounds)
+    default = setting.get_default(call_default_factory=True)  # a plain default: in the schema
+    derived = Field(default, description=description or setting.description, **bounds)
     derived.metadata = [*setting.metadata, *derived.metadata]
     return derived
 

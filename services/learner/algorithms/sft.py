@@ -27,13 +27,21 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic import Field, field_validator
+
+from llmrl.common.devices import check_device
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import save_adapter
-from llmrl.learner.algorithms.base import Algorithm, Progress
+from llmrl.learner.algorithms.base import (
+    Algorithm,
+    AlgorithmSettings,
+    Progress,
+    validate_settings,
+)
 from llmrl.learner.llm.lora import LLAMA_LINEAR_LAYERS, top_layers
 from llmrl.learner.versions import METADATA_FILE, Checkpoint, Versions, as_versions, find_checkpoint
 
@@ -41,36 +49,75 @@ log = logging.getLogger("llmrl.learner.sft")
 SFT = "sft"  # the registered name
 IGNORE_INDEX = -100  # label of tokens that carry no loss (prompt, padding)
 ADAPTER_METADATA = METADATA_FILE  # every checkpoint's metadata file, adapters' too
-# every linear layer of a Llama-family block (SmolLM2 is one): attention and MLP
 
 
-@dataclass
-class SftConfig:
-    data: str | list[str]  # chat fine-tuning JSONL file(s)
-    base_model: str  # a local HF model directory (llmrl.learner.adapters.base_model_dir)
-    out_dir: str  # the adapter version directory to write
-    init_adapter: str | None = None  # continue training this adapter directory (else fresh)
-    steps: int | None = None  # optimizer steps; None: `epochs` passes over the data
-    epochs: float = 1.0
-    batch_size: int = 4
-    learning_rate: float = 2e-4
-    lora_r: int = 16
-    lora_alpha: int | None = None  # default 2 x r
-    lora_dropout: float = 0.05
-    target_modules: list[str] = field(default_factory=lambda: list(LLAMA_LINEAR_LAYERS))
-    # adapt only the top N decoder layers (None: all): backward stops at the lowest adapted
-    # layer and nothing below it is kept (SmolLM2, top 8 of 30: 0.71x step time, 0.40x memory)
-    lora_layers: int | None = None
-    max_length: int = 1024  # longer examples are dropped (counted in the result)
-    # bf16 autocast (the weights stay fp32); None: where bf16 is native (a GPU, AVX512-BF16 or
-    # AMX). Measured on an AVX2-only CPU: a tiny-model step is ~3x slower with bf16 (emulated).
-    bf16: bool | None = None
-    # recompute each layer's activations in the backward pass instead of keeping them: on long
-    # Housekeep contexts (~1.5k tokens, batch 4) SmolLM2's kept attention maps alone take >10 GB
-    gradient_checkpointing: bool = True
-    seed: int = 0
-    torch_threads: int | None = None
-    device: str = "auto"  # where the model trains: auto (the GPU where torch sees one), cpu, cuda
+class SftSettings(AlgorithmSettings):
+    """Every setting of `sft`, with its description and bounds (a bad or unknown one is a
+    ValueError naming it: `validate_settings`)."""
+
+    base_model: str = Field(
+        description="a local HF model directory, e.g. llmrl.learner.adapters.base_model_dir(name)"
+    )
+    init_adapter: str | None = Field(
+        None, description="continue training this adapter directory (None: a fresh LoRA)"
+    )
+    steps: int | None = Field(
+        None, gt=0, description="optimizer steps (None: `epochs` passes over the data)"
+    )
+    epochs: float = Field(1.0, gt=0, description="passes over the data when steps is None")
+    batch_size: int = Field(4, gt=0, description="examples per optimizer step")
+    learning_rate: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA")
+    lora_r: int = Field(16, gt=0, description="LoRA rank")
+    lora_alpha: int | None = Field(None, gt=0, description="LoRA alpha (None: 2 x rank)")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LLAMA_LINEAR_LAYERS),
+        min_length=1,
+        strict=False,  # a tuple of names is a list too
+        description="module names LoRA adapts (default: every linear layer of a Llama block)",
+    )
+    # backward stops at the lowest adapted layer and nothing below it is kept (SmolLM2, top 8
+    # of 30: 0.71x step time, 0.40x memory)
+    lora_layers: int | None = Field(
+        None, gt=0, description="adapt only the top N decoder layers (None: all)"
+    )
+    max_length: int = Field(
+        1024, gt=0, description="examples longer (in tokens) are dropped (counted in the result)"
+    )
+    # the weights stay fp32. Measured on an AVX2-only CPU: a tiny-model step is ~3x slower with
+    # bf16 (emulated)
+    bf16: bool | None = Field(
+        None,
+        description="bf16 autocast (None: where bf16 is native: a GPU, AVX512-BF16 or AMX)",
+    )
+    # on long Housekeep contexts (~1.5k tokens, batch 4) SmolLM2's kept attention maps alone
+    # take >10 GB
+    gradient_checkpointing: bool = Field(
+        True,
+        description="recompute each layer's activations in the backward pass instead of "
+        "keeping them",
+    )
+    seed: int = Field(0, ge=0, description="seed of the shuffling and the LoRA's initialisation")
+    torch_threads: int | None = Field(
+        None, gt=0, description="torch CPU threads (None: torch's default)"
+    )
+    device: str = Field(
+        "auto",
+        description="where the model trains: auto (the GPU where torch sees one), cpu, cuda or "
+        "cuda:<n>",
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return check_device(value)
+
+
+class SftConfig(SftSettings):
+    """One SFT run: the settings, the data and where the adapter goes."""
+
+    data: str | list[str] = Field(description="chat fine-tuning JSONL file(s)")
+    out_dir: str = Field(description="the adapter version directory to write")
 
 
 @dataclass
@@ -244,7 +291,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
         losses=losses,
         seconds=time.perf_counter() - started,
     )
-    save_adapter(model, config.out_dir, SFT, config=asdict(config), result=result.to_dict())
+    save_adapter(model, config.out_dir, SFT, config=config.model_dump(), result=result.to_dict())
     return result
 
 
@@ -287,8 +334,8 @@ class TunedModel(NamedTuple):
 
 
 class LoraSft(Algorithm):
-    """LoRA SFT on chat JSONL. Settings: `SftConfig`'s fields but `data` (the source) and
-    `out_dir` (the version directory); `base_model` (a local model directory) is required."""
+    """LoRA SFT on chat JSONL. Settings: `SftSettings`' fields; `base_model` (a local model
+    directory) is required."""
 
     name = SFT
     family = "sft"
@@ -303,13 +350,11 @@ class LoraSft(Algorithm):
         on_progress: Progress | None = None,
         **settings: Any,
     ) -> Checkpoint:
-        allowed = [f.name for f in fields(SftConfig) if f.name not in ("data", "out_dir")]
-        self.check_settings(settings, allowed)
-        if "base_model" not in settings:
-            raise ValueError(f"{SFT}: base_model is required (a local HF model directory)")
+        checked = validate_settings(SFT, SftSettings, settings)
         line = as_versions(checkpoints)
         target = line.path(line.next_version() if version is None else version)
-        train_lora_sft(SftConfig(data=source, out_dir=str(target), **settings), on_progress)
+        run = {**checked.model_dump(), "data": source, "out_dir": str(target)}
+        train_lora_sft(validate_settings(SFT, SftConfig, run), on_progress)
         return Checkpoint.read(target)
 
     def load(self, checkpoint: Checkpoint | str | Path) -> TunedModel:

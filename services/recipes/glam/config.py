@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from llmrl.common.bounds import Episodes, Seed, SeedOffset
+from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.glam.training import PpoSettings, ppo_setting
 
@@ -81,7 +83,9 @@ class GlamConfig(RecipeConfig, PpoSettings):
         200, ge=1, description="SFT optimizer steps of behaviour cloning (batch bc_batch_size)."
     )
     bc_batch_size: int = Field(8, ge=1, description="Examples per SFT step of behaviour cloning.")
-    bc_learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the BC LoRA.")
+    bc_learning_rate: float = setting_field(
+        SftSettings, "learning_rate", "Learning rate of the BC LoRA."
+    )
     reduction: str = ppo_setting("reduction", "Candidate score: sum or mean of token log-probs.")
     greedy: bool = Field(
         False,

@@ -13,7 +13,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import MAX_EPISODES, Episodes, Seed
-from llmrl.learner.llm.lora import LLAMA_LINEAR_LAYERS
+from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.recipes.base import RecipeConfig
 
 ENV = "Housekeep"
@@ -131,10 +132,10 @@ class LlmPersonalizeConfig(RecipeConfig):
         description="Round k also trains on the selections of rounds 1..k-1 (data replay: "
         "what earlier rounds taught is not forgotten).",
     )
-    sft_steps: int | None = Field(None, ge=1, description="SFT steps (default: sft_epochs).")
+    sft_steps: int | None = setting_field(SftSettings, "steps", "SFT steps (default: sft_epochs).")
     sft_epochs: float = Field(2.0, gt=0, le=100, description="SFT passes over the data.")
-    sft_batch_size: int = Field(4, ge=1, le=512, description="SFT batch size.")
-    sft_lr: float = Field(2e-4, gt=0, le=1, description="SFT learning rate.")
+    sft_batch_size: int = setting_field(SftSettings, "batch_size", "SFT batch size.", le=512)
+    sft_lr: float = setting_field(SftSettings, "learning_rate", "SFT learning rate.", le=1)
     round_sft_lr: float | None = Field(
         None,
         gt=0,
@@ -143,21 +144,23 @@ class LlmPersonalizeConfig(RecipeConfig):
         "adapter that already fits (null: sft_lr). At the bootstrap's lr 1e-3 a round's loss "
         "rose from 0.07 to 0.25 on data that was 95% the bootstrap's own.",
     )
-    lora_r: int = Field(16, ge=1, le=1024, description="LoRA rank.")
-    lora_targets: list[str] = Field(
-        list(LLAMA_LINEAR_LAYERS), min_length=1, description="Modules that get LoRA weights."
+    lora_r: int = setting_field(SftSettings, "lora_r", "LoRA rank.", le=1024)
+    lora_targets: list[str] = setting_field(
+        SftSettings, "target_modules", "Modules that get LoRA weights."
     )
-    lora_layers: int | None = Field(
-        None,
-        ge=1,
-        description="LoRA on the top N decoder layers only (null: all; fewer: faster SFT).",
+    lora_layers: int | None = setting_field(
+        SftSettings,
+        "lora_layers",
+        "LoRA on the top N decoder layers only (null: all; fewer: faster SFT).",
     )
     sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
-    sft_bf16: bool | None = Field(
-        None, description="bf16 autocast during SFT (null: where bf16 is native)."
+    sft_bf16: bool | None = setting_field(
+        SftSettings, "bf16", "bf16 autocast during SFT (null: where bf16 is native)."
     )
-    sft_gradient_checkpointing: bool = Field(
-        True, description="Recompute activations during SFT backward (much less memory)."
+    sft_gradient_checkpointing: bool = setting_field(
+        SftSettings,
+        "gradient_checkpointing",
+        "Recompute activations during SFT backward (much less memory).",
     )
     finetune_backend: Literal["local", "openai"] = Field(
         "local",
