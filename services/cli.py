@@ -554,6 +554,40 @@ def recipes(names: tuple[str, ...]) -> None:
 
 
 @main.command()
+@click.argument("names", nargs=-1, metavar="[ALGORITHM]...")
+def algorithms(names: tuple[str, ...]) -> None:
+    """List the learner's training algorithms (what each learns from) and their settings.
+
+    With ALGORITHM names, only those algorithms' settings, e.g. `llmrl algorithms llm-ppo`:
+    the keys a policy job or a recipe passes on, each with its type, default and meaning.
+    """
+    from rich.table import Table
+
+    from llmrl.common.console import output_console
+    from llmrl.common.model_fields import field_rows
+    from llmrl.common.registry import registry
+
+    entries = registry.entries("algorithm")
+    unknown = [name for name in names if name not in entries]
+    if unknown:
+        raise click.UsageError(
+            f"unknown algorithm {', '.join(map(repr, unknown))}; registered: {', '.join(entries)}"
+        )
+    if not names:
+        _print_entries("algorithm")
+    for name, entry in entries.items():
+        model = getattr(entry.obj, "settings_model", None)
+        if (names and name not in names) or model is None:
+            continue
+        table = Table(title=f"{name}: settings")
+        for column in ("key", "type", "default", "description"):
+            table.add_column(column)
+        for field in field_rows(model):
+            table.add_row(field["name"], field["type"], field["default"], field["description"])
+        output_console().print(table)
+
+
+@main.command()
 @click.option(
     "--config",
     "config_file",

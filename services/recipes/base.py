@@ -161,19 +161,9 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
 
 def config_fields(recipe: str) -> list[dict[str, str]]:
     """The recipe's config keys: name, type, default and description (for `llmrl recipes`)."""
-    fields = []
-    for name, info in recipe_class(recipe).Config.model_fields.items():
-        annotation = getattr(info.annotation, "__name__", None) or str(info.annotation)
-        default = info.get_default(call_default_factory=True)
-        fields.append(
-            {
-                "name": name,
-                "type": annotation.replace("typing.", ""),
-                "default": "(required)" if info.is_required() else repr(default),
-                "description": info.description or "",
-            }
-        )
-    return fields
+    from llmrl.common.model_fields import field_rows
+
+    return field_rows(recipe_class(recipe).Config)
 
 
 def recipe_schemas() -> dict[str, dict[str, Any]]:

@@ -31,6 +31,8 @@ class Algorithm(ABC):
     name: str  # its registered name
     family: str  # e.g. "sb3-on-policy", "sft": the module that implements it
     learns_from: LearnsFrom
+    # its settings as a pydantic model (what `train` validates; `llmrl algorithms` lists it)
+    settings_model: type[BaseModel] | None = None
 
     def __repr__(self) -> str:
         return f"<algorithm {self.name!r} ({self.family})>"

@@ -193,6 +193,8 @@ def dataset_episodes(sources: Sequence[Any], max_steps: int) -> list[tuple[str, 
 class GroundingSft(Algorithm):
     """Grounding SFT on offline datasets; settings: `GroundingSftConfig`'s fields."""
 
+    settings_model = GroundingSftConfig
+
     name = NAME
     family = "grounding-sft"
     learns_from = "dataset"

@@ -611,6 +611,8 @@ class LlmPpo(Algorithm):
     """PPO on an LLM policy. Settings: `LlmPpoConfig`'s fields; `base_model` is required.
     `source`: an env id (a world of `num_envs` is made) or a world."""
 
+    settings_model = LlmPpoConfig
+
     name = LLM_PPO
     family = "llm-ppo"
     learns_from = "env"

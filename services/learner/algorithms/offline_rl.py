@@ -206,6 +206,8 @@ class OfflineRLAlgorithm(Algorithm):
     """One d3rlpy algorithm on a dataset. Settings: `OfflineRLConfig`'s fields;
     `instruction_embeddings` (E, D) is passed beside them."""
 
+    settings_model = OfflineRLConfig
+
     learns_from = "dataset"
     family = FAMILY
 

@@ -337,6 +337,8 @@ class LoraSft(Algorithm):
     """LoRA SFT on chat JSONL. Settings: `SftSettings`' fields; `base_model` (a local model
     directory) is required."""
 
+    settings_model = SftSettings
+
     name = SFT
     family = "sft"
     learns_from = "dataset"
