@@ -14,6 +14,7 @@ from llmrl.recipes.ellm.intrinsic import (
     METHODS,
     profile_for_env,
 )
+from llmrl.recipes.ellm.ppo import EllmPpoSettings, rollout_sizes
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
 from llmrl.recipes.ellm.training import AGENTS, TASKS
 
@@ -81,8 +82,8 @@ class EllmConfig(RecipeConfig):
         "double dueling 3-step DQN, with the settings below; ppo: Stable-Baselines3 PPO, "
         "MultiInputPolicy, with `ppo`'s settings). Report rows of ppo read 'method (ppo)'.",
     )
-    ppo: dict[str, Any] = Field(
-        default_factory=dict,
+    ppo: EllmPpoSettings = Field(
+        default_factory=EllmPpoSettings,
         description="agent=ppo: SB3 PPO's own settings (e.g. {n_steps: 128, learning_rate: "
         "0.0003, ent_coef: 0.01}); defaults n_steps 128, batch_size 256, lr 3e-4, SB3's others.",
     )
@@ -149,13 +150,6 @@ class EllmConfig(RecipeConfig):
             raise ValueError(f"unknown agent {value!r}; agents: {', '.join(AGENTS)}")
         return value
 
-    @field_validator("ppo")
-    @classmethod
-    def _ppo_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from llmrl.recipes.ellm.ppo import check_ppo_settings
-
-        return check_ppo_settings(value)
-
     @field_validator("finetune_task")
     @classmethod
     def _task_is_known(cls, value: str | None) -> str | None:
@@ -187,14 +181,12 @@ class EllmConfig(RecipeConfig):
     @model_validator(mode="after")
     def _settings_of_its_own_agent(self) -> EllmConfig:
         """The other agent's settings would be ignored without a word: refuse them."""
-        if self.agent == "dqn" and self.ppo:
+        if self.agent == "dqn" and self.ppo.model_fields_set:
             raise ValueError(
-                f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; set "
-                "agent: ppo, or dqn-ellm's own settings (learning_rate, buffer_size...)"
+                f"ppo: PPO settings ({', '.join(sorted(self.ppo.model_fields_set))}) with agent "
+                "'dqn'; set agent: ppo, or dqn-ellm's own settings (learning_rate, buffer_size...)"
             )
         if self.agent == "ppo":
-            from llmrl.recipes.ellm.ppo import rollout_sizes
-
             rollout_sizes(self.ppo, self.pretrain_frames, self.num_envs, "pretrain_frames")
             if self.finetune_frames > 0:
                 rollout_sizes(self.ppo, self.finetune_frames, self.num_envs, "finetune_frames")

@@ -7,13 +7,14 @@
   envs at once (the world steps only them), so no env takes an extra step and every step is
   a frame of every env. Finished episodes come as `infos[i]["episode"]` (SB3's `r`, `l` and
   the wrapper's own figures: achievements, intrinsic/task returns).
-* `train_ppo_ellm`: `MultiInputPolicy` PPO on the same numeric observations and crafter's 17
-  actions; a checkpoint version (SB3's `model.zip`, saved as the learner's algorithm `ppo`,
-  plus the reward source's state) every `checkpoint_every` frames; a line with versions
-  continues from the latest (`PPO.load`), and `init_from` starts a fresh line from a
-  pretrained PPO's weights (fine-tuning). Frames are SB3's timesteps (env steps over all envs);
-  PPO stops at the first rollout boundary at or past the budget, so `n_steps` is capped at
-  the budget per env.
+* `EllmPpoSettings`: SB3 PPO's settings (`ppo.<key>` of the recipe and its jobs) with ELLM's
+  own defaults; `rollout_sizes` fits a rollout and a mini-batch to a frame budget.
+* `train_ppo_ellm`: the learner's `ppo` with `MultiInputPolicy` on the same numeric
+  observations and crafter's 17 actions: a checkpoint version (SB3's `model.zip` and the
+  reward source's state) every `checkpoint_every` frames; a line with versions continues from
+  the latest, and `init_from` starts a fresh line from a pretrained PPO's weights
+  (fine-tuning). Frames are SB3's timesteps (env steps over all envs); PPO stops at the first
+  rollout boundary at or past the budget, so `n_steps` is capped at the budget per env.
 * `PpoPolicy`: a loaded PPO acting on batches of observations (`act`, as `DqnPolicy`).
 """
 
@@ -25,79 +26,47 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field, model_serializer
+
+from llmrl.learner.algorithms.sb3_settings import PpoSettings
+from llmrl.learner.versions import Checkpoint, Versions
 
 ALGORITHM = "ppo"  # the learner's registered SB3 algorithm: its `load` reads our versions
-MODEL_FILE = "model.zip"  # as llmrl.learner.algorithms.sb3
 SOURCE_FILE = "reward_source.pt"  # RND/kNN networks and memory (resume)
 POLICY = "MultiInputPolicy"
-# PPO settings a job sets itself (or that would break the loop), never a job's `ppo` key
-JOB_OWNED_PPO_SETTINGS = {"env", "policy", "seed", "device", "verbose", "tensorboard_log"}
-# defaults for Crafter (smaller than SB3's 2048-step rollouts: budgets here are small)
-PPO_DEFAULTS: dict[str, Any] = {"n_steps": 128, "batch_size": 256, "learning_rate": 3e-4}
 CHECKPOINT_EVERY = 20_000
-# PPO's float settings: key -> (must be > 0, at most 1, may be None)
-PPO_NUMBERS = {
-    "learning_rate": (False, False, False),
-    "gamma": (False, True, False),
-    "gae_lambda": (False, True, False),
-    "clip_range": (True, False, False),
-    "clip_range_vf": (True, False, True),
-    "ent_coef": (False, False, False),
-    "vf_coef": (False, False, False),
-    "max_grad_norm": (True, False, False),
-    "target_kl": (True, False, True),
-}
 SB3_KEYS = ("r", "l", "env_return")  # an episode's entries for SB3's logs, not episodes.jsonl
 
 
-def ppo_setting_names() -> list[str]:
-    """The PPO keyword arguments a job may set (SB3's own names)."""
-    from llmrl.learner.algorithms.sb3 import hyperparameter_names
+class EllmPpoSettings(PpoSettings):
+    """SB3 PPO's settings with ELLM's defaults for Crafter: rollouts of 128 steps and
+    mini-batches of 256 (SB3's 2048-step rollouts outgrow the budgets here), Adam 3e-4.
 
-    return sorted(set(hyperparameter_names(ALGORITHM)) - JOB_OWNED_PPO_SETTINGS)
+    It dumps as written (the keys set, not the defaults): a config's `ppo: {n_steps: 64}`,
+    the configs runs store and a job's body read as the user gave them."""
 
+    learning_rate: float = Field(3e-4, ge=0, description="Adam learning rate (ELLM: 3e-4)")
+    n_steps: int = Field(128, gt=0, description="steps per env per rollout (ELLM: 128)")
+    batch_size: int = Field(256, gt=0, description="samples per mini-batch (ELLM: 256)")
 
-def check_ppo_settings(values: dict[str, Any]) -> dict[str, Any]:
-    """Unknown keys are errors naming `ppo.<key>`; the counts and numbers are checked here
-    (SB3 would only fail on them with an assertion once the job runs), the rest by SB3."""
-    from llmrl.learner.algorithms.base import check_number
-
-    known = ppo_setting_names()
-    for key in values:
-        if key not in known:
-            raise ValueError(
-                f"ppo.{key}: not a PPO setting a job may set; known: {', '.join(known)}"
-            )
-    for key in ("n_steps", "batch_size", "n_epochs"):
-        value = values.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ValueError(f"ppo.{key}: expected a positive integer, got {value!r}")
-    for key, (positive, fraction, optional) in PPO_NUMBERS.items():
-        if key not in values or (optional and values[key] is None):
-            continue
-        value = values[key]
-        check_number(f"ppo.{key}", value, positive=positive)
-        if fraction and value > 1:
-            raise ValueError(f"ppo.{key}: expected a number in [0, 1], got {value!r}")
-    return values
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
 
 def rollout_sizes(
-    ppo: dict[str, Any], frames: int, num_envs: int, frames_key: str = "frames"
+    ppo: EllmPpoSettings, frames: int, num_envs: int, frames_key: str = "frames"
 ) -> tuple[int, int]:
     """PPO's `n_steps` and `batch_size` for `frames` over `num_envs` envs: PPO stops at a
     rollout boundary, so a rollout longer than the budget would overshoot it, and a mini-batch
     holds at most the rollout. SB3 asserts on fewer than 2 samples when it normalises
     advantages: the error names the key to raise instead."""
-    settings = {**PPO_DEFAULTS, **ppo}
-    n_steps = max(1, min(settings["n_steps"], math.ceil(frames / num_envs)))
+    n_steps = max(1, min(ppo.n_steps, math.ceil(frames / num_envs)))
     rollout = n_steps * num_envs
-    batch_size = max(1, min(settings["batch_size"], rollout))
-    if settings.get("normalize_advantage", True):
+    batch_size = max(1, min(ppo.batch_size, rollout))
+    if ppo.normalize_advantage:
         if rollout < 2:
-            key = "ppo.n_steps" if settings["n_steps"] < 2 else frames_key
+            key = "ppo.n_steps" if ppo.n_steps < 2 else frames_key
             raise ValueError(
                 f"{key}: a PPO rollout of {rollout} sample (n_steps {n_steps} x {num_envs} "
                 f"env, {frames_key} {frames}); PPO normalises advantages over at least 2: raise "
@@ -172,24 +141,29 @@ def _rows(mask: np.ndarray, value: np.ndarray) -> np.ndarray:
     return mask.reshape(-1, *([1] * (np.ndim(value) - 1)))
 
 
-def _save(
-    line: Any, model: Any, wrapper: Any, settings: dict[str, Any], gradient_steps: int
-) -> Any:
-    import torch
+class RewardSourceState:
+    """The reward source's networks and memory (RND, kNN), kept in every version beside the
+    model and read back when a line resumes (`sb3.ExtraState`)."""
 
-    def write(directory: Path) -> None:
-        model.save(str(directory / MODEL_FILE))
-        if hasattr(wrapper, "state_dict"):
-            torch.save(wrapper.state_dict(), directory / SOURCE_FILE)
+    def __init__(self, wrapper: Any) -> None:
+        self.wrapper = wrapper
 
-    frames = int(model.num_timesteps)
-    result = {"global_step": frames, "timesteps": frames, "gradient_steps": gradient_steps}
-    return line.save(write, ALGORITHM, None, config=settings, result=result)
+    def save(self, directory: Path) -> None:
+        import torch
+
+        if hasattr(self.wrapper, "state_dict"):
+            torch.save(self.wrapper.state_dict(), directory / SOURCE_FILE)
+
+    def load(self, directory: Path) -> None:
+        import torch
+
+        if (directory / SOURCE_FILE).is_file():
+            self.wrapper.load_state_dict(torch.load(directory / SOURCE_FILE, weights_only=True))
 
 
 def train_ppo_ellm(
     wrapper: Any,
-    line: Any,
+    line: Versions,
     *,
     total_timesteps: int,
     seed: int = 0,
@@ -198,87 +172,45 @@ def train_ppo_ellm(
     checkpoint_every: int = CHECKPOINT_EVERY,
     on_progress: Callable[[int], None] | None = None,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
-    **ppo: Any,
-) -> Any:
+    ppo: EllmPpoSettings | None = None,
+) -> Checkpoint:
     """PPO on `wrapper` (an `IntrinsicRewardWrapper`) into the `Versions` line `line`;
     `on_step(frames, {"episodes": [...]})` for the episodes that ended at each step (as
     dqn-ellm's hook). Returns the last checkpoint."""
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
+    from llmrl.common.registry import registry
 
-    from llmrl.common import trusted
-    from llmrl.learner.algorithms.base import resumable_version
-    from llmrl.learner.algorithms.sb3 import _cleanrl_callback
-    from llmrl.learner.versions import find_checkpoint
-
-    check_ppo_settings(ppo)
-    settings = {**PPO_DEFAULTS, **ppo}
+    ppo = ppo or EllmPpoSettings()
     n_steps, batch_size = rollout_sizes(ppo, total_timesteps, wrapper.num_envs)
+    settings = {**ppo.model_dump(), "learning_rate": ppo.learning_rate}
     settings.update(n_steps=n_steps, batch_size=batch_size)
-    vec_env = make_vec_env(wrapper)
-    previous = resumable_version(line, ALGORITHM, MODEL_FILE)
-    common = {"device": "cpu", "tensorboard_log": tensorboard_dir}
-    if previous is not None:
-        # this job's settings, as for init_from: a resubmitted job's changes are not ignored
-        resumed = trusted.require_file(previous.path / MODEL_FILE, "model_path")
-        model = PPO.load(str(resumed), env=vec_env, **common, **settings)
-        if (previous.path / SOURCE_FILE).is_file():
-            wrapper.load_state_dict(torch.load(previous.path / SOURCE_FILE, weights_only=True))
-        if model.num_timesteps >= total_timesteps:
-            return previous
-    elif init_from is not None:  # fine-tuning: the pretrained weights, a fresh line
-        start = find_checkpoint(init_from)
-        if start.algorithm != ALGORITHM:
-            raise ValueError(
-                f"init_from: {start.path} was trained by {start.algorithm}, not {ALGORITHM} "
-                "(fine-tune with the agent that pretrained it)"
-            )
-        pretrained = trusted.require_file(start.path / MODEL_FILE, "init_from")
-        model = PPO.load(str(pretrained), env=vec_env, **common, **settings)
-        model.num_timesteps = 0
-    else:
-        model = PPO(POLICY, vec_env, seed=seed, verbose=0, **common, **settings)
-    if previous is None:
-        model.set_random_seed(seed)
-        vec_env.seed(seed)
 
-    class Episodes(BaseCallback):
-        """Finished episodes to `on_step`, frames done to `on_progress` (counted from where
-        each `learn` call starts: SB3's timesteps go on across calls)."""
+    return registry.get_algorithm(ALGORITHM).train(
+        make_vec_env(wrapper),
+        line,
+        on_progress=on_progress,
+        on_step=_episodes_hook(on_step) if on_step is not None else None,
+        total_timesteps=total_timesteps,
+        seed=seed,
+        policy=POLICY,
+        tensorboard_dir=tensorboard_dir,
+        init_from=init_from,
+        checkpoint_every=checkpoint_every,
+        reseed=True,  # ELLM's runs seed again once the weights are set, fresh or pretrained
+        extra_state=RewardSourceState(wrapper),
+        **settings,
+    )
 
-        def _on_training_start(self) -> None:
-            self.reported = int(self.model.num_timesteps)
 
-        def _on_step(self) -> bool:
-            if on_progress is not None:
-                on_progress(self.num_timesteps - self.reported)
-                self.reported = self.num_timesteps
-            if on_step is not None:
-                episodes = [i["episode"] for i in self.locals["infos"] if "episode" in i]
-                episodes = [{k: v for k, v in e.items() if k not in SB3_KEYS} for e in episodes]
-                on_step(self.num_timesteps, {"episodes": episodes})
-            return True
+def _episodes_hook(on_step: Callable[[int, dict[str, Any]], None]) -> Any:
+    """SB3's step hook (`on_step(frames, infos)`) as dqn-ellm's: the episodes that ended, each
+    with its own figures (not the entries SB3's logs read)."""
 
-    # optimizer steps, counted as they happen (SB3's _n_updates counts PPO's epochs, and
-    # target_kl may stop an epoch early); a resumed line goes on from its version's count
-    gradient_steps = [int(previous.result.get("gradient_steps", 0)) if previous else 0]
+    def hook(frames: int, infos: list[dict[str, Any]]) -> None:
+        ended = [info["episode"] for info in infos if "episode" in info]
+        figures = [{k: v for k, v in e.items() if k not in SB3_KEYS} for e in ended]
+        on_step(frames, {"episodes": figures})
 
-    def count_step(*_: Any) -> None:
-        gradient_steps[0] += 1
-
-    model.policy.optimizer.register_step_post_hook(count_step)
-    checkpoint = previous
-    while model.num_timesteps < total_timesteps:
-        chunk = min(checkpoint_every, total_timesteps - model.num_timesteps)
-        model.learn(
-            total_timesteps=chunk,
-            callback=[Episodes(), _cleanrl_callback(None, None)],
-            reset_num_timesteps=False,
-            tb_log_name="ppo",
-        )
-        checkpoint = _save(line, model, wrapper, {**settings, "seed": seed}, gradient_steps[0])
-    return checkpoint
+    return hook
 
 
 class PpoPolicy:

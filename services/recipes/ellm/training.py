@@ -40,6 +40,7 @@ from llmrl.recipes.ellm.intrinsic import (
     SuggestionSource,
     profile_of,
 )
+from llmrl.recipes.ellm.ppo import EllmPpoSettings, rollout_sizes
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD, CachedEmbedder, SuggestionReward
 
 ALGORITHM = "dqn-ellm"  # a registered learner algorithm (llmrl.learner.algorithms)
@@ -134,8 +135,8 @@ class EllmTrainingJob(EllmEnvSettings):
     frames: int = Field(..., ge=1, description="frames to train for (env steps, all envs)")
     agent: Literal[AGENTS] = Field("dqn", description="dqn (dqn-ellm) or ppo (SB3 PPO)")  # type: ignore[valid-type]
     dqn: dict[str, Any] = Field(default_factory=dict, description="dqn-ellm settings")
-    ppo: dict[str, Any] = Field(
-        default_factory=dict, description="SB3 PPO settings (n_steps, learning_rate...)"
+    ppo: EllmPpoSettings = Field(
+        default_factory=EllmPpoSettings, description="SB3 PPO settings (n_steps, learning_rate...)"
     )
     checkpoint_every: int | None = Field(
         None, ge=1, description="PPO: frames between checkpoints (dqn: dqn.checkpoint_every)"
@@ -174,13 +175,6 @@ class EllmTrainingJob(EllmEnvSettings):
         DqnEllmConfig(**value)  # its ValueError names the key
         return value
 
-    @field_validator("ppo")
-    @classmethod
-    def _ppo_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from llmrl.recipes.ellm.ppo import check_ppo_settings
-
-        return check_ppo_settings(value)
-
     @model_validator(mode="after")
     def _settings_of_its_own_agent(self) -> EllmTrainingJob:
         """The other agent's settings would be ignored without a word: refuse them."""
@@ -189,18 +183,16 @@ class EllmTrainingJob(EllmEnvSettings):
                 f"dqn: dqn-ellm settings ({', '.join(sorted(self.dqn))}) with agent 'ppo'; "
                 "PPO takes its settings under ppo"
             )
-        if self.agent == "dqn" and self.ppo:
+        if self.agent == "dqn" and self.ppo.model_fields_set:
             raise ValueError(
-                f"ppo: PPO settings ({', '.join(sorted(self.ppo))}) with agent 'dqn'; "
-                "dqn-ellm takes its settings under dqn"
+                f"ppo: PPO settings ({', '.join(sorted(self.ppo.model_fields_set))}) with agent "
+                "'dqn'; dqn-ellm takes its settings under dqn"
             )
         if self.agent == "dqn" and self.checkpoint_every is not None:
             raise ValueError(
                 "checkpoint_every: PPO's setting; with agent 'dqn' set dqn.checkpoint_every"
             )
         if self.agent == "ppo":
-            from llmrl.recipes.ellm.ppo import rollout_sizes
-
             rollout_sizes(self.ppo, self.frames, self.num_envs)
         return self
 
@@ -389,7 +381,7 @@ def train_ellm(
                 checkpoint_every=job.checkpoint_every or CHECKPOINT_EVERY,
                 on_progress=on_progress,
                 on_step=on_step,
-                **job.ppo,
+                ppo=job.ppo,
             )
         else:
             checkpoint = registry.get_algorithm(ALGORITHM).train(

@@ -4,6 +4,7 @@ fine-tunes from the PPO weights, a resumed job continues from its version, bad v
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
 from llmrl.learner.versions import Versions
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
-from llmrl.recipes.ellm.ppo import load_policy, make_vec_env
+from llmrl.recipes.ellm.intrinsic import IntrinsicRewardWrapper
+from llmrl.recipes.ellm.ppo import SOURCE_FILE, load_policy, make_vec_env
 from llmrl.recipes.ellm.training import (
     EllmEnvSettings,
     EllmTrainingJob,
@@ -146,10 +148,28 @@ def test_a_ppo_job_resumes_from_its_latest_version(tmp_path: Path, monkeypatch):
     first = train_ellm(EllmTrainingJob(**common, **line, frames=32), reported.append)
     # a 16-sample rollout, one mini-batch of 16, one epoch: a gradient step per rollout
     assert first["frames"] == 32 and sum(reported) == 32 and first["gradient_steps"] == 2
+    # every version keeps the RND networks beside the model, and a resumed job reads them back
+    assert (Path(first["checkpoint"]) / SOURCE_FILE).is_file()
+    saved = torch.load(Path(first["checkpoint"]) / SOURCE_FILE, weights_only=True)
+    restored: list[dict] = []
+    load_state_dict = IntrinsicRewardWrapper.load_state_dict
+
+    def spy(wrapper: IntrinsicRewardWrapper, state: dict) -> None:
+        restored.append(copy.deepcopy(state))  # training goes on in its tensors
+        load_state_dict(wrapper, state)
+
+    monkeypatch.setattr(IntrinsicRewardWrapper, "load_state_dict", spy)
     reported.clear()
     resumed = train_ellm(EllmTrainingJob(**common, **line, frames=64), reported.append)
     assert resumed["frames"] == 64 and sum(reported) == 32  # the frames it added
     assert resumed["gradient_steps"] == 4
+    assert Versions(tmp_path / "line").versions() == ["1", "2", "3", "4"]
+    assert len(restored) == 1
+    torch.testing.assert_close(restored[0], saved, rtol=0, atol=0)  # the latest version's
+    # a job at its budget returns its latest version at once
+    reported.clear()
+    again = train_ellm(EllmTrainingJob(**common, **line, frames=64), reported.append)
+    assert again["checkpoint"] == resumed["checkpoint"] and sum(reported) == 0
     assert Versions(tmp_path / "line").versions() == ["1", "2", "3", "4"]
     logged = [json.loads(t) for t in (tmp_path / "line/episodes.jsonl").open()]
     assert [e["frames"] for e in logged] == sorted(e["frames"] for e in logged)
@@ -317,10 +337,12 @@ def test_a_ppo_recipe_too_small_to_normalise_advantages_names_the_key():
 def test_good_ppo_numbers_pass():
     ppo = {"learning_rate": 0.0, "gamma": 1, "gae_lambda": 0.95, "clip_range": 0.2}
     ppo |= {"clip_range_vf": None, "ent_coef": 0.01, "vf_coef": 0.5, "target_kl": None}
-    assert validate_config("ellm", {"agent": "ppo", "ppo": ppo}).ppo == ppo
+    assert validate_config("ellm", {"agent": "ppo", "ppo": ppo}).ppo.model_dump() == ppo
 
 
 def test_a_recipe_with_dqn_refuses_ppo_settings():
     with pytest.raises(ConfigError, match="ppo: PPO settings"):
         validate_config("ellm", {"agent": "dqn", "ppo": {"n_steps": 8}})
-    assert validate_config("ellm", {"agent": "ppo", "ppo": {"n_steps": 8}}).ppo == {"n_steps": 8}
+    config = validate_config("ellm", {"agent": "ppo", "ppo": {"n_steps": 8}})
+    assert config.ppo.n_steps == 8 and config.ppo.batch_size == 256  # ELLM's own default
+    assert config.model_dump()["ppo"] == {"n_steps": 8}  # stored as written

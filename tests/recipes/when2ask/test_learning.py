@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from llmrl.learner.algorithms.sb3 import train_sb3
+from llmrl.common.registry import registry
 from llmrl.planners.base import make_planner
 from llmrl.recipes.when2ask.asking import LearnedAsk, RandomAsk
 from llmrl.recipes.when2ask.mediator import MediatorEnv
@@ -41,9 +41,10 @@ def evaluate(policy) -> tuple[float, float]:
 
 def test_short_ppo_beats_random_ask(tmp_path):
     vec_env = DummyVecEnv([lambda i=i: make_env(i) for i in range(4)])
-    model = train_sb3(
+    ppo = registry.get_algorithm("ppo")
+    checkpoint = ppo.train(
         vec_env,
-        "ppo",
+        tmp_path / "line",
         total_timesteps=4096,
         seed=0,
         n_steps=128,
@@ -51,6 +52,7 @@ def test_short_ppo_beats_random_ask(tmp_path):
         learning_rate=1e-3,
         tensorboard_dir=tmp_path / "tb",
     )
+    model = ppo.load(checkpoint)
     learned_return, learned_success = evaluate(LearnedAsk(model))
     random_return, random_success = evaluate(RandomAsk(0.5, seed=0))
     assert learned_return > random_return
