@@ -33,22 +33,21 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
+    AlgorithmSettings,
     Progress,
     check_env,
-    check_number,
     resumable_version,
-    setting,
-    settings_help,
     tensorboard_writer,
+    validate_settings,
 )
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
@@ -62,75 +61,68 @@ SPACE_FILE = "observation_space.json"
 StepHook = Callable[[int, dict[str, Any]], None]  # on_step(frames, infos) after each step
 
 
-@dataclass
-class DqnEllmConfig:
-    """Every setting, with its help text (`setting_help`)."""
+class DqnEllmConfig(AlgorithmSettings):
+    """Every setting, with its description and bounds (a bad or unknown one is a ValueError
+    naming it: `validate_settings`). Defaults: ELLM's."""
 
-    total_timesteps: int = setting(100_000, "frames to train for (env steps, all envs)")
-    num_envs: int = setting(8, "envs stepped together (when `source` is an env id)")
-    learning_rate: float = setting(6.25e-5, "Adam learning rate (ELLM: 6.25e-5)")
-    adam_eps: float = setting(1.5e-4, "Adam epsilon")
-    buffer_size: int = setting(100_000, "replay buffer capacity in transitions")
-    batch_size: int = setting(64, "transitions per gradient step (ELLM: 64)")
-    gamma: float = setting(0.99, "discount factor")
-    n_step: int = setting(3, "steps summed in each return before bootstrapping (ELLM: 3)")
-    train_frequency: int = setting(4, "frames per gradient step (ELLM: 4)")
-    target_network_frequency: int = setting(8000, "frames between target copies (ELLM: 8k)")
-    learning_starts: int = setting(5000, "frames of random play before learning")
-    start_e: float = setting(1.0, "initial exploration epsilon")
-    end_e: float = setting(0.01, "final exploration epsilon")
-    exploration_fraction: float = setting(
-        0.5, "fraction of total_timesteps over which epsilon decays linearly"
+    total_timesteps: int = Field(
+        100_000, gt=0, description="frames to train for (env steps, all envs)"
     )
-    double: bool = setting(True, "double Q-learning: the online net picks the next action")
-    dueling: bool = setting(True, "dueling heads: value + advantage - mean advantage")
-    max_grad_norm: float = setting(10.0, "gradient norm clip")
-    hidden: int = setting(256, "width of the two hidden layers")
-    embedding_dim: int = setting(8, "width of each embedded cell (embed_keys)")
-    embed_keys: tuple[str, ...] = setting(
-        ("local_map",), "integer observation entries embedded per cell (semantic ids)"
+    num_envs: int = Field(8, gt=0, description="envs stepped together (when `source` is an env id)")
+    learning_rate: float = Field(6.25e-5, gt=0, description="Adam learning rate (ELLM: 6.25e-5)")
+    adam_eps: float = Field(1.5e-4, gt=0, description="Adam epsilon")
+    buffer_size: int = Field(100_000, gt=0, description="replay buffer capacity in transitions")
+    batch_size: int = Field(64, gt=0, description="transitions per gradient step (ELLM: 64)")
+    gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
+    n_step: int = Field(
+        3, gt=0, description="steps summed in each return before bootstrapping (ELLM: 3)"
     )
-    keys: tuple[str, ...] | None = setting(
-        None, "observation entries of a world made from an env id (None: every numeric one)"
+    train_frequency: int = Field(4, gt=0, description="frames per gradient step (ELLM: 4)")
+    target_network_frequency: int = Field(
+        8000, gt=0, description="frames between target copies (ELLM: 8k)"
     )
-    checkpoint_every: int = setting(50_000, "frames between checkpoint versions")
-    save_buffer: bool = setting(True, "keep the replay buffer in checkpoints (exact resume)")
-    resume: bool = setting(True, "continue from the line's latest version, if any")
-    seed: int = setting(0, "seed of the world, exploration and initialisation")
-    address: str | None = setting(None, "simulator address (None: an in-process world)")
-    tensorboard_dir: str | None = setting(None, "TensorBoard directory (None: none)")
-    torch_threads: int | None = setting(None, "torch CPU threads (None: torch's default)")
-
-    def __post_init__(self) -> None:
-        for key in (
-            "total_timesteps",
-            "num_envs",
-            "buffer_size",
-            "batch_size",
-            "n_step",
-            "train_frequency",
-            "target_network_frequency",
-            "hidden",
-            "embedding_dim",
-            "checkpoint_every",
-        ):
-            check_number(key, getattr(self, key), integer=True, positive=True)
-        check_number("learning_starts", self.learning_starts, integer=True)
-        for key in ("learning_rate", "adam_eps", "max_grad_norm"):
-            check_number(key, getattr(self, key), positive=True)
-        for key in ("gamma", "start_e", "end_e", "exploration_fraction"):
-            check_number(key, getattr(self, key))
-            if getattr(self, key) > 1:
-                raise ValueError(f"{key}: expected a number in [0, 1], got {getattr(self, key)!r}")
-        if self.torch_threads is not None:
-            check_number("torch_threads", self.torch_threads, integer=True, positive=True)
-        self.embed_keys = tuple(self.embed_keys)
-        self.keys = None if self.keys is None else tuple(self.keys)
+    learning_starts: int = Field(5000, ge=0, description="frames of random play before learning")
+    start_e: float = Field(1.0, ge=0, le=1, description="initial exploration epsilon")
+    end_e: float = Field(0.01, ge=0, le=1, description="final exploration epsilon")
+    exploration_fraction: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="fraction of total_timesteps over which epsilon decays linearly",
+    )
+    double: bool = Field(
+        True, description="double Q-learning: the online net picks the next action"
+    )
+    dueling: bool = Field(True, description="dueling heads: value + advantage - mean advantage")
+    max_grad_norm: float = Field(10.0, gt=0, description="gradient norm clip")
+    hidden: int = Field(256, gt=0, description="width of the two hidden layers")
+    embedding_dim: int = Field(8, gt=0, description="width of each embedded cell (embed_keys)")
+    embed_keys: tuple[str, ...] = Field(
+        ("local_map",),
+        strict=False,  # a JSON list; its items stay strings
+        description="integer observation entries embedded per cell (semantic ids)",
+    )
+    keys: tuple[str, ...] | None = Field(
+        None,
+        strict=False,
+        description="observation entries of a world made from an env id (None: every numeric one)",
+    )
+    checkpoint_every: int = Field(50_000, gt=0, description="frames between checkpoint versions")
+    save_buffer: bool = Field(
+        True, description="keep the replay buffer in checkpoints (exact resume)"
+    )
+    resume: bool = Field(True, description="continue from the line's latest version, if any")
+    seed: int = Field(0, ge=0, description="seed of the world, exploration and initialisation")
+    address: str | None = Field(None, description="simulator address (None: an in-process world)")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
+    torch_threads: int | None = Field(
+        None, gt=0, description="torch CPU threads (None: torch's default)"
+    )
 
 
 def setting_help() -> dict[str, str]:
     """Each setting's help text (`--help` of whoever exposes them)."""
-    return settings_help(DqnEllmConfig)
+    return {name: info.description or "" for name, info in DqnEllmConfig.model_fields.items()}
 
 
 # -- observations: what the network reads -----------------------------------------------------
@@ -537,7 +529,7 @@ def _save(
         (directory / STATE_FILE).write_text(json.dumps(saved, indent=2) + "\n")
 
     result = {k: v for k, v in state.items() if isinstance(v, int | float)}
-    config_dict = asdict(config)
+    config_dict = config.model_dump()
     config_dict["num_actions"] = int(envs.single_action_space.n)
     return line.save(write, DQN_ELLM, version, config=config_dict, result=result)
 
@@ -607,6 +599,7 @@ class DqnEllm(Algorithm):
     name = DQN_ELLM
     family = "dqn-ellm"
     learns_from = "env"
+    settings_model = DqnEllmConfig
 
     def train(
         self,
@@ -619,8 +612,7 @@ class DqnEllm(Algorithm):
         init_from: Checkpoint | str | Path | None = None,
         **settings: Any,
     ) -> Checkpoint:
-        self.check_settings(settings, [f.name for f in fields(DqnEllmConfig)])
-        config = DqnEllmConfig(**settings)
+        config = validate_settings(self.name, DqnEllmConfig, settings)
         start = None
         if init_from is not None:
             start = find_checkpoint(init_from)
@@ -635,7 +627,7 @@ class DqnEllm(Algorithm):
         found = find_checkpoint(checkpoint)
         self.check_written_by_me(found)
         described = json.loads((found.path / SPACE_FILE).read_text())
-        known = {f.name for f in fields(DqnEllmConfig)}
+        known = DqnEllmConfig.model_fields
         config = DqnEllmConfig(**{k: v for k, v in found.config.items() if k in known})
         num_actions = int(found.config["num_actions"])
         q_net = q_network(described, num_actions, config)

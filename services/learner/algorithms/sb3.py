@@ -189,6 +189,7 @@ class SB3Algorithm(Algorithm):
     def __init__(self, name: str, family: str) -> None:
         self.name = name
         self.family = family  # one class, two families
+        self.settings_model = SETTINGS[name]  # SB3's own (`llmrl algorithms` lists them)
 
     def train(
         self,

@@ -7,6 +7,8 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import Episodes, Seed
+from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.ellm.intrinsic import (
     CONDITIONING,
@@ -17,6 +19,12 @@ from llmrl.recipes.ellm.intrinsic import (
 from llmrl.recipes.ellm.ppo import EllmPpoSettings, rollout_sizes
 from llmrl.recipes.ellm.reward import DEFAULT_THRESHOLD
 from llmrl.recipes.ellm.training import AGENTS, TASKS
+
+
+def dqn_setting(name: str) -> Any:
+    """A key passed on to dqn-ellm's setting `name` (agent=dqn): its default, bounds and help."""
+    own = f"dqn-ellm: {DqnEllmConfig.model_fields[name].description}."
+    return setting_field(DqnEllmConfig, name, own)
 
 
 class EllmConfig(RecipeConfig):
@@ -87,17 +95,14 @@ class EllmConfig(RecipeConfig):
         description="agent=ppo: SB3 PPO's own settings (e.g. {n_steps: 128, learning_rate: "
         "0.0003, ent_coef: 0.01}); defaults n_steps 128, batch_size 256, lr 3e-4, SB3's others.",
     )
-    learning_rate: float = Field(6.25e-5, gt=0, description="DQN's Adam learning rate.")
-    buffer_size: int = Field(100_000, ge=1, description="DQN's replay buffer, in transitions.")
-    learning_starts: int = Field(5_000, ge=0, description="Frames of random play first.")
-    exploration_fraction: float = Field(
-        0.5, ge=0, le=1, description="Fraction of the frames over which epsilon falls 1 -> 0.01."
-    )
-    target_network_frequency: int = Field(
-        8_000, ge=1, description="Frames between target network copies."
-    )
-    train_frequency: int = Field(4, ge=1, description="Frames per DQN gradient step.")
-    hidden: int = Field(256, ge=1, description="Width of the Q-network's hidden layers.")
+    # agent=dqn: passed on to dqn-ellm as they are (its defaults, bounds and help)
+    learning_rate: float = dqn_setting("learning_rate")
+    buffer_size: int = dqn_setting("buffer_size")
+    learning_starts: int = dqn_setting("learning_starts")
+    exploration_fraction: float = dqn_setting("exploration_fraction")
+    target_network_frequency: int = dqn_setting("target_network_frequency")
+    train_frequency: int = dqn_setting("train_frequency")
+    hidden: int = dqn_setting("hidden")
     checkpoint_every: int = Field(
         20_000, ge=1, description="Frames between checkpoints (a killed run resumes there)."
     )

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from llmrl.common.bounds import Seed
 from llmrl.common.paths import confined_field
@@ -154,11 +161,10 @@ class EllmTrainingJob(EllmEnvSettings):
     def _dqn_settings_are_known(cls, value: dict[str, Any]) -> dict[str, Any]:
         """Checked when the job is parsed (a 422 naming `dqn.<key>`), not when it runs: the
         keys the job sets itself are refused, the rest go through dqn-ellm's own checks."""
-        from dataclasses import fields
-
+        from llmrl.learner.algorithms.base import settings_error
         from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
 
-        known = {f.name for f in fields(DqnEllmConfig)} - JOB_OWNED_DQN_SETTINGS - PROCESS_SETTINGS
+        known = set(DqnEllmConfig.model_fields) - JOB_OWNED_DQN_SETTINGS - PROCESS_SETTINGS
         for key in value:
             if key in PROCESS_SETTINGS:
                 raise ValueError(
@@ -172,7 +178,10 @@ class EllmTrainingJob(EllmEnvSettings):
                 )
         if value.get("buffer_size", 0) > MAX_BUFFER_SIZE:
             raise ValueError(f"dqn.buffer_size: at most {MAX_BUFFER_SIZE:,} transitions")
-        DqnEllmConfig(**value)  # its ValueError names the key
+        try:
+            DqnEllmConfig.model_validate(value)
+        except ValidationError as error:
+            raise ValueError(settings_error(DqnEllmConfig, error, "dqn.")) from None
         return value
 
     @model_validator(mode="after")
