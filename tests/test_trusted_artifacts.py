@@ -139,7 +139,7 @@ def test_a_driver_refuses_a_foreign_model_even_past_submission(foreign, marker):
 
 
 def test_the_loaders_check_the_digest_of_every_pickle_they_open(foreign, marker):
-    from llmrl.learner.drrn import load_drrn
+    from llmrl.recipes.glam.drrn_policy import load_drrn
 
     for algorithm in ("ppo", "dqn"):
         with pytest.raises(ValueError, match="names no artifact"):

@@ -1,5 +1,5 @@
-"""GLAM's DRRN baseline: SB3 DQN with the learner's DRRN Q-network (`llmrl.learner.drrn`) on
-the text the LLM reads.
+"""GLAM's DRRN baseline: the learner's `dqn` (SB3 DQN) with the DRRN Q-network
+(`drrn_policy.py`) on the text the LLM reads.
 
 The state is GLAM's prompt without its first line (the action phrases are scored as actions,
 not read as state): the goal, then the last three observations and two actions, cut to the
@@ -22,9 +22,9 @@ import numpy as np
 from gymnasium import spaces
 
 from llmrl.agents import Decision, EpisodeDriver
-from llmrl.learner.drrn import DrrnLayout, encode, load_drrn, q_values
 from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.recipes.glam.driver import env_phrases, followed_history
+from llmrl.recipes.glam.drrn_policy import DrrnLayout, encode, load_drrn, q_values
 from llmrl.simulator.sb3_vec_env import BatchVecEnv
 from llmrl.simulator.world import STEP_ENTRIES, episode_ends
 
@@ -118,25 +118,32 @@ def train_drrn(
     tensorboard_dir: str | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """DRRN by SB3 DQN for `steps` env steps. A model file every `eval_every` "updates" of
-    `num_envs x rollout_steps` env steps (the PPO methods' unit, so the learning curves share
-    their x) and at the end: `points` (path, update, env steps)."""
-    from stable_baselines3 import DQN
+    """DRRN by the learner's `dqn` for `steps` env steps. A version of the line `out_dir`
+    every `eval_every` "updates" of `num_envs x rollout_steps` env steps (the PPO methods'
+    unit, so the learning curves share their x) and at the end: `points` (model file, update,
+    env steps)."""
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from llmrl.learner.drrn import DrrnPolicy
+    from llmrl.recipes.glam.drrn_policy import DrrnPolicy
     from llmrl.recipes.glam.training import learn_in_updates
     from llmrl.simulator.client import make_world
 
     layout = layout or DrrnLayout()
     per_update = num_envs * rollout_steps
-    out_dir.mkdir(parents=True, exist_ok=True)
     world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 7_000, address=simulator)
     venv = VecMonitor(DrrnVecEnv(world, layout))
     try:
-        model = DQN(
-            DrrnPolicy,
+        return learn_in_updates(
+            "dqn",
             venv,
+            out_dir,
+            steps=steps,
+            per_update=per_update,
+            eval_every=eval_every,
+            seed=seed,
+            policy=DrrnPolicy,
+            tensorboard_dir=tensorboard_dir,
+            on_progress=on_progress,
             learning_rate=learning_rate,
             buffer_size=max(steps, batch_size),
             learning_starts=min(steps // 4, 500) if learning_starts is None else learning_starts,
@@ -149,15 +156,7 @@ def train_drrn(
             exploration_final_eps=0.05,
             max_grad_norm=5.0,
             policy_kwargs={"drrn": asdict(layout)},
-            seed=seed,
-            device="cpu",
-            verbose=0,
-            tensorboard_log=tensorboard_dir,
         )
-        return learn_in_updates(
-            model, out_dir, steps=steps, per_update=per_update, eval_every=eval_every,
-            on_progress=on_progress,
-        )  # fmt: skip
     finally:
         venv.close()
 

@@ -11,8 +11,8 @@ learner and the gateway must share it. NPAE is the same job with `init="random"`
 not through the gateway).
 
 The baselines train where the recipe runs (their envs in-process, or at the simulator service):
-* `train_symbolic_ppo`: Stable-Baselines3 PPO (MultiInputPolicy) on BabyAI's symbolic view
-  (`image`, `direction`, `mission_tokens`), saved every `eval_every` updates;
+* `train_symbolic_ppo`: the learner's `ppo` (Stable-Baselines3, MultiInputPolicy) on BabyAI's
+  symbolic view (`image`, `direction`, `mission_tokens`), a version every `eval_every` updates;
 * `collect_demonstrations`: BabyAI's bot (`oracle_plan` of an env made with `expert=True`)
   plays; every step becomes a chat example, GLAM's prompt -> the bot's action phrase, which
   behaviour cloning learns with the learner's `sft` algorithm (`train_behaviour_cloning`).
@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmrl.common import trusted
 from llmrl.common.bounds import Seed
 from llmrl.common.devices import check_device
 from llmrl.common.names import Name
@@ -179,10 +178,10 @@ def train_symbolic_ppo(
     tensorboard_dir: str | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """SB3 PPO on the grid with GLAM's PPO settings where SB3 has them (same envs x steps
-    per update, epochs, minibatch, gamma, lambda, clip, entropy, value, grad norm). A model
-    file every `eval_every` updates and at the end: `points` (path, update, env steps)."""
-    from stable_baselines3 import PPO
+    """SB3 PPO (the learner's `ppo`) on the grid with GLAM's PPO settings where SB3 has them
+    (same envs x steps per update, epochs, minibatch, gamma, lambda, clip, entropy, value,
+    grad norm). A version of the line `out_dir` every `eval_every` updates and at the end:
+    `points` (model file, update, env steps)."""
     from stable_baselines3.common.vec_env import VecMonitor
 
     from llmrl.learner.wrappers import FloatObservations
@@ -190,13 +189,20 @@ def train_symbolic_ppo(
     from llmrl.simulator.vector import WorldVecEnv
 
     per_update = num_envs * rollout_steps
-    out_dir.mkdir(parents=True, exist_ok=True)
     world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 5_000, address=simulator)
     venv = VecMonitor(FloatObservations(WorldVecEnv(world, keys=SYMBOLIC_KEYS)))
     try:
-        model = PPO(
-            "MultiInputPolicy",
+        return learn_in_updates(
+            "ppo",
             venv,
+            out_dir,
+            steps=steps,
+            per_update=per_update,
+            eval_every=eval_every,
+            seed=seed,
+            policy="MultiInputPolicy",
+            tensorboard_dir=tensorboard_dir,
+            on_progress=on_progress,
             learning_rate=learning_rate,
             n_steps=rollout_steps,
             batch_size=min(minibatch_size, per_update),
@@ -207,58 +213,45 @@ def train_symbolic_ppo(
             ent_coef=0.01,
             vf_coef=0.5,
             max_grad_norm=0.5,
-            seed=seed,
-            device="cpu",
-            verbose=0,
-            tensorboard_log=tensorboard_dir,
         )
-        return learn_in_updates(
-            model, out_dir, steps=steps, per_update=per_update, eval_every=eval_every,
-            on_progress=on_progress,
-        )  # fmt: skip
     finally:
         venv.close()
 
 
 def learn_in_updates(
-    model: Any,
+    algorithm: str,
+    venv: Any,
     out_dir: Path,
     *,
     steps: int,
     per_update: int,
     eval_every: int,
-    on_progress: Callable[[int], None] | None = None,
+    **training: Any,
 ) -> dict[str, Any]:
-    """Train an SB3 model for `steps // per_update` "updates" of `per_update` env steps (the
-    PPO methods' unit, so every learning curve shares its x), saving `update-<n>.zip` every
-    `eval_every` updates and at the end: the last model and every saved point."""
-    from stable_baselines3.common.callbacks import BaseCallback
+    """Train with the learner's SB3 `algorithm` for `steps // per_update` "updates" of
+    `per_update` env steps (the PPO methods' unit, so every learning curve shares its x), a
+    version of the line `out_dir` every `eval_every` updates and at the end (a killed run
+    goes on from its latest): the last model and every version, the evaluation points."""
+    from llmrl.learner.algorithms.sb3 import model_file
+    from llmrl.learner.versions import Versions
 
-    num_envs = model.get_env().num_envs
-
-    class Progress(BaseCallback):
-        def _on_step(self) -> bool:
-            if on_progress is not None:
-                on_progress(num_envs)
-            return True
-
+    line = Versions(out_dir)
     updates = max(1, steps // per_update)
-    points, done = [], 0
-    while done < updates:
-        chunk = min(eval_every, updates - done)
-        model.learn(chunk * per_update, callback=Progress(), reset_num_timesteps=done == 0)
-        done += chunk
-        path = out_dir / f"update-{done}.zip"
-        model.save(str(path))
-        trusted.record(path)  # its drivers load only what the project saved
-        points.append({"model": str(path), "update": done, "global_step": model.num_timesteps})
-    last = points[-1]
-    return {
-        "model": last["model"],
-        "update": last["update"],
-        "global_step": last["global_step"],
-        "points": points,
-    }
+    registry.get_algorithm(algorithm).train(
+        venv,
+        line,
+        total_timesteps=updates * per_update,
+        checkpoint_every=eval_every * per_update,
+        **training,
+    )
+    points = []
+    for version in line.versions():
+        saved = line.get(version)
+        step = int(saved.result["timesteps"])
+        points.append(
+            {"model": str(model_file(saved)), "update": step // per_update, "global_step": step}
+        )
+    return {**points[-1], "points": points}
 
 
 # -- behaviour cloning ----------------------------------------------------------------------------

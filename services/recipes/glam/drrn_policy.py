@@ -1,5 +1,5 @@
 """DRRN (He et al., ACL 2016): a Q-network over a text state and text actions, as a
-Stable-Baselines3 DQN policy.
+Stable-Baselines3 DQN policy (GLAM's DRRN baseline, `drrn.py`).
 
 Q(s, a) scores one (state, action phrase) pair: a GRU encodes the state's words, another GRU
 each action phrase's words, and a hidden ReLU layer over the two codes gives the value (the
