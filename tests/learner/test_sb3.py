@@ -148,6 +148,12 @@ def test_init_from_starts_a_fresh_line_from_a_checkpoints_weights(tmp_path: Path
     assert tuned.result["gradient_steps"] == 4 and tuned.config["init_from"] == str(pretrained.path)
     before = ppo.load(pretrained).policy.state_dict()
     assert_same(before, ppo.load(tuned).policy.state_dict())  # a learning rate of 0
+    # resumed, the line goes on from its own version and still names where it started
+    more = ppo.train(
+        envs(), tmp_path / "tuned", init_from=pretrained.path, total_timesteps=32, **frozen
+    )
+    assert more.version == "2" and more.result["timesteps"] == 32
+    assert more.config["init_from"] == str(pretrained.path)
 
     dqn = registry.get_algorithm("dqn").train(envs(), tmp_path / "dqn", total_timesteps=16, **DQN)
     with pytest.raises(ValueError, match=r"init_from: .* written by 'dqn', not 'ppo'"):

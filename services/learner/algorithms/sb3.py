@@ -239,18 +239,21 @@ class SB3Algorithm(Algorithm):
         common = {"device": "cpu", "tensorboard_log": tensorboard_log}
         line = as_versions(checkpoints)
         previous = resumable_version(line, self.name, MODEL_FILE) if resume else None
+        start = self._start(init_from) if init_from is not None and previous is None else None
         if previous is not None:
+            origin = previous.config.get("init_from")  # what the line started from, if any
             model = self._resume(previous, source, policy, save_replay_buffer, common, kwargs)
             if extra_state is not None:
                 extra_state.load(previous.path)
             if model.num_timesteps >= total_timesteps:
                 return previous
         else:
+            origin = str(start.path) if start is not None else None
             model = _algorithm_class(self.name)(
                 policy, source, seed=seed, verbose=0, **common, **kwargs
             )
-            if init_from is not None:
-                model.set_parameters(str(self._weights(init_from)), device="cpu")
+            if start is not None:  # fine-tuning: the weights (and optimizer) of `init_from`
+                model.set_parameters(str(start.path / MODEL_FILE), device="cpu")
             if reseed:
                 model.set_random_seed(seed)
         counter = StepCounter(int(previous.result.get("gradient_steps", 0)) if previous else 0)
@@ -260,7 +263,7 @@ class SB3Algorithm(Algorithm):
             **budget.model_dump(),
             "policy": getattr(policy, "__name__", policy),
             "tensorboard_dir": tensorboard_log,
-            "init_from": str(init_from) if init_from is not None and previous is None else None,
+            "init_from": origin,
             **kwargs,
         }
         callback = _callback(on_progress, on_episode, on_step)
@@ -286,15 +289,17 @@ class SB3Algorithm(Algorithm):
         assert checkpoint is not None
         return checkpoint
 
-    def _weights(self, init_from: Checkpoint | str | Path) -> Path:
-        """The model file of the checkpoint a fresh line starts from (this algorithm's only)."""
+    def _start(self, init_from: Checkpoint | str | Path) -> Checkpoint:
+        """The checkpoint a fresh line starts from: this algorithm's, its model file the
+        project's own."""
         start = find_checkpoint(init_from)
         if start.algorithm != self.name:
             raise ValueError(
                 f"init_from: {start.path} was written by {start.algorithm or 'no algorithm'!r}, "
                 f"not {self.name!r} (fine-tune with the algorithm that trained it)"
             )
-        return trusted.require_file(start.path / MODEL_FILE, "init_from")
+        trusted.require_file(start.path / MODEL_FILE, "init_from")
+        return start
 
     def _resume(
         self,
