@@ -54,7 +54,7 @@ def settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
 
 def run_fast(args: argparse.Namespace, model: str, out: Path) -> dict[str, float]:
     """llm-ppo as built: batched, KV-shared scoring, frozen-layer cache."""
-    import llmrl.learner.algorithms.llm_ppo  # noqa: F401  (registers llm-ppo)
+    import llmrl.recipes.glam.llm_ppo  # noqa: F401  (registers llm-ppo)
     from llmrl.common.registry import registry
     from llmrl.learner.versions import Versions
 
@@ -97,9 +97,9 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
     """The same PPO with one full forward per (env, action) and a full backward."""
     import torch
 
-    from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, gae, ppo_loss
-    from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
     from llmrl.learner.llm.model import LlmPolicyModel
+    from llmrl.recipes.glam.llm_ppo import LlmPpoConfig, gae, ppo_loss
+    from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
     from llmrl.simulator.client import make_world
     from llmrl.simulator.world import episode_ends
 

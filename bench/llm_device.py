@@ -36,7 +36,7 @@ VIEW = "You see a wall 3 steps forward, You see a red ball 1 step left and 2 ste
 
 def glam_prompts(policy: Any, count: int) -> list[list[int]]:
     """`count` GLAM prompts with three observations and two actions (~160 tokens each)."""
-    from llmrl.learner.llm.glam_prompt import PromptHistory
+    from llmrl.recipes.glam.prompt import PromptHistory
 
     prompts = []
     for i in range(count):

@@ -67,7 +67,9 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "backend": ("llmrl.llm_gateway.backends",),
     "planner": ("llmrl.planners", "llmrl.recipes"),  # shared planners, then recipes' own
     "recipe": ("llmrl.recipes",),
-    "algorithm": ("llmrl.learner.algorithms",),
+    # the learner's families, then a method's own algorithm kept with its recipe (one module,
+    # so that looking an algorithm up does not import every recipe)
+    "algorithm": ("llmrl.learner.algorithms", "llmrl.recipes.glam.llm_ppo"),
     "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
     "driver": ("llmrl.agents", "llmrl.recipes"),  # shared drivers, then recipes' own kinds
     "dataset": ("llmrl.annotator", "llmrl.recipes"),

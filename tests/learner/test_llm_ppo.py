@@ -20,12 +20,12 @@ from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import adapter_versions
-from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig, ppo_minibatch_step
-from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
 from llmrl.learner.versions import Versions
 from llmrl.llm_gateway.client import connect
+from llmrl.recipes.glam.llm_ppo import LlmPpoConfig, ppo_minibatch_step
+from llmrl.recipes.glam.prompt import PromptHistory
 
 SMALL = {
     "num_envs": 8,

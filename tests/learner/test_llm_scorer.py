@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases, glam_prompt
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates, score_from_frozen
+from llmrl.recipes.glam.prompt import PromptHistory, action_phrases, glam_prompt
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,14 @@ The contract (`base.Algorithm`):
 * `load(checkpoint)`: the trained thing, ready to use, from a `Checkpoint`, a version
   directory or a line (its latest version).
 
-Families: `sb3` (SB3 on-policy `ppo`, `a2c`; off-policy `dqn`; checkpoint: `model.zip`),
-`sft` (LoRA supervised fine-tuning on chat JSONL; checkpoint: a LoRA adapter the gateway serves)
-and `llm-ppo` (GLAM's PPO on an LLM policy over text actions: learns from a world of text envs
-with the learner's own copy of the model, `llmrl.learner.llm`; checkpoint: a LoRA adapter
-version the gateway serves, with the value head and optimizer state, resumable). Coming
-families keep the same contract, e.g. offline RL through d3rlpy (BC, CQL, IQL...: learns from a
-dataset; checkpoint: d3rlpy's model file).
+Families: `sb3` (SB3 on-policy `ppo`, `a2c`; off-policy `dqn`; checkpoint: `model.zip`;
+resumable, with periodic versions), `sft` (LoRA supervised fine-tuning on chat JSONL;
+checkpoint: a LoRA adapter the gateway serves), `offline-rl` (d3rlpy's BC, CQL, TD3+BC, IQL,
+AWAC on a dataset), `grounding-sft` (KALM's grounding of an LLM in states and actions) and
+`dqn-ellm` (ELLM's DQN). A method's own algorithm may live with its recipe and register the
+same way: `llm-ppo` (GLAM's PPO on an LLM policy over text actions) is
+`llmrl.recipes.glam.llm_ppo`. Each declares its settings as a pydantic model
+(`settings_model`, listed by `llmrl algorithms NAME`).
 
 Every module here is imported when the first algorithm is looked up, so a family imports its
 libraries (torch, SB3, peft, d3rlpy) inside its functions: a missing one then only matters

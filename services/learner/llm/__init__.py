@@ -1,4 +1,4 @@
-"""The learner's LLM: a causal LM trained as a policy (GLAM now, KALM later).
+"""The learner's LLM: a causal LM trained as a policy or a model (GLAM's PPO, KALM's grounding).
 
 * `model.LlmPolicyModel`: the base causal LM (a local directory or a gateway model name,
   resolved as the gateway resolves it), LoRA through peft (optionally on the top N layers
@@ -7,8 +7,10 @@
 * `scorer.score_candidates`: B prompts x K candidates in two forwards (the prompts, then
   every candidate on the prompt's shared KV cache), differentiable or not; with
   `keep_frozen` also the hidden states entering the first trained layer, from which
-  `scorer.score_from_frozen` scores the same samples again running only the top layers;
-* `glam_prompt`: GLAM's prompt format (a pure function) and the action phrase sets.
+  `scorer.score_from_frozen` scores the same samples again running only the top layers.
+
+GLAM's prompt format and its PPO live with the recipe (`llmrl.recipes.glam.prompt`,
+`llmrl.recipes.glam.llm_ppo`): they are the method; this package is what methods share.
 
 The learner holds its own copy of the model: on-policy PPO needs the freshest weights. The
 gateway's `score` stays the path for frozen models (its scorer runs under inference mode,

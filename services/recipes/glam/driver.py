@@ -5,7 +5,7 @@ Policy specs:
 * `{"kind": "glam", "model": <gateway model name or "<model>:<adapter>@<version>">,
   "reduction": "sum"|"mean", "greedy": bool}`: at each step the env's action phrases (its
   `action_phrases` observation where it has one, else BabyAI-Text's six) are scored as
-  continuations of GLAM's prompt (`llmrl.learner.llm.glam_prompt`) by the gateway's `score`;
+  continuations of GLAM's prompt (`llmrl.recipes.glam.prompt`) by the gateway's `score`;
   the policy is the softmax of the scores (summed token log-probs, or their mean), played
   greedily (argmax) or sampled with a generator seeded by the episode's seed. Every score
   call is recorded as an `LlmCall`. With `"chat": true` the prompt is sent as one user turn
@@ -38,7 +38,7 @@ from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
 from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
-from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
+from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 
 GLAM, RANDOM, CHECKPOINT, SYMBOLIC = "glam", "glam-random", "glam-checkpoint", "glam-sb3"
 DRRN = "glam-drrn"

@@ -22,9 +22,9 @@ import numpy as np
 from gymnasium import spaces
 
 from llmrl.agents import Decision, EpisodeDriver
-from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.recipes.glam.driver import env_phrases, followed_history
 from llmrl.recipes.glam.drrn_policy import DrrnLayout, encode, load_drrn, q_values
+from llmrl.recipes.glam.prompt import PromptHistory
 from llmrl.simulator.sb3_vec_env import BatchVecEnv
 from llmrl.simulator.world import STEP_ENTRIES, episode_ends
 

@@ -32,7 +32,7 @@ from llmrl.common.devices import check_device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
-from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
+from llmrl.recipes.glam.llm_ppo import LlmPpoConfig
 
 
 def ppo_setting(name: str, description: str | None = None, **bounds: float) -> Any:
@@ -270,8 +270,8 @@ def collect_demonstrations(
     where the bot has given up is played by "turn left" and not recorded."""
     import numpy as np
 
-    from llmrl.learner.llm.glam_prompt import PromptHistory
     from llmrl.recipes.glam.driver import env_phrases
+    from llmrl.recipes.glam.prompt import PromptHistory
     from llmrl.simulator.client import make_world
     from llmrl.simulator.world import episode_ends
 

@@ -18,12 +18,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from llmrl.agents import make_driver
 from llmrl.learner.algorithms import load_cached
 from llmrl.learner.algorithms.base import validate_settings
-from llmrl.learner.algorithms.llm_ppo import LlmPpoConfig
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
 from llmrl.learner.versions import Checkpoint
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.glam.driver import CheckpointGlamDriver
+from llmrl.recipes.glam.llm_ppo import LlmPpoConfig
 
 ENV = "BabyAIText-GoToLocalS5N2"
 SIX = {"turn left", "turn right", "go forward", "pick up", "drop", "toggle"}

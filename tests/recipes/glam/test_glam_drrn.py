@@ -13,9 +13,9 @@ import torch
 from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.agents import make_driver
-from llmrl.learner.llm.glam_prompt import PromptHistory
 from llmrl.recipes.glam.drrn import DrrnVecEnv, cached_drrn, state_row, train_drrn
 from llmrl.recipes.glam.drrn_policy import DrrnLayout, DrrnScorer, encode, word_ids
+from llmrl.recipes.glam.prompt import PromptHistory
 from llmrl.simulator.client import make_world
 
 SMALL = DrrnLayout(state_words=12, phrase_words=3, vocab=64, embedding_dim=8, hidden_dim=8)

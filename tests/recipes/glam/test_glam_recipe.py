@@ -15,10 +15,10 @@ from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.agents import EpisodeJob, RolloutResources, make_driver
 from llmrl.common.episodes import EpisodeRecord, LlmCall
-from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 from llmrl.recipes.glam.recipe import Glam
 from llmrl.recipes.glam.report import action_distribution
 

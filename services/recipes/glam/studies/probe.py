@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     from sklearn.feature_extraction.text import CountVectorizer
     from tqdm import tqdm
 
-    from llmrl.learner.llm.glam_prompt import action_phrases
     from llmrl.learner.llm.model import LlmPolicyModel
+    from llmrl.recipes.glam.prompt import action_phrases
     from llmrl.recipes.glam.training import collect_demonstrations
 
     if args.torch_threads:

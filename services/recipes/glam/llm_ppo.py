@@ -9,7 +9,7 @@ the whole model, plus the value head (`heads.pt`), the optimizer (`optimizer.pt`
 training stood (`state.json`).
 
 It reads top to bottom like CleanRL's ppo.py. At each step every env's GLAM prompt
-(`llmrl.learner.llm.glam_prompt`) is scored against the action phrases in one batched,
+(`llmrl.recipes.glam.prompt`) is scored against the action phrases in one batched,
 KV-shared forward (`llmrl.learner.llm.scorer`); the policy is the softmax of the scores, the
 value GLAM's MLP head on the last prompt token's hidden state. After `num_steps` steps:
 GAE, then `update_epochs` epochs of minibatches with the clipped policy loss, the clipped
@@ -48,9 +48,9 @@ from llmrl.learner.algorithms.base import (
     tensorboard_writer,
     validate_settings,
 )
-from llmrl.learner.llm.glam_prompt import PromptHistory, action_phrases
 from llmrl.learner.llm.scorer import REDUCTIONS
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
+from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 
 log = logging.getLogger("llmrl.learner.llm_ppo")
 LLM_PPO = "llm-ppo"
@@ -113,9 +113,7 @@ class LlmPpoConfig(AlgorithmSettings):
     reward_scale: float = Field(
         20.0, gt=0, description="reward multiplier (the paper: 20 x BabyAI's)"
     )
-    action_set: str = Field(
-        "babyai", description="the action phrases (llmrl.learner.llm.glam_prompt)"
-    )
+    action_set: str = Field("babyai", description="the action phrases (llmrl.recipes.glam.prompt)")
     reduction: str = Field("sum", description="candidate score: sum or mean of its token log-probs")
     lora: bool = Field(True, description="train a LoRA (False: fine-tune every weight)")
     init: Init = Field(
