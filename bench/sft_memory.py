@@ -84,7 +84,8 @@ def add_sft_option(parser: argparse.ArgumentParser, name: str, **overrides: Any)
     `overrides` give the bench's own."""
     setting = SftSettings.model_fields[name]
     options = {"default": setting.default, "help": setting.description, **overrides}
-    parser.add_argument(f"--{name.replace('_', '-')}", type=int, **options)
+    flag = f"--{name.replace('_', '-')}"
+    parser.add_argument(flag, type=int, default=options["default"], help=options["help"])
 
 
 def main() -> None:

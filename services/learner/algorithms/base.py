@@ -3,11 +3,9 @@ of loaded models."""
 
 from __future__ import annotations
 
-import math
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import field, fields
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -55,15 +53,6 @@ class Algorithm(ABC):
     def load(self, checkpoint: Checkpoint | str | Path) -> Any:
         """What `train` saved in `checkpoint` (a Checkpoint, a version directory or a line:
         its latest version), ready to use."""
-
-    def check_settings(self, settings: dict[str, Any], allowed: Iterable[str]) -> None:
-        allowed = sorted(set(allowed))
-        unknown = sorted(set(settings) - set(allowed))
-        if unknown:
-            raise ValueError(
-                f"{self.name}: unknown setting(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(allowed)}"
-            )
 
     def check_written_by_me(self, checkpoint: Checkpoint) -> None:
         """A checkpoint another algorithm wrote is refused (its metadata names the writer)."""
@@ -163,28 +152,7 @@ def setting_field(
     return derived
 
 
-# -- settings as dataclass fields with help (kept until dqn-ellm and sb3 use models) ------------
-def setting(default: Any, help: str) -> Any:
-    """A dataclass field whose help text `settings_help` gives to `--help`."""
-    return field(default=default, metadata={"help": help})
-
-
-def settings_help(config_class: type) -> dict[str, str]:
-    """Each setting of a dataclass config, with its help text."""
-    return {f.name: f.metadata["help"] for f in fields(config_class)}
-
-
-def check_number(key: str, value: Any, integer: bool = False, positive: bool = False) -> None:
-    """A ValueError naming `key` unless `value` is a finite number (an integer) >= 0 (> 0).
-    NaN and infinity are refused: NaN passes every comparison and would reach the trainer."""
-    kinds = (int,) if integer else (int, float)
-    number = isinstance(value, kinds) and not isinstance(value, bool)
-    number = number and (isinstance(value, int) or math.isfinite(value))
-    if not number or (value <= 0 if positive else value < 0):
-        kind = "an integer" if integer else "a finite number"
-        raise ValueError(f"{key}: expected {kind} {'> 0' if positive else '>= 0'}, got {value!r}")
-
-
+# -- helpers of the hand-written algorithms ---------------------------------------------------
 def check_env(env: str) -> None:
     """An env id the registry knows (a ValueError names the key and the known ids)."""
     from llmrl.common.registry import registry
