@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:<index>"
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
@@ -22,6 +24,19 @@ def check_device(name: str, field: str = "device") -> str:
     if not isinstance(name, str) or not _DEVICE.match(name):
         raise ValueError(f"{field}: expected {DEVICE_CHOICES}, got {name!r}")
     return name
+
+
+# a settings model's device field: `device: Device = device_field("trains")`
+Device = Annotated[str, AfterValidator(check_device)]
+
+
+def device_field(what_it_does: str = "runs") -> Any:
+    """The field of a model's device, default auto; `what_it_does`: "runs", "trains"..."""
+    return Field(
+        "auto",
+        description=f"where the model {what_it_does}: auto (the GPU where torch sees one), "
+        "cpu, cuda or cuda:<index>",
+    )
 
 
 def resolve_device(name: str = "auto", field: str = "device") -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.devices import check_device
+from llmrl.common.devices import Device, device_field
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -99,16 +99,7 @@ class GroundingSftConfig(AlgorithmSettings):
     seed: int = Field(0, ge=0, description="seed of the batches and the initialisation")
     continue_training: bool = Field(False, description="start from the line's latest version")
     tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
-    device: str = Field(
-        "auto",
-        description="where the model trains: auto (the GPU where torch sees one), cpu, cuda or "
-        "cuda:<n>",
-    )
-
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        return check_device(value)
+    device: Device = device_field("trains")
 
     @field_validator("tasks")
     @classmethod

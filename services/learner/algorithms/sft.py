@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from llmrl.common.devices import check_device
+from llmrl.common.devices import Device, device_field
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import save_adapter
 from llmrl.learner.algorithms.base import (
@@ -101,16 +101,7 @@ class SftSettings(AlgorithmSettings):
     torch_threads: int | None = Field(
         None, gt=0, description="torch CPU threads (None: torch's default)"
     )
-    device: str = Field(
-        "auto",
-        description="where the model trains: auto (the GPU where torch sees one), cpu, cuda or "
-        "cuda:<n>",
-    )
-
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        return check_device(value)
+    device: Device = device_field("trains")
 
 
 class SftConfig(SftSettings):

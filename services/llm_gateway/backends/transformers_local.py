@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from llmrl.common.devices import check_device, resolve_device
+from llmrl.common.devices import Device, device_field, resolve_device
 from llmrl.common.names import is_safe_name
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
@@ -43,10 +43,7 @@ class HfModelConfig(ModelConfig):
     # auto: bfloat16 where the model's device computes it natively (a GPU, AVX512-BF16/AMX),
     # else float32 (on an AVX2-only CPU bf16 is emulated and measured ~3x slower than fp32)
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
-    device: str = Field(
-        "auto", description="where the model runs: auto (the GPU where torch sees one), cpu, "
-        "cuda or cuda:<index>"
-    )  # fmt: skip
+    device: Device = device_field("runs")
     max_batch_size: int = Field(8, ge=1)
     max_wait_ms: float = Field(5.0, ge=0)
     max_context_tokens: int = Field(4096, ge=16)
@@ -68,11 +65,6 @@ class HfModelConfig(ModelConfig):
         default_factory=dict,
         description="LoRA adapters: name -> version -> directory (peft save_pretrained output)",
     )
-
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        return check_device(value)
 
     @field_validator("adapters")
     @classmethod

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from llmrl.common.devices import check_device
+from llmrl.common.devices import Device, device_field
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -134,11 +134,7 @@ class LlmPpoConfig(AlgorithmSettings):
     bf16: bool | None = Field(
         None, description="bf16 autocast (None: where the device computes it natively)"
     )
-    device: str = Field(
-        "auto",
-        description="where the LLM runs: auto (the GPU where torch sees one), cpu, cuda or "
-        "cuda:<n>",
-    )
+    device: Device = device_field("trains")
     checkpoint_every: int = Field(1, gt=0, description="save a version every this many updates")
     resume: bool = Field(True, description="continue from the line's latest version, if any")
     seed: int = Field(0, ge=0, description="seed of the world, the sampling and the initialisation")
@@ -147,11 +143,6 @@ class LlmPpoConfig(AlgorithmSettings):
     torch_threads: int | None = Field(
         None, gt=0, description="torch CPU threads (None: torch's default)"
     )
-
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        return check_device(value)
 
     @field_validator("action_set")
     @classmethod

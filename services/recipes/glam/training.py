@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmrl.common.bounds import Seed
-from llmrl.common.devices import check_device
+from llmrl.common.devices import Device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
@@ -55,12 +55,7 @@ class PpoSettings(BaseModel):
     max_grad_norm: float = ppo_setting("max_grad_norm", gt=0)
     reward_scale: float = ppo_setting("reward_scale")
     grad_diagnostics: bool = ppo_setting("grad_diagnostics")
-    device: str = ppo_setting("device")
-
-    @field_validator("device")
-    @classmethod
-    def _known_device(cls, value: str) -> str:
-        return check_device(value)
+    device: Device = ppo_setting("device")
 
     def ppo_settings(self) -> dict[str, Any]:
         """These settings as llm-ppo's keyword arguments."""
