@@ -186,9 +186,9 @@ def results_section(reports: list[dict[str, Any]]) -> str:
             kept = report["planned"] - len(report["missing"])
             lines += [
                 "",
-                f"**Partial: {kept} of the {report['planned']} planned runs are kept**, so "
-                f"far; not yet run: {'; '.join(report['missing'])}. The figures below are "
-                "over the kept runs only.",
+                f"**Partial: {kept} of its {report['planned']} planned runs kept so far**; "
+                f"not yet run: {'; '.join(report['missing'])}. The figures below are over the "
+                "kept runs only.",
             ]
         if claim:
             lines += ["", f"Claim: {claim['statement']}."]

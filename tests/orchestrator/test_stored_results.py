@@ -118,7 +118,7 @@ def test_an_experiment_kept_in_parts_adds_each_part_to_the_kept_runs(swept, tmp_
     page = docs / "evaluate.md"
     page.write_text(f"# evaluate\n{BEGIN}\n{END}\n")
     render(tmp_path / "recipes", docs)
-    assert "**Partial: 2 of the 3 planned runs are kept**" in page.read_text()
+    assert "**Partial: 2 of its 3 planned runs kept so far**" in page.read_text()
 
     rest = tmp_path / "rest"  # another sitting: only the missing seed, into a new out dir
     result = CliRunner().invoke(
