@@ -521,7 +521,6 @@ def recipes(names: tuple[str, ...]) -> None:
 
     With RECIPE names, only those recipes' keys, e.g. `llmrl recipes glam`.
     """
-    from rich.table import Table
 
     from llmrl.common.console import output_console
     from llmrl.common.registry import registry
@@ -545,12 +544,7 @@ def recipes(names: tuple[str, ...]) -> None:
             if names:
                 output_console().print(f"{name}: not available here ({entry.install_hint})")
             continue
-        table = Table(title=f"{name}: configuration (key=value)")
-        for column in ("key", "type", "default", "description"):
-            table.add_column(column)
-        for field in config_fields(name):
-            table.add_row(field["name"], field["type"], field["default"], field["description"])
-        output_console().print(table)
+        _print_fields(f"{name}: configuration (key=value)", config_fields(name))
 
 
 @main.command()
@@ -561,9 +555,7 @@ def algorithms(names: tuple[str, ...]) -> None:
     With ALGORITHM names, only those algorithms' settings, e.g. `llmrl algorithms llm-ppo`:
     the keys a policy job or a recipe passes on, each with its type, default and meaning.
     """
-    from rich.table import Table
 
-    from llmrl.common.console import output_console
     from llmrl.common.model_fields import field_rows
     from llmrl.common.registry import registry
 
@@ -579,12 +571,21 @@ def algorithms(names: tuple[str, ...]) -> None:
         model = getattr(entry.obj, "settings_model", None)
         if (names and name not in names) or model is None:
             continue
-        table = Table(title=f"{name}: settings")
-        for column in ("key", "type", "default", "description"):
-            table.add_column(column)
-        for field in field_rows(model):
-            table.add_row(field["name"], field["type"], field["default"], field["description"])
-        output_console().print(table)
+        _print_fields(f"{name}: settings", field_rows(model))
+
+
+def _print_fields(title: str, rows: list[dict[str, str]]) -> None:
+    """A table of settings: key, type, default and description (`model_fields.field_rows`)."""
+    from rich.table import Table
+
+    from llmrl.common.console import output_console
+
+    table = Table(title=title)
+    for column in ("key", "type", "default", "description"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["name"], row["type"], row["default"], row["description"])
+    output_console().print(table)
 
 
 @main.command()
