@@ -83,6 +83,21 @@ def test_a_version_every_checkpoint_every_timesteps(tmp_path: Path):
     assert_same(weights(line, "4"), weights(Versions(once.path.parent), "1"))
 
 
+def test_training_without_tensorboard_writes_nothing_outside_its_line(tmp_path, monkeypatch):
+    """SB3's own logger would make an SB3-<time> folder in the temp dir at every learn call
+    (one per version here); the algorithm's writes nothing but the line."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    ppo = registry.get_algorithm("ppo")
+    ppo.train(envs(), tmp_path / "line", total_timesteps=32, checkpoint_every=16, seed=1, **PPO)
+    assert list(scratch.iterdir()) == []
+
+
 @pytest.mark.parametrize(("name", "settings"), [("ppo", PPO), ("dqn", DQN)])
 def test_a_resumed_line_ends_as_an_uninterrupted_run(name: str, settings: dict, tmp_path: Path):
     algorithm = registry.get_algorithm(name)

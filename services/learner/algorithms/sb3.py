@@ -256,6 +256,12 @@ class SB3Algorithm(Algorithm):
                 model.set_parameters(str(start.path / MODEL_FILE), device="cpu")
             if reseed:
                 model.set_random_seed(seed)
+        if tensorboard_log is None:
+            # SB3 would make an empty SB3-<time> folder in the system temp dir at every learn
+            # call for a logger that writes nowhere: give it one that makes no folder
+            from stable_baselines3.common.logger import Logger
+
+            model.set_logger(Logger(folder=None, output_formats=[]))
         counter = StepCounter(int(previous.result.get("gradient_steps", 0)) if previous else 0)
         model.policy.optimizer.register_step_post_hook(counter)
 
