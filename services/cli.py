@@ -521,20 +521,10 @@ def recipes(names: tuple[str, ...]) -> None:
 
     With RECIPE names, only those recipes' keys, e.g. `llmrl recipes glam`.
     """
-
     from llmrl.common.console import output_console
-    from llmrl.common.registry import registry
 
     config_fields = _load("llmrl.recipes.base", "config_fields")
-    try:
-        entries = registry.entries("recipe")
-    except ImportError as exc:  # e.g. LLMRL_PLUGINS names a module that does not exist
-        raise click.ClickException(str(exc)) from exc
-    unknown = [name for name in names if name not in entries]
-    if unknown:
-        raise click.UsageError(
-            f"unknown recipe {', '.join(map(repr, unknown))}; registered: {', '.join(entries)}"
-        )
+    entries = _named_entries("recipe", names)
     if not names:
         _print_entries("recipe")
     for name, entry in entries.items():
@@ -555,16 +545,9 @@ def algorithms(names: tuple[str, ...]) -> None:
     With ALGORITHM names, only those algorithms' settings, e.g. `llmrl algorithms llm-ppo`:
     the keys a policy job or a recipe passes on, each with its type, default and meaning.
     """
-
     from llmrl.common.model_fields import field_rows
-    from llmrl.common.registry import registry
 
-    entries = registry.entries("algorithm")
-    unknown = [name for name in names if name not in entries]
-    if unknown:
-        raise click.UsageError(
-            f"unknown algorithm {', '.join(map(repr, unknown))}; registered: {', '.join(entries)}"
-        )
+    entries = _named_entries("algorithm", names)
     if not names:
         _print_entries("algorithm")
     for name, entry in entries.items():
@@ -572,6 +555,22 @@ def algorithms(names: tuple[str, ...]) -> None:
         if (names and name not in names) or model is None:
             continue
         _print_fields(f"{name}: settings", field_rows(model))
+
+
+def _named_entries(kind: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The registry's entries of `kind`; a usage error naming any of `names` it lacks."""
+    from llmrl.common.registry import registry
+
+    try:
+        entries = registry.entries(kind)
+    except ImportError as exc:  # e.g. LLMRL_PLUGINS names a module that does not exist
+        raise click.ClickException(str(exc)) from exc
+    unknown = [name for name in names if name not in entries]
+    if unknown:
+        raise click.UsageError(
+            f"unknown {kind} {', '.join(map(repr, unknown))}; registered: {', '.join(entries)}"
+        )
+    return entries
 
 
 def _print_fields(title: str, rows: list[dict[str, str]]) -> None:
