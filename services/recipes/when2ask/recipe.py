@@ -16,7 +16,6 @@ curves and a queries-versus-success chart.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from llmrl.common.bounds import Episodes, Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
+from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sb3 import LrSchedule
 from llmrl.recipes.base import (
     Phase,
@@ -76,7 +76,7 @@ MEDIATOR_KEYS = {
 
 def mediator_field(name: str) -> Any:
     """The config field of MediatorSettings' `name`: its default, bounds and help, not retyped."""
-    return copy.deepcopy(MediatorSettings.model_fields[name])
+    return setting_field(MediatorSettings, name)
 
 
 class When2AskConfig(RecipeConfig):
