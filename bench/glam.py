@@ -40,8 +40,8 @@ def settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
     return {
         "base_model": model,
         "num_envs": args.num_envs,
-        "num_steps": args.rollout_steps,
-        "total_timesteps": args.num_envs * args.rollout_steps * args.updates,
+        "num_steps": args.num_steps,
+        "total_timesteps": args.num_envs * args.num_steps * args.updates,
         "update_epochs": args.update_epochs,
         "minibatch_size": args.minibatch_size,
         "learning_rate": 1e-4,
@@ -103,7 +103,7 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
     from llmrl.simulator.client import make_world
     from llmrl.simulator.world import episode_ends
 
-    steps = args.naive_envs * args.rollout_steps * args.updates
+    steps = args.naive_envs * args.num_steps * args.updates
     config = LlmPpoConfig(
         **{**settings(args, model), "num_envs": args.naive_envs, "total_timesteps": steps},
         lora_layers=None,
@@ -221,9 +221,9 @@ def main() -> None:
     add_model_options(
         parser,
         GlamConfig,
-        ["model", "env", "num_envs", "rollout_steps", "update_epochs", "minibatch_size",
+        ["model", "env", "num_envs", "num_steps", "update_epochs", "minibatch_size",
          "lora_layers"],
-        defaults={"rollout_steps": 1, "update_epochs": 1, "minibatch_size": 16, "lora_layers": 4},
+        defaults={"num_steps": 1, "update_epochs": 1, "minibatch_size": 16, "lora_layers": 4},
     )  # fmt: skip
     parser.add_argument("--updates", type=int, default=1, help="PPO updates per mode")
     parser.add_argument(

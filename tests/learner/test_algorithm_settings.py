@@ -114,16 +114,16 @@ def test_a_bad_sft_setting_is_a_422_naming_it(learner, tmp_path: Path, change, k
     ("change", "key"),
     [
         ({"learning_rate": 0}, "learning_rate"),
-        ({"rollout_steps": 0}, "rollout_steps"),  # llm-ppo's num_steps, its bound
+        ({"num_steps": 0}, "num_steps"),  # llm-ppo's own key and bound
         ({"gae_lambda": 1.5}, "gae_lambda"),
         ({"reduction": "max"}, "reduction"),
         ({"device": "tpu"}, "device"),
-        ({"lora_rank": 0}, "lora_rank"),
-        ({"lora_r": 8}, "lora_r"),  # unknown: the job's key is lora_rank
+        ({"lora_r": 0}, "lora_r"),
+        ({"rollout_steps": 8}, "rollout_steps"),  # unknown: the job uses llm-ppo's num_steps
     ],
 )
 def test_a_bad_llm_ppo_setting_is_a_422_naming_it(learner, change, key) -> None:
-    body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "steps": 8}
+    body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "total_timesteps": 8}
     [problem] = refused_keys(learner, "/policy-jobs", {**body, **change})
     assert problem.startswith(f"{key} "), problem
 

@@ -43,7 +43,7 @@ report = {
     "recipes_imported": sorted(m for m in sys.modules if m.startswith("llmrl.recipes")),
     "algorithms": registry.names("algorithm"),
 }
-job = {"kind": "when2ask", "policy": "never-ask", "env": "SimpleDoorKey", "steps": 8,
+job = {"kind": "when2ask", "policy": "never-ask", "env": "SimpleDoorKey", "total_timesteps": 8,
        "model_path": sys.argv[1] + "/m.zip"}
 answer = client.post("/policy-jobs", json=job)
 report["policy_job"] = [answer.status_code, answer.text]

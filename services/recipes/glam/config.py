@@ -30,7 +30,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
     )
     train_steps: int = Field(5120, ge=1, description="Training budget in env steps (all envs).")
     num_envs: int = Field(16, ge=1, le=256, description="Envs stepped together in training.")
-    rollout_steps: int = ppo_setting("num_steps", "Steps per env per PPO rollout.")
+    num_steps: int = ppo_setting("num_steps", "Steps per env per PPO rollout.")
     minibatch_size: int = ppo_setting("minibatch_size", "Samples per PPO gradient step.")
     microbatch_size: int | None = ppo_setting(
         "microbatch_size",
@@ -58,7 +58,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
         "rollout. None: all layers, whose activations a whole minibatch keeps for the backward "
         "(~16 GB for 32 samples of SmolLM2-135M): set microbatch_size (e.g. 8) with it.",
     )
-    lora_rank: int = ppo_setting(
+    lora_r: int = ppo_setting(
         "lora_r",
         "Rank of GLAM's and BC's LoRA (alpha = 2 x rank, so the update's scale stays the same "
         "across ranks).",
@@ -68,7 +68,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
         2,
         ge=1,
         description="Evaluate every trained method on the held-out seeds every this many PPO "
-        "updates (num_envs x rollout_steps env steps each): the learning curve.",
+        "updates (num_envs x num_steps env steps each): the learning curve.",
     )
     npae_learning_rate: float = Field(
         1e-4, gt=0, description="Adam learning rate of NPAE (random weights, full fine-tuning)."

@@ -107,7 +107,7 @@ def train_drrn(
     *,
     steps: int,
     num_envs: int,
-    rollout_steps: int,
+    num_steps: int,
     learning_rate: float,
     eval_every: int,
     seed: int,
@@ -119,7 +119,7 @@ def train_drrn(
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """DRRN by the learner's `dqn` for `steps` env steps. A version of the line `out_dir`
-    every `eval_every` "updates" of `num_envs x rollout_steps` env steps (the PPO methods'
+    every `eval_every` "updates" of `num_envs x num_steps` env steps (the PPO methods'
     unit, so the learning curves share their x) and at the end: `points` (model file, update,
     env steps)."""
     from stable_baselines3.common.vec_env import VecMonitor
@@ -129,7 +129,7 @@ def train_drrn(
     from llmrl.simulator.client import make_world
 
     layout = layout or DrrnLayout()
-    per_update = num_envs * rollout_steps
+    per_update = num_envs * num_steps
     world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 7_000, address=simulator)
     venv = VecMonitor(DrrnVecEnv(world, layout))
     try:

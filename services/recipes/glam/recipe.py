@@ -131,15 +131,15 @@ class Glam(Recipe):
             env=cfg.env,
             model=cfg.model,
             adapter=self.adapter_name(ctx, method),
-            steps=cfg.train_steps,
+            total_timesteps=cfg.train_steps,
             num_envs=cfg.num_envs,
-            rollout_steps=cfg.rollout_steps,
+            num_steps=cfg.num_steps,
             minibatch_size=cfg.minibatch_size,
             microbatch_size=cfg.microbatch_size or (NPAE_MICROBATCH if full else None),
             update_epochs=cfg.update_epochs,
             learning_rate=cfg.npae_learning_rate if npae else cfg.learning_rate,
             lora_layers=None if full else cfg.lora_layers,
-            lora_rank=cfg.lora_rank,
+            lora_r=cfg.lora_r,
             reduction=cfg.reduction,
             lora=not full,
             init="random" if npae else "pretrained",
@@ -149,7 +149,7 @@ class Glam(Recipe):
             tensorboard_dir=str(self.train_tb(ctx, method)),
             simulator=ctx.simulator,
         )
-        return ctx.train(job, train_glam, train_phase(method), job.steps)
+        return ctx.train(job, train_glam, train_phase(method), job.total_timesteps)
 
     def train_symbolic(self, ctx: RunContext) -> dict[str, Any]:
         cfg = self.config
@@ -160,7 +160,7 @@ class Glam(Recipe):
                 ctx.out_dir / "models" / method,
                 steps=cfg.train_steps,
                 num_envs=cfg.num_envs,
-                rollout_steps=cfg.rollout_steps,
+                num_steps=cfg.num_steps,
                 minibatch_size=cfg.minibatch_size,
                 update_epochs=cfg.update_epochs,
                 learning_rate=cfg.symbolic_learning_rate,
@@ -181,7 +181,7 @@ class Glam(Recipe):
                 ctx.out_dir / "models" / "drrn",
                 steps=cfg.train_steps,
                 num_envs=cfg.num_envs,
-                rollout_steps=cfg.rollout_steps,
+                num_steps=cfg.num_steps,
                 learning_rate=cfg.drrn_learning_rate,
                 eval_every=cfg.eval_every,
                 seed=cfg.seed,
@@ -216,7 +216,7 @@ class Glam(Recipe):
                 batch_size=cfg.bc_batch_size,
                 learning_rate=cfg.bc_learning_rate,
                 lora_layers=cfg.lora_layers,
-                lora_rank=cfg.lora_rank,
+                lora_r=cfg.lora_r,
                 seed=cfg.seed,
                 on_progress=ctx.progress.advance,
             )

@@ -106,7 +106,7 @@ def glam_results(
             learner = "SB3 PPO" if method == "symbolic-ppo" else "SB3 DQN"
             notes.append(
                 f"{method}: {learner} after {out['global_step']} env steps "
-                f"({out['update']} updates of {cfg.num_envs} x {cfg.rollout_steps})"
+                f"({out['update']} updates of {cfg.num_envs} x {cfg.num_steps})"
             )
         else:
             full = cfg.full_finetune(method)

@@ -72,15 +72,15 @@ class GlamTrainingJob(PpoSettings):
     # a gateway model name, or a local model directory (confined by the learner, as paths are)
     model: str = Field(..., description="gateway model name of the base LLM, or its directory")
     adapter: Name = Field(..., description="the adapter line's name (one folder name)")
-    steps: int = Field(..., ge=1, description="env steps to train for (all envs)")
+    total_timesteps: int = Field(..., ge=1, description="env steps to train for (all envs)")
     num_envs: int = Field(16, ge=1, le=256)
-    rollout_steps: int = ppo_setting("num_steps")
+    num_steps: int = ppo_setting("num_steps")
     minibatch_size: int = ppo_setting("minibatch_size")
     microbatch_size: int | None = ppo_setting("microbatch_size")
     update_epochs: int = ppo_setting("update_epochs")
     learning_rate: float = ppo_setting("learning_rate")
     lora_layers: int | None = ppo_setting("lora_layers")
-    lora_rank: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)", le=1024)
+    lora_r: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)", le=1024)
     reduction: Literal["sum", "mean"] = ppo_setting("reduction")
     lora: bool = ppo_setting("lora")
     init: Literal["pretrained", "random"] = ppo_setting("init")
@@ -98,6 +98,12 @@ class GlamTrainingJob(PpoSettings):
 
         return registered_env(value, "glam", GLAM_ENVS)
 
+    def llm_ppo_settings(self) -> dict[str, Any]:
+        """The job's llm-ppo settings, each under llm-ppo's own name (the job's fields that
+        `LlmPpoConfig` has), so none is renamed on its way to the algorithm."""
+        names = type(self).model_fields.keys() & LlmPpoConfig.model_fields.keys()
+        return {name: getattr(self, name) for name in names}
+
 
 @registry.register_policy_job("glam", request=GlamTrainingJob)
 def train_glam(
@@ -114,23 +120,8 @@ def train_glam(
         line,
         on_progress=on_progress,
         base_model=job.model,
-        total_timesteps=job.steps,
-        num_envs=job.num_envs,
-        num_steps=job.rollout_steps,
-        minibatch_size=job.minibatch_size,
-        microbatch_size=job.microbatch_size,
-        update_epochs=job.update_epochs,
-        learning_rate=job.learning_rate,
-        lora_layers=job.lora_layers,
-        lora_r=job.lora_rank,
-        reduction=job.reduction,
-        lora=job.lora,
-        init=job.init,
-        checkpoint_every=job.checkpoint_every,
-        **job.ppo_settings(),
-        seed=job.seed,
         address=job.simulator,
-        tensorboard_dir=job.tensorboard_dir,
+        **job.llm_ppo_settings(),
     )
     points = []
     for version in line.versions():
@@ -163,7 +154,7 @@ def train_symbolic_ppo(
     *,
     steps: int,
     num_envs: int,
-    rollout_steps: int,
+    num_steps: int,
     minibatch_size: int,
     update_epochs: int,
     learning_rate: float,
@@ -183,7 +174,7 @@ def train_symbolic_ppo(
     from llmrl.simulator.client import make_world
     from llmrl.simulator.vector import WorldVecEnv
 
-    per_update = num_envs * rollout_steps
+    per_update = num_envs * num_steps
     world = make_world(env, num_envs=num_envs, seed=seed * 10_000 + 5_000, address=simulator)
     venv = VecMonitor(FloatObservations(WorldVecEnv(world, keys=SYMBOLIC_KEYS)))
     try:
@@ -199,7 +190,7 @@ def train_symbolic_ppo(
             tensorboard_dir=tensorboard_dir,
             on_progress=on_progress,
             learning_rate=learning_rate,
-            n_steps=rollout_steps,
+            n_steps=num_steps,
             batch_size=min(minibatch_size, per_update),
             n_epochs=update_epochs,
             gamma=0.99,
@@ -330,7 +321,7 @@ def train_behaviour_cloning(
     batch_size: int,
     learning_rate: float,
     lora_layers: int | None,
-    lora_rank: int,
+    lora_r: int,
     seed: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
@@ -347,7 +338,7 @@ def train_behaviour_cloning(
         batch_size=batch_size,
         learning_rate=learning_rate,
         lora_layers=lora_layers,
-        lora_r=lora_rank,
+        lora_r=lora_r,
         seed=seed,
     )
     result = checkpoint.result

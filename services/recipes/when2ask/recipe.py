@@ -26,7 +26,6 @@ from llmrl.common.bounds import Episodes, Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
-from llmrl.learner.algorithms.sb3 import LrSchedule
 from llmrl.recipes.base import (
     Phase,
     Recipe,
@@ -48,7 +47,12 @@ from llmrl.recipes.when2ask.asking import (
     canonical_method,
 )
 from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
-from llmrl.recipes.when2ask.training import NEVER_ASK_KEYS, PolicyTrainingJob, train_policy
+from llmrl.recipes.when2ask.training import (
+    NEVER_ASK_KEYS,
+    PolicyTrainingJob,
+    When2AskPpoSettings,
+    train_policy,
+)
 
 TASKS = ("SimpleDoorKey", "KeyInBox", "RandomBoxKey", "ColoredDoorKey")
 NEVER_ASK = "never-ask"
@@ -79,7 +83,7 @@ def mediator_field(name: str) -> Any:
     return setting_field(MediatorSettings, name)
 
 
-class When2AskConfig(RecipeConfig):
+class When2AskConfig(RecipeConfig, When2AskPpoSettings):
     envs: list[str] = Field(list(TASKS), min_length=1, description="Tasks to run.")
     planner: Literal["oracle", "noisy", "local", "llm"] = Field(
         "oracle",
@@ -133,7 +137,6 @@ class When2AskConfig(RecipeConfig):
     never_ask_steps: int = Field(
         20_000, ge=0, description="PPO timesteps for the never-ask baseline (0: skip it)."
     )
-    n_envs: int = Field(8, ge=1, le=256, description="Mediator envs trained in parallel.")
     eval_episodes: Episodes = Field(50, description="Evaluation episodes per method and task.")
     methods: list[str] = Field(
         [*METHODS, NEVER_ASK],
@@ -150,14 +153,6 @@ class When2AskConfig(RecipeConfig):
         "not solved by then fails; the tasks' own cap is 100 low-level steps, and infeasible "
         "skills take mediator steps without env steps).",
     )
-    learning_rate: float = Field(3e-4, gt=0, description="PPO learning rate.")
-    lr_schedule: LrSchedule = Field(
-        "constant",
-        description="PPO learning rate over training: constant (SB3's default) or linear "
-        "(annealed from learning_rate to 0 at the last step, as CleanRL's ppo.py does).",
-    )
-    n_steps: int = Field(128, ge=8, description="PPO rollout length per env.")
-    ent_coef: float = Field(0.01, ge=0, description="PPO entropy bonus.")
     random_ask_p: float | None = Field(
         None,
         ge=0,
@@ -275,12 +270,8 @@ class When2Ask(Recipe):
             planner=self.planner_spec(),
             mediator=cfg.mediator(),
             max_steps=cfg.max_steps,
-            steps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
-            n_envs=cfg.n_envs,
-            n_steps=cfg.n_steps,
-            learning_rate=cfg.learning_rate,
-            lr_schedule=cfg.lr_schedule,
-            ent_coef=cfg.ent_coef,
+            total_timesteps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
+            **cfg.ppo_settings(),
             seed=cfg.seed,
             model_path=str(ctx.out_dir / "models" / f"{name}.zip"),
             tensorboard_dir=str(ctx.out_dir / "tb" / name),
@@ -300,7 +291,7 @@ class When2Ask(Recipe):
             job = self._training_job(ctx, env, policy)
             phase = f"train {env} ({policy})"
             # a small MLP: one thread, and the same figures on any core count
-            result = ctx.train(job, train_policy, phase, job.steps, threads=1)
+            result = ctx.train(job, train_policy, phase, job.total_timesteps, threads=1)
             ctx.add_artifact(f"models/{env}-{policy}.zip", result["model"], kind="model")
             return result
 

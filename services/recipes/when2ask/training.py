@@ -27,7 +27,26 @@ NEVER_ASK_KEYS = ["image", "direction"]
 ALGORITHM = "ppo"  # a registered learner algorithm (llmrl.learner.algorithms)
 
 
-class PolicyTrainingJob(BaseModel):
+class When2AskPpoSettings(BaseModel):
+    """The PPO settings When2Ask's config and its training job both carry, written once (the
+    config's keys are these; the job passes them on unchanged)."""
+
+    n_envs: int = Field(8, ge=1, le=256, description="Mediator envs trained in parallel.")
+    learning_rate: float = Field(3e-4, gt=0, description="PPO learning rate.")
+    lr_schedule: LrSchedule = Field(
+        "constant",
+        description="PPO learning rate over training: constant (SB3's default) or linear "
+        "(annealed from learning_rate to 0 at the last step, as CleanRL's ppo.py does).",
+    )
+    n_steps: int = Field(128, ge=8, description="PPO rollout length per env.")
+    ent_coef: float = Field(0.01, ge=0, description="PPO entropy bonus.")
+
+    def ppo_settings(self) -> dict[str, Any]:
+        """These settings as the training job's keyword arguments."""
+        return {name: getattr(self, name) for name in When2AskPpoSettings.model_fields}
+
+
+class PolicyTrainingJob(When2AskPpoSettings):
     """Everything needed to train one When2Ask policy anywhere; unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
@@ -43,12 +62,7 @@ class PolicyTrainingJob(BaseModel):
         default_factory=MediatorSettings, description="what a query costs, what it observes"
     )
     max_steps: int = Field(200, ge=1)
-    steps: int = Field(..., ge=1, description="PPO timesteps")
-    n_envs: int = Field(8, ge=1, le=256)
-    n_steps: int = Field(128, ge=8)
-    learning_rate: float = Field(3e-4, gt=0)
-    lr_schedule: LrSchedule = Field("constant", description="constant, or linear to 0")
-    ent_coef: float = Field(0.01, ge=0)
+    total_timesteps: int = Field(..., ge=1, description="PPO timesteps")
     seed: Seed = 0
     model_path: str = Field(..., description="where the trained model (.zip) is written")
     tensorboard_dir: str | None = None
@@ -122,7 +136,7 @@ def train_policy(
             checkpoint_line(job.model_path),
             on_progress=on_progress,
             on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
-            total_timesteps=job.steps,
+            total_timesteps=job.total_timesteps,
             seed=job.seed,
             tensorboard_dir=job.tensorboard_dir,
             policy=policy,

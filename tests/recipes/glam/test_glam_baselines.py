@@ -43,7 +43,7 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
         "methods": ["npae", "symbolic-ppo", "drrn", "bc"],
         "train_steps": 32,  # 2 updates of 4 envs x 4 steps
         "num_envs": 4,
-        "rollout_steps": 4,
+        "num_steps": 4,
         "minibatch_size": 8,
         "update_epochs": 1,
         "eval_every": 1,
@@ -123,7 +123,7 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
         "vf_coef": 0.25,  # reaches the learner's PPO
         "train_steps": 16,  # 1 update of 4 envs x 4 steps
         "num_envs": 4,
-        "rollout_steps": 4,
+        "num_steps": 4,
         "minibatch_size": 8,
         "microbatch_size": 4,
         "update_epochs": 1,
@@ -177,6 +177,12 @@ def test_a_bad_init_names_the_key():
         ValueError, match=r"^llm-ppo: init: Input should be 'pretrained' or 'random'"
     ):
         validate_settings("llm-ppo", LlmPpoConfig, {"base_model": "tiny", "init": "scratch"})
-    body = {"kind": "glam", "env": "TinyTextGoForward", "model": "t", "adapter": "a", "steps": 8}
+    body = {
+        "kind": "glam",
+        "env": "TinyTextGoForward",
+        "model": "t",
+        "adapter": "a",
+        "total_timesteps": 8,
+    }
     with pytest.raises(PolicyJobError, match="init"):
         parse_policy_job({**body, "init": "scratch"})

@@ -83,7 +83,7 @@ def test_drrn_learns_the_one_correct_phrase_and_its_driver_plays_it(tmp_path: Pa
         tmp_path / "drrn",
         steps=768,
         num_envs=4,
-        rollout_steps=32,
+        num_steps=32,
         learning_rate=3e-3,
         eval_every=3,
         seed=0,

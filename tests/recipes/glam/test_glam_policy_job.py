@@ -24,13 +24,13 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "env": ENV_ID,
         "model": model,
         "adapter": "glam-job",
-        "steps": 8,
+        "total_timesteps": 8,
         "num_envs": 4,
-        "rollout_steps": 2,
+        "num_steps": 2,
         "minibatch_size": 8,
         "update_epochs": 1,
         "reduction": "mean",
-        "lora_rank": 4,
+        "lora_r": 4,
     }
     reported: list[int] = []
     result = run_policy_job(parse_policy_job(body), reported.append)
@@ -46,15 +46,22 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"steps": 0}, "steps"),
+        ({"total_timesteps": 0}, "total_timesteps"),
         ({"reduction": "max"}, "reduction"),
-        ({"lora_rank": 0}, "lora_rank"),
+        ({"lora_r": 0}, "lora_r"),
         ({"env": "NoSuchEnv"}, "env"),  # unknown
         ({"env": "SimpleDoorKey"}, "env"),  # registered, but not a GLAM text env
     ],
 )
 def test_a_bad_glam_job_names_the_field(change: dict, field: str) -> None:
-    body = {"kind": "glam", "env": ENV_ID, "model": "tiny", "adapter": "a", "steps": 8, **change}
+    body = {
+        "kind": "glam",
+        "env": ENV_ID,
+        "model": "tiny",
+        "adapter": "a",
+        "total_timesteps": 8,
+        **change,
+    }
     with pytest.raises(PolicyJobError, match=field):
         parse_policy_job(body)
 
@@ -65,7 +72,7 @@ def test_a_job_cannot_load_a_model_directory_outside_the_learners_roots(
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
     home = tmp_path / "home"
     for body in (
-        {"kind": "glam", "env": ENV_ID, "model": "/usr", "adapter": "a", "steps": 8},
+        {"kind": "glam", "env": ENV_ID, "model": "/usr", "adapter": "a", "total_timesteps": 8},
         {
             "kind": "kalm-grounding",
             "datasets": [str(home / "d.npz")],
@@ -82,6 +89,6 @@ def test_an_unusable_model_name_is_refused_naming_the_field(
     model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
-    body = {"kind": "glam", "env": ENV_ID, "model": model, "adapter": "a", "steps": 8}
+    body = {"kind": "glam", "env": ENV_ID, "model": model, "adapter": "a", "total_timesteps": 8}
     with pytest.raises(PolicyJobError, match="model"):
         parse_policy_job(body)

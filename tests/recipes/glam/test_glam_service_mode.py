@@ -72,7 +72,7 @@ def test_submitted_glam_trains_on_the_learner_against_the_simulator_service(glam
         'methods=["glam"]',
         "train_steps=16",
         "num_envs=4",
-        "rollout_steps=2",
+        "num_steps=2",
         "minibatch_size=8",
         "update_epochs=1",
         "eval_every=1",

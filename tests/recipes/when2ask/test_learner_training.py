@@ -35,23 +35,24 @@ def learner_url(tmp_path: Path):
 
 def test_learner_trains_the_asking_policy_and_reports_progress(learner_url, tmp_path):
     job = PolicyTrainingJob(
-        policy="asking", env="SimpleDoorKey", steps=128, n_envs=2, n_steps=32,
+        policy="asking", env="SimpleDoorKey", total_timesteps=128, n_envs=2, n_steps=32,
         model_path=str(tmp_path / "models" / "asking.zip"),
     )  # fmt: skip
     steps: list[int] = []
     result = run_on_learner(job, on_progress=steps.append, url=learner_url, timeout_s=300)
     assert Path(result["model"]).is_file()
-    assert sum(steps) >= job.steps  # the learner reported its training steps
+    assert sum(steps) >= job.total_timesteps  # the learner reported its training steps
     jobs = httpx.get(f"{learner_url}/policy-jobs").json()
     assert [j["status"] for j in jobs] == ["succeeded"]
 
 
 def test_learner_refuses_a_bad_job_naming_the_field(learner_url, tmp_path):
-    bad = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "steps": 0,
+    bad = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "total_timesteps": 0,
            "model_path": "m.zip"}  # fmt: skip
     response = httpx.post(f"{learner_url}/policy-jobs", json=bad)
-    assert response.status_code == 422 and "steps" in response.text
-    unknown = httpx.post(f"{learner_url}/policy-jobs", json={**bad, "steps": 8, "colour": 1})
+    assert response.status_code == 422 and "total_timesteps" in response.text
+    unknown_key = {**bad, "total_timesteps": 8, "colour": 1}
+    unknown = httpx.post(f"{learner_url}/policy-jobs", json=unknown_key)
     assert unknown.status_code == 422 and "colour" in unknown.text
     assert httpx.get(f"{learner_url}/policy-jobs/rl-nope").status_code == 404
     assert httpx.get(f"{learner_url}/policy-jobs").json() == []  # nothing was started
@@ -70,7 +71,7 @@ def test_learner_refuses_a_bad_job_naming_the_field(learner_url, tmp_path):
 def test_a_job_cannot_name_another_address_or_a_path_outside_the_roots(
     learner_url, tmp_path, change, field
 ):
-    job = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "steps": 8,
+    job = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "total_timesteps": 8,
            "model_path": str(tmp_path / "m.zip"), **change}  # fmt: skip
     response = httpx.post(f"{learner_url}/policy-jobs", json=job)
     assert response.status_code == 422, response.text
@@ -80,7 +81,7 @@ def test_a_job_cannot_name_another_address_or_a_path_outside_the_roots(
 
 @pytest.mark.parametrize("kind", ["asking", None, 3])
 def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url, kind):
-    body = {"policy": "asking", "env": "SimpleDoorKey", "steps": 8, "model_path": "m.zip"}
+    body = {"policy": "asking", "env": "SimpleDoorKey", "total_timesteps": 8, "model_path": "m.zip"}
     if kind is not None:
         body["kind"] = kind
     response = httpx.post(f"{learner_url}/policy-jobs", json=body)
@@ -94,7 +95,7 @@ def test_learner_refuses_an_unknown_job_kind_listing_the_known_ones(learner_url,
 
 def test_a_failing_job_fails_alone(learner_url, tmp_path):
     job = PolicyTrainingJob(
-        policy="asking", env="NoSuchEnv", steps=8, model_path=str(tmp_path / "m.zip")
+        policy="asking", env="NoSuchEnv", total_timesteps=8, model_path=str(tmp_path / "m.zip")
     )
     with pytest.raises(RuntimeError, match="NoSuchEnv"):
         run_on_learner(job, url=learner_url, timeout_s=60)

@@ -52,7 +52,7 @@ from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.options import add_model_options, parse_model_options
 
 # the recipe's keys this study takes, and its defaults where they differ from the recipe's
-RECIPE_KEYS = ["env", "gamma", "reward_scale", "num_envs", "rollout_steps", "seed"]
+RECIPE_KEYS = ["env", "gamma", "reward_scale", "num_envs", "num_steps", "seed"]
 STUDY_DEFAULTS = {"num_envs": 8}  # the reported setting's envs per PPO update
 
 # mean probabilities of turn left / turn right / go forward / pick up / drop / toggle over the
@@ -147,9 +147,7 @@ def measure(args: argparse.Namespace, config: GlamConfig, level: str, name: str)
         for label, sigma in (("perfect_baseline", noise_within), ("constant", noise_total))
     }
     turn_share = len(gaps) / steps
-    per_update = (
-        config.num_envs * config.rollout_steps * turn_share * float(probs[list(TURNS)].sum())
-    )
+    per_update = config.num_envs * config.num_steps * turn_share * float(probs[list(TURNS)].sum())
     updates = {
         label: args.bc_turn_labels / (share * per_update) if share > 0 else None
         for label, share in label_share.items()
