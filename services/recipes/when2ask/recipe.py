@@ -610,7 +610,10 @@ def plot_learning_curves(curves: dict[str, dict[str, list[dict[str, float]]]], p
         top.set_ylabel("return − query penalties")
         bottom.set_ylabel("planner queries / episode")
         bottom.set_xlabel("timesteps")
-        top.legend(fontsize=7)
+        if top.lines:
+            top.legend(fontsize=7)
+        else:  # a budget too small for one episode to end in training
+            top.text(0.5, 0.5, "no training episode ended", ha="center", transform=top.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
