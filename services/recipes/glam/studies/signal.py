@@ -26,7 +26,7 @@ quarter of the gap and its noise half the return's spread, where behaviour cloni
 and a half: one sampled decision carries (gap / 2 spread)^2 of a labelled example's
 gradient signal (the squared gap averaged over states, less its estimate's own noise). Set
 against the bot's turn labels that BC learned from (`--bc-turn-labels`: 2,592 in the README's
-5,120-step BC run) and the turn decisions an update of `--num-envs` x `--rollout-steps` env
+5,120-step BC run) and the turn decisions an update of `--num-envs` x `--num-steps` env
 steps holds, this gives the PPO updates that carry as much turn signal as BC had.
 
 Last, what a view-blind policy can do: success on the held-out seeds (`--blind-episodes` each)
@@ -35,7 +35,7 @@ prints it), and of policies that go forward with probability f and turn either w
 rest. Prints two tables and, last, one JSON object with every figure.
 
 The options that are the recipe's keys (`--env`, `--gamma`, `--reward-scale`, `--num-envs`,
-`--rollout-steps`, `--seed`) take its descriptions and checks (`GlamConfig`).
+`--num-steps`, `--seed`) take its descriptions and checks (`GlamConfig`).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def parse_blind_policy(text: str, parser: argparse.ArgumentParser) -> tuple[str,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # --env: the level played; --gamma, --reward-scale: PPO's discount and reward multiplier;
-    # --num-envs x --rollout-steps: the env steps of one PPO update
+    # --num-envs x --num-steps: the env steps of one PPO update
     add_model_options(parser, GlamConfig, RECIPE_KEYS, defaults=STUDY_DEFAULTS)
     parser.add_argument(
         "--behaviour",
