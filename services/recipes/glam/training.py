@@ -164,10 +164,10 @@ def train_symbolic_ppo(
     tensorboard_dir: str | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """SB3 PPO (the learner's `ppo`) on the grid with GLAM's PPO settings where SB3 has them
-    (same envs x steps per update, epochs, minibatch, gamma, lambda, clip, entropy, value,
-    grad norm). A version of the line `out_dir` every `eval_every` updates and at the end:
-    `points` (model file, update, env steps)."""
+    """SB3 PPO (the learner's `ppo`) on the grid with the run's rollout shape (envs x steps
+    per update, epochs, minibatch) and GLAM's code's return and loss settings
+    (`symbolic_ppo_returns`). A version of the line `out_dir` every `eval_every` updates and at
+    the end: `points` (model file, update, env steps)."""
     from stable_baselines3.common.vec_env import VecMonitor
 
     from llmrl.learner.wrappers import FloatObservations
@@ -193,15 +193,25 @@ def train_symbolic_ppo(
             n_steps=num_steps,
             batch_size=min(minibatch_size, per_update),
             n_epochs=update_epochs,
-            gamma=0.99,
-            gae_lambda=0.99,
-            clip_range=0.2,
-            ent_coef=0.01,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
+            **symbolic_ppo_returns(),
         )
     finally:
         venv.close()
+
+
+def symbolic_ppo_returns() -> dict[str, float]:
+    """Symbolic-PPO's return and loss settings: llm-ppo's defaults (GLAM's code's values) under
+    SB3's names. They stay at these values whatever a run sets for GLAM (gamma, gae_lambda...):
+    the baseline as GLAM's code trains it."""
+    defaults = {name: field.default for name, field in LlmPpoConfig.model_fields.items()}
+    return {
+        "gamma": defaults["gamma"],
+        "gae_lambda": defaults["gae_lambda"],
+        "clip_range": defaults["clip_coef"],
+        "ent_coef": defaults["ent_coef"],
+        "vf_coef": defaults["vf_coef"],
+        "max_grad_norm": defaults["max_grad_norm"],
+    }
 
 
 def learn_in_updates(
