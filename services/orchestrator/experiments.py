@@ -265,7 +265,8 @@ def plan_experiment(
         raise ConfigError(message, _errors(["grid"], message))
     entries = spec.entries()
     for entry in entries:
-        keys = recipe_class(entry.recipe).Config.model_fields  # unknown recipe: ConfigError
+        config_model = recipe_class(entry.recipe).Config  # unknown recipe: ConfigError
+        keys = config_model.model_fields
         for key in [*spec.grid, *entry.config, *spec.config]:
             if key == "seed" and key not in spec.grid:
                 where = "config" if key in spec.config else "recipe.config"
@@ -274,7 +275,8 @@ def plan_experiment(
             if key not in keys:
                 where = "grid" if key in spec.grid else "config"
                 message = (
-                    f"{where}.{key}: unknown config key for recipe {entry.recipe!r}; "
+                    f"{where}.{key}: {config_model.unknown_key_message(key)} in recipe "
+                    f"{entry.recipe!r}; "
                     f"keys: {', '.join(keys)}"
                 )
                 raise ConfigError(message, _errors([where, key], message))

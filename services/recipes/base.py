@@ -66,6 +66,17 @@ class RecipeConfig(BoundedModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    # keys a recipe renamed: an old command or experiment file gets the new name in its error
+    renamed_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def unknown_key_message(cls, key: str) -> str:
+        """What to say of `key`, which the config does not have."""
+        if key in cls.renamed_keys:
+            new = cls.renamed_keys[key]
+            return f"renamed {new} (write {new}=... instead)"
+        return "unknown config key"
+
 
 def registered_env(value: str, tag: str | None = None, needs: str = "") -> str:
     """A config's `env` value, checked against the registry (plugins loaded first); with
@@ -146,7 +157,7 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
         errors = [
             {
                 "loc": ["config", *map(str, err["loc"])],
-                "msg": err["msg"],
+                "msg": _renamed(cls.Config, err) or err["msg"],
                 "type": err["type"],
             }
             for err in exc.errors(include_url=False)
@@ -157,6 +168,14 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
             f"invalid config for recipe {recipe!r}: " + "; ".join(lines) + f" (keys: {allowed})",
             errors,
         ) from None
+
+
+def _renamed(config: type[RecipeConfig], error: Any) -> str | None:
+    """The message for a key the recipe renamed, when `error` is that key's extra-input error."""
+    key = str(error["loc"][0]) if len(error["loc"]) == 1 else ""
+    if error["type"] == "extra_forbidden" and key in config.renamed_keys:
+        return config.unknown_key_message(key)
+    return None
 
 
 def config_fields(recipe: str) -> list[dict[str, str]]:

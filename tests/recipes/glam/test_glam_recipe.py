@@ -17,6 +17,7 @@ from llmrl.agents import EpisodeJob, RolloutResources, make_driver
 from llmrl.common.episodes import EpisodeRecord, LlmCall
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.embedded import run_embedded
+from llmrl.orchestrator.experiments import plan_experiment, spec_from_arguments
 from llmrl.recipes.base import ConfigError, validate_config
 from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 from llmrl.recipes.glam.recipe import Glam
@@ -92,6 +93,15 @@ def test_phase_plan_follows_methods_and_variants():
 def test_bad_config_names_the_key(config, key):
     with pytest.raises(ConfigError, match=f"config.{key}"):
         validate_config("glam", config)
+
+
+@pytest.mark.parametrize(("old", "new"), [("rollout_steps", "num_steps"), ("lora_rank", "lora_r")])
+def test_a_renamed_key_is_refused_with_its_new_name(old: str, new: str):
+    with pytest.raises(ConfigError, match=rf"config\.{old}: renamed {new} \(write {new}="):
+        validate_config("glam", {old: 8})
+    sweep = spec_from_arguments("glam", [f"{old}=[4,8]"])
+    with pytest.raises(ConfigError, match=rf"grid\.{old}: renamed {new} \(write {new}="):
+        plan_experiment(sweep, "renamed")
 
 
 def test_the_driver_scores_as_the_gateway(tiny_gateway: Path):
