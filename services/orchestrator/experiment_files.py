@@ -128,8 +128,12 @@ def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> Experime
     return experiment
 
 
-def experiment_files(recipe: str | None = None) -> list[Path]:
+def experiment_files(recipe: str | None = None, history: bool = True) -> list[Path]:
     """The experiment files the project keeps, of one recipe (its package's name, e.g.
-    `llm_personalize`) or of all."""
-    pattern = f"{recipe or '*'}/experiments/*.yaml"
-    return sorted(RECIPES_DIR.glob(pattern))
+    `llm_personalize`) or of all: the reported ones (`experiments/<name>.yaml`) and, unless
+    `history` is False, the research notes' (`experiments/history/<note>.yaml`, each the
+    setting of a dated note under docs/notes/)."""
+    folders = ["experiments", "experiments/history"] if history else ["experiments"]
+    return sorted(
+        path for folder in folders for path in RECIPES_DIR.glob(f"{recipe or '*'}/{folder}/*.yaml")
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llmrl.orchestrator.experiment_files import experiment_files, load_experiment
+from llmrl.orchestrator.experiment_files import RECIPES_DIR, experiment_files, load_experiment
 from llmrl.recipes.base import ConfigError
 
 
@@ -18,14 +18,17 @@ def test_the_project_keeps_experiment_files():
     assert experiment_files(), "no services/recipes/<recipe>/experiments/*.yaml"
 
 
-@pytest.mark.parametrize(
-    "path", experiment_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}"
-)
+def recipe_package(path: Path) -> str:
+    """The recipe package an experiment file lies in (experiments/ or experiments/history/)."""
+    return path.relative_to(RECIPES_DIR).parts[0]
+
+
+@pytest.mark.parametrize("path", experiment_files(), ids=lambda p: str(p.relative_to(RECIPES_DIR)))
 def test_every_experiment_file_validates_against_its_recipe(path: Path):
     experiment = load_experiment(path)
     assert experiment.name == f"{experiment.recipe}-{path.stem}"
     assert experiment.description and experiment.claim is not None
-    assert path.parent.parent.name in {r.replace("-", "_") for r in experiment.recipes()}
+    assert recipe_package(path) in {r.replace("-", "_") for r in experiment.recipes()}
 
 
 def write(tmp_path: Path, text: str) -> Path:
