@@ -3,7 +3,9 @@ outside docs/ cites the internal design notes the project was started from."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,3 +66,42 @@ def test_no_file_outside_docs_cites_the_internal_notes() -> None:
         text = data.decode("utf-8", errors="replace")
         citing += [f"{relative}: {name}" for name in INTERNAL_NOTES if name in text]
     assert not citing, "files citing internal notes (say the fact instead):\n" + "\n".join(citing)
+
+
+# -- research notes: each says how its figures are reproduced ---------------------------------
+NOTES = ROOT / "docs" / "notes"
+REPRODUCE = "*Reproduce:*"
+NOT_NOW = "not with the current code:"  # a note whose setting the code no longer has, and why
+REPO_PATH = re.compile(r"\b((?:services/recipes|bench)/[\w./-]+\.(?:yaml|py))\b")
+MODULE = re.compile(r"python -m (llmrl(?:\.\w+)+)")
+
+
+def reproduce_paragraph(note: Path) -> str:
+    """The note's paragraph that starts with `*Reproduce:*` (empty when it has none)."""
+    paragraphs = note.read_text(encoding="utf-8").split("\n\n")
+    found = [p for p in paragraphs if p.lstrip().startswith(REPRODUCE)]
+    return " ".join(found[0].split()) if found else ""
+
+
+@pytest.mark.parametrize(
+    "note", sorted(NOTES.glob("*/*.md")), ids=lambda p: str(p.relative_to(NOTES))
+)
+def test_every_research_note_names_what_reproduces_its_figures(note: Path) -> None:
+    """A dated note names the experiment file (or bench script, or study module) that
+    reproduces its figures, and what it names exists; or says why the current code cannot."""
+    paragraph = reproduce_paragraph(note)
+    assert paragraph, f"{note}: no paragraph starting {REPRODUCE!r}"
+    paths, modules = REPO_PATH.findall(paragraph), MODULE.findall(paragraph)
+    if not paths and not modules:
+        reason = paragraph.partition(NOT_NOW)[2].strip()
+        assert reason, f"{note}: {REPRODUCE} names no file or module, nor why ({NOT_NOW} ...)"
+    missing = [p for p in paths if not (ROOT / p).is_file()]
+    missing += [m for m in modules if importlib.util.find_spec(m) is None]
+    assert not missing, f"{note}: {REPRODUCE} names what does not exist: {missing}"
+
+
+def test_every_history_experiment_file_belongs_to_a_note() -> None:
+    named = {p for note in NOTES.glob("*/*.md") for p in REPO_PATH.findall(note.read_text())}
+    history = sorted(ROOT.glob("services/recipes/*/experiments/history/*.yaml"))
+    orphans = [str(p.relative_to(ROOT)) for p in history if str(p.relative_to(ROOT)) not in named]
+    assert not orphans, f"history experiment files no note names: {orphans}"
