@@ -26,13 +26,15 @@ def _draw_band(ax: Any, band: dict[str, Any], label: str) -> None:
     ax.fill_between(band["x"], band["low"], band["high"], color=line.get_color(), alpha=0.2)
 
 
-def _save(fig: Any, axes: Any, used: int, path: Path, title: str) -> None:
-    """Hide the panels past the `used` first, title the figure and write it."""
+def _save(fig: Any, axes: Any, used: int, path: Path, title: str, bottom: float = 0.0) -> None:
+    """Hide the panels past the `used` first, title the figure and write it (`bottom`: the
+    share of its height kept free below the panels, for a legend)."""
     plt = _pyplot()
     for ax in list(axes.flat)[used:]:
         ax.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()
+    top = 1 - 0.35 / fig.get_figheight()  # room for the title above the panels' own
+    fig.tight_layout(rect=(0, bottom, 1, top))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -76,33 +78,73 @@ def plot_recipe_curves(
     _save(fig, axes, len(names), path, f"{title}: smoothed mean over seeds, 95% bootstrap band")
 
 
-def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None:
-    """One panel per headline metric; a bar per method with its 95% interval."""
-    from llmrl.orchestrator.compare import method_name
+def headline_bars(methods: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Each method's group and series: a row such as {task, method} groups its bars by all
+    but its last value (the task; the config too where there are several) and colours them by
+    the last (the method), so one task's methods stand side by side."""
+    several_configs = len({method["config"] for method in methods}) > 1
+    groups, series = [], []
+    for method in methods:
+        row = method["row"]
+        values = [str(v) for v in row.values()] if isinstance(row, dict) else [str(row)]
+        values = [v for v in values if v]
+        head, last = values[:-1], values[-1] if values else method["config"]
+        groups.append(" / ".join([method["config"]] * (several_configs or not head) + head))
+        series.append(last)
+    return groups, series
 
-    plt = _pyplot()
+
+def headline_metrics(methods: list[dict[str, Any]]) -> list[str]:
+    """The metrics that get a panel: those not zero (or missing) for every method, at most
+    MAX_HEADLINE_PANELS (a local model's cost/ep_usd of 0 everywhere is said by the table)."""
     metrics = list(dict.fromkeys(m for method in methods for m in method["metrics"]))
-    metrics = metrics[:MAX_HEADLINE_PANELS]
+    shown = [m for m in metrics if np.nan_to_num([_get(x, m, "mean") for x in methods]).any()]
+    return (shown or metrics)[:MAX_HEADLINE_PANELS]
+
+
+def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None:
+    """One panel per headline metric that is not zero everywhere; a bar per method with its
+    95% interval, grouped (a task's methods together) and coloured by method."""
+    plt = _pyplot()
+    metrics = headline_metrics(methods)
+    groups, series = headline_bars(methods)
+    group_names = list(dict.fromkeys(groups))
+    series_names = list(dict.fromkeys(series))
+    colours = {name: f"C{i % 10}" for i, name in enumerate(series_names)}
+    width = max(groups.count(name) for name in group_names) if len(group_names) > 1 else 1
+    # bar i sits in its group's block of `width` slots, one slot apart from the next group
+    slots = {name: index * (width + 1) for index, name in enumerate(group_names)}
+    positions, seen = [], dict.fromkeys(group_names, 0)
+    for group in groups:
+        positions.append(slots[group] + seen[group] if width > 1 else len(positions))
+        seen[group] += 1
+    positions_array = np.array(positions, dtype=float)
     columns = min(3, max(1, len(metrics)))
     rows = math.ceil(len(metrics) / columns) or 1
-    fig, axes = plt.subplots(
-        rows,
-        columns,
-        figsize=(4.5 * columns, 0.6 + 0.35 * len(methods) * rows + 1.5 * rows),
-        squeeze=False,
-    )
-    names = [method_name(method) for method in methods]
+    height = 0.6 + 0.3 * (max(positions, default=0) + 1) * rows + 1.5 * rows
+    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, height), squeeze=False)
     for index, (ax, metric) in enumerate(zip(axes.flat, metrics, strict=False)):
         means = np.array([_get(method, metric, "mean") for method in methods])
         lows = np.array([_get(method, metric, "low") for method in methods])
         highs = np.array([_get(method, metric, "high") for method in methods])
         errors = np.nan_to_num(np.stack([means - lows, highs - means]), nan=0.0).clip(min=0)
-        positions = np.arange(len(methods))
-        ax.barh(positions, np.nan_to_num(means), xerr=errors, color="tab:blue", alpha=0.7)
-        ax.set_yticks(positions, names if index % columns == 0 else [], fontsize="small")
+        colour = [colours[name] for name in series] if width > 1 else "tab:blue"
+        ax.barh(positions_array, np.nan_to_num(means), xerr=errors, color=colour, alpha=0.8)
+        if width > 1:  # a tick per group, the methods told apart by colour
+            centres = [slots[name] + (groups.count(name) - 1) / 2 for name in group_names]
+            labels = group_names if index % columns == 0 else []
+            ax.set_yticks(centres, labels, fontsize="small")
+        else:
+            labels = [f"{g} ({s})" if g != s else g for g, s in zip(groups, series, strict=True)]
+            ax.set_yticks(positions_array, labels if index % columns == 0 else [], fontsize="small")
         ax.invert_yaxis()
         ax.set_title(metric)
-    _save(fig, axes, len(metrics), path, f"{title}: mean over seeds, 95% bootstrap interval")
+    if width > 1:
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colours[n], alpha=0.8) for n in series_names]
+        fig.legend(handles, series_names, loc="lower center", ncol=min(6, len(series_names)))
+    bottom = 0.6 / height if width > 1 else 0.0  # about 0.6 inch for the legend
+    caption = f"{title}: mean over seeds, 95% bootstrap interval"
+    _save(fig, axes, len(metrics), path, caption, bottom)
 
 
 def _get(method: dict[str, Any], metric: str, field: str) -> float:

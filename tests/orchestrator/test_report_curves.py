@@ -53,3 +53,28 @@ def test_the_report_plots_each_panel_and_line_over_seeds(tmp_path: Path):
     assert never["low"][50] < 0.1 < never["high"][50]  # the seeds' band
     assert report["curves"] == {}  # the raw episode stream is not drawn beside them
     assert "curves.png" in report["plots"] and (tmp_path / "curves.png").stat().st_size > 0
+
+
+def _method(config: str, row: dict, success: float) -> dict:
+    return {"config": config, "row": row, "metrics": {"success": {"mean": success}}}
+
+
+def test_headline_bars_group_a_tasks_methods_and_colour_them_by_method(tmp_path: Path):
+    from llmrl.orchestrator.report_plots import headline_bars, headline_metrics, plot_headline
+
+    methods = [
+        _method("when2ask", {"task": task, "method": method}, 0.5)
+        for task in ("KeyInBox", "SimpleDoorKey")
+        for method in ("learned", "always")
+    ]
+    groups, series = headline_bars(methods)
+    assert groups == ["KeyInBox", "KeyInBox", "SimpleDoorKey", "SimpleDoorKey"]
+    assert series == ["learned", "always", "learned", "always"]
+    # several configs: the config joins the group; a one-value row is its own series
+    two = [_method("lr=1e-3", {"method": "glam"}, 0.6), _method("lr=1e-4", {"method": "glam"}, 0.4)]
+    assert headline_bars(two) == (["lr=1e-3", "lr=1e-4"], ["glam", "glam"])
+    free = [{**m, "metrics": {**m["metrics"], "cost": {"mean": 0.0}}} for m in methods]
+    assert headline_metrics(free) == ["success"]  # zero for every method: no panel
+    for name, rows in (("grouped.png", methods), ("flat.png", two)):
+        plot_headline(rows, tmp_path / name, "t")
+        assert (tmp_path / name).stat().st_size > 0
