@@ -276,7 +276,7 @@ def test_resume_after_a_kill_continues_from_the_last_checkpoint(
         (ENV_ID, {"max_grad_norm": float("inf")}, "llm-ppo: max_grad_norm: .*finite"),
         (ENV_ID, {"gamma": 1.5}, r"llm-ppo: gamma: .*less than or equal to 1 \(got 1\.5\)"),
         (ENV_ID, {"action_set": "klingon"}, "llm-ppo: action_set: unknown action phrase set"),
-        (ENV_ID, {"reduction": "max"}, "llm-ppo: reduction: expected one of sum, mean"),
+        (ENV_ID, {"reduction": "max"}, "llm-ppo: reduction: Input should be 'sum' or 'mean'"),
         (ENV_ID, {"init": "scratch"}, "llm-ppo: init: "),
         (ENV_ID, {"device": "tpu"}, "llm-ppo: device: expected auto"),
         (ENV_ID, {"lora_layers": 0}, "llm-ppo: lora_layers: "),

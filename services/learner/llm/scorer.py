@@ -25,11 +25,13 @@ one is kept apart because it must carry gradients through LoRA and heads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from llmrl.common.token_batches import pad
 
-REDUCTIONS = ("sum", "mean")
+# a candidate's score: its tokens' log-probs summed, or their mean
+Reduction = Literal["sum", "mean"]
+REDUCTIONS: tuple[str, ...] = get_args(Reduction)
 
 
 class FrozenStates(NamedTuple):

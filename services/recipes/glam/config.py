@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from llmrl.common.bounds import Episodes, Seed, SeedOffset
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
+from llmrl.learner.llm.scorer import Reduction
 from llmrl.recipes.base import RecipeConfig, registered_env
 from llmrl.recipes.glam.training import PpoSettings, ppo_setting
 
@@ -88,7 +89,9 @@ class GlamConfig(RecipeConfig, PpoSettings):
     bc_learning_rate: float = setting_field(
         SftSettings, "learning_rate", "Learning rate of the BC LoRA."
     )
-    reduction: str = ppo_setting("reduction", "Candidate score: sum or mean of token log-probs.")
+    reduction: Reduction = ppo_setting(
+        "reduction", "Candidate score: sum or mean of token log-probs."
+    )
     greedy: bool = Field(
         False,
         description="Evaluate greedily (argmax); False (the original's tests): sample from the "
@@ -122,13 +125,6 @@ class GlamConfig(RecipeConfig, PpoSettings):
         unknown = [m for m in value if m not in METHODS]
         if unknown or not value:
             raise ValueError(f"expected a non-empty list of {', '.join(METHODS)}, got {value}")
-        return value
-
-    @field_validator("reduction")
-    @classmethod
-    def _reduction_is_known(cls, value: str) -> str:
-        if value not in ("sum", "mean"):
-            raise ValueError(f"expected sum or mean, got {value!r}")
         return value
 
     @field_validator("variants")

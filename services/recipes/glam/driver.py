@@ -38,11 +38,11 @@ from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
 from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.episodes import LlmCall
 from llmrl.common.registry import registry
+from llmrl.learner.llm.scorer import Reduction
 from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 
 GLAM, RANDOM, CHECKPOINT, SYMBOLIC = "glam", "glam-random", "glam-checkpoint", "glam-sb3"
 DRRN = "glam-drrn"
-REDUCTIONS = ("sum", "mean")
 
 
 def env_phrases(observation: dict[str, Any]) -> tuple[str, ...]:
@@ -97,10 +97,6 @@ class GlamDriver(EpisodeDriver):
         run_id: str,
         chat: bool = False,
     ) -> None:
-        if reduction not in REDUCTIONS:
-            raise ValueError(
-                f"reduction: expected one of {', '.join(REDUCTIONS)}, got {reduction!r}"
-            )
         self.llm, self.model, self.reduction, self.greedy = llm, model, reduction, greedy
         self.chat = chat
         self.rng = np.random.default_rng(seed)
@@ -236,7 +232,7 @@ class RandomPhraseDriver(EpisodeDriver):
 class ScoredSpec(PolicySpec):
     """How the phrases' scores become a policy (GLAM and its checkpoints)."""
 
-    reduction: Literal[REDUCTIONS] = Field(  # type: ignore[valid-type]
+    reduction: Reduction = Field(
         "sum", description="a phrase's score: its tokens' log-probs summed, or their mean"
     )
     greedy: bool = Field(True, description="play the argmax (else sample, seeded per episode)")

@@ -48,7 +48,7 @@ from llmrl.learner.algorithms.base import (
     tensorboard_writer,
     validate_settings,
 )
-from llmrl.learner.llm.scorer import REDUCTIONS
+from llmrl.learner.llm.scorer import Reduction
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 
@@ -114,7 +114,9 @@ class LlmPpoConfig(AlgorithmSettings):
         20.0, gt=0, description="reward multiplier (the paper: 20 x BabyAI's)"
     )
     action_set: str = Field("babyai", description="the action phrases (llmrl.recipes.glam.prompt)")
-    reduction: str = Field("sum", description="candidate score: sum or mean of its token log-probs")
+    reduction: Reduction = Field(
+        "sum", description="candidate score: sum or mean of its token log-probs"
+    )
     lora: bool = Field(True, description="train a LoRA (False: fine-tune every weight)")
     init: Init = Field(
         "pretrained",
@@ -148,13 +150,6 @@ class LlmPpoConfig(AlgorithmSettings):
     @classmethod
     def _known_action_set(cls, value: str) -> str:
         action_phrases(value)  # a ValueError names the key and the known sets
-        return value
-
-    @field_validator("reduction")
-    @classmethod
-    def _known_reduction(cls, value: str) -> str:
-        if value not in REDUCTIONS:
-            raise ValueError(f"reduction: expected one of {', '.join(REDUCTIONS)}, got {value!r}")
         return value
 
     @property

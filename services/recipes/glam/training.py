@@ -32,6 +32,7 @@ from llmrl.common.devices import Device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.llm.scorer import Reduction
 from llmrl.recipes.glam.llm_ppo import LlmPpoConfig
 
 
@@ -81,7 +82,7 @@ class GlamTrainingJob(PpoSettings):
     learning_rate: float = ppo_setting("learning_rate")
     lora_layers: int | None = ppo_setting("lora_layers")
     lora_r: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)", le=1024)
-    reduction: Literal["sum", "mean"] = ppo_setting("reduction")
+    reduction: Reduction = ppo_setting("reduction")
     lora: bool = ppo_setting("lora")
     init: Literal["pretrained", "random"] = ppo_setting("init")
     checkpoint_every: int = ppo_setting("checkpoint_every")

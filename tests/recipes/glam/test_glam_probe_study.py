@@ -49,7 +49,7 @@ def test_bad_options_are_refused_by_name(tiny_model_dir, tmp_path):
     done = run_probe("--test-steps", "0", "--out", str(tmp_path))
     assert done.returncode == 2 and "--test-steps must be positive" in done.stderr
     done = run_probe("--reduction", "max", "--out", str(tmp_path))
-    assert done.returncode == 2 and "--reduction: Value error, expected sum or mean" in done.stderr
+    assert done.returncode == 2 and "--reduction: Input should be 'sum' or 'mean'" in done.stderr
     done = run_probe("--model", str(tiny_model_dir), "--train-steps", "8", "--test-steps", "8",
                      "--layers", "9", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 2 and "--layers: [9] outside [0, 2]" in done.stderr
