@@ -87,6 +87,42 @@ def kept_runs(experiment_file: Path) -> list[RunData]:
     ]
 
 
+def _refuse_stale(kept: list[RunData], planned: list[Any], experiment_file: Path) -> None:
+    """ConfigError when a run kept before is no longer one the file plans (the file, or a
+    recipe default, changed since): keeping again would drop it from the stored report."""
+    plans = {(run.recipe, _canonical(run.config)) for run in planned}
+    stale = [run for run in kept if (run.recipe, _canonical(run.config)) not in plans]
+    if not stale:
+        return
+    lines = []
+    for run in stale:
+        same_seed = [p for p in planned if p.recipe == run.recipe and p.seed == run.seed]
+        closest = min(same_seed or planned, key=lambda p: len(_changes(run.config, p.config)))
+        changes = _changes(run.config, closest.config)
+        lines.append(f"{run.run_id}: {', '.join(changes[:6])}{' ...' * (len(changes) > 6)}")
+    message = (
+        f"{stored_path(experiment_file)} keeps {len(stale)} run(s) that {experiment_file} no "
+        f"longer plans, whose config changed since (kept -> planned): {'; '.join(lines)}. "
+        "Keeping now would drop them: run those seeds again with the file as it is, or put "
+        "the changed keys back in the file's config as they were kept"
+    )
+    raise ConfigError(message, [{"loc": ["runs"], "msg": "kept runs the file no longer plans"}])
+
+
+def _changes(kept: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """`key: kept -> planned` for every key whose value differs (absent: `<none>`)."""
+
+    def value(config: dict[str, Any], key: str) -> str:
+        return _canonical(config[key]) if key in config else "<none>"
+
+    keys = sorted(set(kept) | set(planned))
+    return [
+        f"{key}: {value(kept, key)} -> {value(planned, key)}"
+        for key in keys
+        if value(kept, key) != value(planned, key)
+    ]
+
+
 def _run_label(point: dict[str, Any], recipe: str, seed: Any) -> str:
     return f"{', '.join(f'{k}={v}' for k, v in point.items()) or recipe} seed {seed}"
 
@@ -97,7 +133,9 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
     completed run of the same config, unless `partial` (then at least one must be there)."""
     experiment = load_experiment(experiment_file)
     planned = plan_experiment(experiment.spec(), str(experiment.name))
-    by_config = {(run.recipe, _canonical(run.config)): run for run in kept_runs(experiment_file)}
+    kept = kept_runs(experiment_file)
+    _refuse_stale(kept, planned, experiment_file)
+    by_config = {(run.recipe, _canonical(run.config)): run for run in kept}
     # this out dir's runs win over kept ones of the same config (a re-run replaces its part)
     by_config.update({(run.recipe, _canonical(run.config)): run for run in completed_runs(out_dir)})
     matched, missing, missing_seeds = [], [], set()

@@ -141,3 +141,19 @@ def test_a_partial_keep_needs_at_least_one_run(swept, tmp_path):
     other.write_text(EXPERIMENT.replace("episodes: 2", "episodes: 3") + "seeds: [0]\n")
     with pytest.raises(ConfigError, match="no completed run"):
         keep(out, other, partial=True)
+
+
+def test_a_keep_refuses_to_drop_kept_runs_whose_config_changed(swept, tmp_path):
+    """A partial report kept, then the file (or a recipe default) changes: keeping another
+    part would silently drop the first; it is refused naming the run and the key."""
+    _, out = swept
+    experiments = tmp_path / "recipes" / "evaluate" / "experiments"
+    experiments.mkdir(parents=True)
+    changing = experiments / "changing.yaml"
+    changing.write_text(EXPERIMENT + "seeds: [0, 1, 2]\n")
+    stored = keep(out, changing, partial=True)
+    before = stored.read_text()
+    changing.write_text(EXPERIMENT.replace("episodes: 2", "episodes: 3") + "seeds: [0, 1, 2]\n")
+    with pytest.raises(ConfigError, match=r"no longer plans.*episodes: 2 -> 3"):
+        keep(out, changing, partial=True)
+    assert stored.read_text() == before  # nothing kept was lost
