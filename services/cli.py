@@ -407,6 +407,40 @@ def results_keep(out_dir: Path, experiment_file: Path, partial: bool) -> None:
     click.echo(f"kept {path}")
 
 
+@results.command("list")
+@click.argument("recipe", required=False)
+@click.option("--history", is_flag=True, help="Also the research notes' experiment files.")
+def results_list(recipe: str | None, history: bool) -> None:
+    """Each reported experiment file (of RECIPE, e.g. llm_personalize or llm-personalize)
+    with its stored report: runs kept of those it plans, when kept, and the seeds still to
+    run (`llmrl sweep --config FILE seeds=[...]`, then `llmrl results keep --partial`)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    files = _load("llmrl.orchestrator.experiment_files", "experiment_files")
+    state = _load("llmrl.orchestrator.stored_results", "experiment_state")
+    package = recipe.replace("-", "_") if recipe else None
+    paths = files(package, history=history)
+    if not paths:
+        raise click.UsageError(f"no experiment files for recipe {recipe!r}; see `llmrl recipes`")
+    table = Table(title="experiment files and their stored reports")
+    for column in ("file", "runs kept", "kept on", "seeds to run", "budget"):
+        table.add_column(column, overflow="fold")
+    for path in paths:
+        row = state(path)
+        budget = (row["budget"] or "").split(" (")[0]  # its figure; the file says how measured
+        cells = [
+            row["file"].removeprefix("services/recipes/").replace("/experiments/", "/"),
+            f"{row['kept_runs']} of {row['planned']}",
+            row["kept"] or "-",
+            ",".join(map(str, row["seeds_to_run"])) or "-",
+            budget,
+        ]
+        table.add_row(*(Text(cell) for cell in cells))  # Text: a [..] in a cell is no markup
+    Console(width=max(120, Console().width)).print(table)
+
+
 @results.command("render")
 @click.option(
     "--check",

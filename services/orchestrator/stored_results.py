@@ -249,6 +249,28 @@ def results_section(reports: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
+def experiment_state(experiment_file: Path) -> dict[str, Any]:
+    """Where an experiment file stands: its planned runs, the runs its stored report keeps
+    (none, some, or all), when it was kept, the seeds still to run and its budget."""
+    experiment = load_experiment(experiment_file)
+    planned = plan_experiment(experiment.spec(), str(experiment.name))
+    path = stored_path(experiment_file)
+    stored = json.loads(path.read_text()) if path.is_file() else None
+    kept = {(run.recipe, _canonical(run.config)) for run in kept_runs(experiment_file)}
+    todo = [run for run in planned if (run.recipe, _canonical(run.config)) not in kept]
+    if stored is not None and "missing" not in stored:  # kept whole before runs kept configs
+        todo = []
+    return {
+        "file": _relative(experiment_file),
+        "planned": len(planned),
+        "kept_runs": len(planned) - len(todo),
+        "kept": stored.get("kept") if stored else None,
+        "to_run": [_run_label(run.point, run.recipe, run.seed) for run in todo],
+        "seeds_to_run": sorted({run.seed for run in todo}),
+        "budget": experiment.budget,
+    }
+
+
 def page_name(recipe_package: str) -> str:
     return recipe_package.replace("_", "-") + ".md"
 

@@ -157,3 +157,23 @@ def test_a_keep_refuses_to_drop_kept_runs_whose_config_changed(swept, tmp_path):
     with pytest.raises(ConfigError, match=r"no longer plans.*episodes: 2 -> 3"):
         keep(out, changing, partial=True)
     assert stored.read_text() == before  # nothing kept was lost
+
+
+def test_results_list_says_how_far_each_experiment_file_is_kept(swept, tmp_path):
+    from llmrl.cli import main
+    from llmrl.orchestrator.stored_results import experiment_state
+
+    _, out = swept
+    experiments = tmp_path / "recipes" / "evaluate" / "experiments"
+    experiments.mkdir(parents=True)
+    grown = experiments / "grown.yaml"
+    grown.write_text(EXPERIMENT + "seeds: [0, 1, 2]\n")
+    assert experiment_state(grown)["kept_runs"] == 0
+    keep(out, grown, partial=True)
+    state = experiment_state(grown)
+    assert (state["kept_runs"], state["planned"], state["seeds_to_run"]) == (2, 3, [2])
+    listed = CliRunner().invoke(main, ["results", "list", "llm-personalize"])
+    assert listed.exit_code == 0, listed.output
+    assert "llm_personalize/ladder-seeds.yaml" in listed.output and " of 3 " in listed.output
+    unknown = CliRunner().invoke(main, ["results", "list", "nope"])
+    assert unknown.exit_code == 2 and "no experiment files for recipe 'nope'" in unknown.output
