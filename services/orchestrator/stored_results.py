@@ -97,8 +97,7 @@ def _refuse_stale(kept: list[RunData], planned: list[Any], experiment_file: Path
     lines = []
     for run in stale:
         same_seed = [p for p in planned if p.recipe == run.recipe and p.seed == run.seed]
-        closest = min(same_seed or planned, key=lambda p: len(_changes(run.config, p.config)))
-        changes = _changes(run.config, closest.config)
+        changes = min((_changes(run.config, p.config) for p in same_seed or planned), key=len)
         lines.append(f"{run.run_id}: {', '.join(changes[:6])}{' ...' * (len(changes) > 6)}")
     message = (
         f"{stored_path(experiment_file)} keeps {len(stale)} run(s) that {experiment_file} no "

@@ -152,6 +152,16 @@ def setting_field(
     return derived
 
 
+def settings_of(instance: BaseModel, model: type[BaseModel]) -> dict[str, Any]:
+    """`instance`'s values of the fields `model` declares, under their names: the settings a
+    config or job passes on to the model that owns them (no key renamed on the way)."""
+    return {
+        name: getattr(instance, name)
+        for name in model.model_fields
+        if name in type(instance).model_fields
+    }
+
+
 # -- helpers of the hand-written algorithms ---------------------------------------------------
 def check_env(env: str) -> None:
     """An env id the registry knows (a ValueError names the key and the known ids)."""

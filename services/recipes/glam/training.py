@@ -31,7 +31,7 @@ from llmrl.common.bounds import Seed
 from llmrl.common.devices import Device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import setting_field
+from llmrl.learner.algorithms.base import setting_field, settings_of
 from llmrl.learner.llm.scorer import Reduction
 from llmrl.recipes.glam.llm_ppo import LlmPpoConfig
 
@@ -60,7 +60,7 @@ class PpoSettings(BaseModel):
 
     def ppo_settings(self) -> dict[str, Any]:
         """These settings as llm-ppo's keyword arguments."""
-        return {name: getattr(self, name) for name in PpoSettings.model_fields}
+        return settings_of(self, PpoSettings)
 
 
 class GlamTrainingJob(PpoSettings):
@@ -102,8 +102,7 @@ class GlamTrainingJob(PpoSettings):
     def llm_ppo_settings(self) -> dict[str, Any]:
         """The job's llm-ppo settings, each under llm-ppo's own name (the job's fields that
         `LlmPpoConfig` has), so none is renamed on its way to the algorithm."""
-        names = type(self).model_fields.keys() & LlmPpoConfig.model_fields.keys()
-        return {name: getattr(self, name) for name in names}
+        return settings_of(self, LlmPpoConfig)
 
 
 @registry.register_policy_job("glam", request=GlamTrainingJob)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llmrl.common.bounds import Seed
 from llmrl.common.registry import registry
+from llmrl.learner.algorithms.base import settings_of
 from llmrl.learner.algorithms.sb3 import LrSchedule, learning_rate_schedule
 from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 
@@ -43,7 +44,7 @@ class When2AskPpoSettings(BaseModel):
 
     def ppo_settings(self) -> dict[str, Any]:
         """These settings as the training job's keyword arguments."""
-        return {name: getattr(self, name) for name in When2AskPpoSettings.model_fields}
+        return settings_of(self, When2AskPpoSettings)
 
 
 class PolicyTrainingJob(When2AskPpoSettings):
