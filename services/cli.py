@@ -425,7 +425,8 @@ def results_list(recipe: str | None, history: bool) -> None:
     if not paths:
         raise click.UsageError(f"no experiment files for recipe {recipe!r}; see `llmrl recipes`")
     table = Table(title="experiment files and their stored reports")
-    for column in ("file", "runs kept", "kept on", "seeds to run", "budget"):
+    table.add_column("file", no_wrap=True)
+    for column in ("runs kept", "kept on", "seeds to run", "budget", "min/run kept"):
         table.add_column(column, overflow="fold")
     for path in paths:
         row = state(path)
@@ -436,6 +437,7 @@ def results_list(recipe: str | None, history: bool) -> None:
             row["kept"] or "-",
             ",".join(map(str, row["seeds_to_run"])) or "-",
             budget,
+            "-" if row["minutes_per_run"] is None else str(row["minutes_per_run"]),
         ]
         table.add_row(*(Text(cell) for cell in cells))  # Text: a [..] in a cell is no markup
     Console(width=max(120, Console().width)).print(table)

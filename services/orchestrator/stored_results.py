@@ -8,7 +8,8 @@ results tables rendered from it.
 `keep` reads the sweep's run store, finds a completed run for every run the experiment file
 plans (same recipe, same full config: the report is the file's, or nothing is kept), builds
 the report over seeds with the recipe's targets, and writes a small JSON beside the file
-(`<name>.results.json`: tables, verdicts, each run's config and final results, no curves).
+(`<name>.results.json`: tables, verdicts, each run's config, final results, the machine it
+ran on and its time in phases; no curves).
 `render` writes each recipe page's results section from those files alone, so a figure on
 the site is one its stored report holds; the test suite runs `render --check`.
 
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.provenance import describe
 from llmrl.common.store import RunStore
 from llmrl.orchestrator.compare import RunData, build_report
 from llmrl.orchestrator.experiment_files import RECIPES_DIR, load_experiment
@@ -66,6 +68,36 @@ def completed_runs(out_dir: Path) -> list[RunData]:
         return [from_store(store, row) for row in store.list_runs() if row.status == "completed"]
     finally:
         store.close()
+
+
+def run_seconds(out_dir: Path) -> dict[str, float]:
+    """Each run's time in its phases (from a phase's first start to its end, so a phase that
+    was interrupted and resumed counts the pause too), by run id, for the runs in `out_dir`."""
+    path = out_dir / STORE_FILE
+    if not path.is_file():
+        return {}
+    store = RunStore(path)
+    try:
+        seconds = {}
+        for row in store.list_runs():
+            spans = [
+                phase["finished"] - phase["started"]
+                for phase in store.phases(row.run_id)
+                if phase["started"] is not None and phase["finished"] is not None
+            ]
+            if spans:
+                seconds[row.run_id] = sum(spans)
+        return seconds
+    finally:
+        store.close()
+
+
+def _kept_seconds(experiment_file: Path) -> dict[str, float]:
+    path = stored_path(experiment_file)
+    if not path.is_file():
+        return {}
+    runs = json.loads(path.read_text()).get("runs", [])
+    return {run["run_id"]: run["seconds"] for run in runs if "seconds" in run}
 
 
 def kept_runs(experiment_file: Path) -> list[RunData]:
@@ -157,6 +189,7 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
     with tempfile.TemporaryDirectory() as scratch:
         report = build_report(matched, scratch, str(experiment.name), plots=False)
     by_id = {run.run_id: run for run in matched}
+    seconds = {**_kept_seconds(experiment_file), **run_seconds(out_dir)}
     stored = {
         "experiment": experiment.name,
         "file": _relative(experiment_file),
@@ -170,19 +203,25 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
         "configs": report["configs"],
         "tables": report["tables"],
         "verdicts": report["verdicts"],
-        "runs": [_stored_run(entry, by_id[entry["run_id"]]) for entry in report["runs"]],
+        "runs": [
+            _stored_run(entry, by_id[entry["run_id"]], seconds.get(entry["run_id"]))
+            for entry in report["runs"]
+        ],
     }
     path = stored_path(experiment_file)
     path.write_text(json.dumps(stored, indent=1, ensure_ascii=False) + "\n")
     return path
 
 
-def _stored_run(entry: dict[str, Any], run: RunData) -> dict[str, Any]:
+def _stored_run(entry: dict[str, Any], run: RunData, seconds: float | None) -> dict[str, Any]:
     """A run as kept: its report entry (`config`: its grid point's label), its full config
-    (`settings`) and final results (rows, notes, per-unit samples; no curves or plot files),
-    so a later keep can rebuild the report with it."""
+    (`settings`), its time in phases, and final results (rows, notes, per-unit samples and
+    where it was measured; no curves or plot files), so a later keep can rebuild the report
+    with it."""
     stored = {k: entry[k] for k in ("run_id", "recipe", "config", "seed")}
     stored["settings"] = run.config
+    if seconds is not None:
+        stored["seconds"] = round(seconds)
     if run.results is not None:
         final = run.results.to_dict()
         stored["results"] = {k: v for k, v in final.items() if k not in ("curves", "plots")}
@@ -244,8 +283,46 @@ def results_section(reports: list[dict[str, Any]]) -> str:
             lines += ["", "Targets:", "", *verdicts_markdown(report["verdicts"])]
         seeds = "; ".join(f"{c['config']}: seeds {c['seeds']}" for c in report["configs"])
         lines += ["", f"Runs: {seeds}. {report['statistics']['interval']}."]
+        measured = measured_on(report["runs"])
+        if measured:
+            lines += ["", measured]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
+
+
+def measured_on(runs: list[dict[str, Any]]) -> str:
+    """Where and how long a stored report's runs ran, e.g. `Measured on: <cpu>, 2 cores,
+    torch 2.13.0, llmrl 1a2b3c4 (seeds 0, 1); 44-52 min per run.`; empty for runs kept
+    before runs carried either."""
+    machines: dict[str, list[str]] = {}
+    for run in runs:
+        provenance = (run.get("results") or {}).get("provenance")
+        if provenance:
+            machines.setdefault(describe(provenance), []).append(str(run.get("seed")))
+    minutes = sorted(run["seconds"] / 60 for run in runs if run.get("seconds") is not None)
+    parts = []
+    if machines:
+        where = "; ".join(
+            f"{machine} (seeds {', '.join(dict.fromkeys(seeds))})"
+            for machine, seeds in machines.items()
+        )
+        unknown = sum(1 for run in runs if not (run.get("results") or {}).get("provenance"))
+        parts.append(
+            f"Measured on: {where}"
+            + (f"; {unknown} run(s) kept before runs recorded it" if unknown else "")
+        )
+    if minutes:
+        span = (
+            f"{minutes[0]:.0f}"
+            if round(minutes[0]) == round(minutes[-1])
+            else f"{minutes[0]:.0f}-{minutes[-1]:.0f}"
+        )
+        parts.append(
+            f"{span} min per run ({len(minutes)} of {len(runs)} timed)"
+            if len(minutes) < len(runs)
+            else f"{span} min per run"
+        )
+    return ("; ".join(parts) + ".") if parts else ""
 
 
 def experiment_state(experiment_file: Path) -> dict[str, Any]:
@@ -259,6 +336,7 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
     todo = [run for run in planned if (run.recipe, _canonical(run.config)) not in kept]
     if stored is not None and "missing" not in stored:  # kept whole before runs kept configs
         todo = []
+    seconds = sorted(_kept_seconds(experiment_file).values())
     return {
         "file": _relative(experiment_file),
         "planned": len(planned),
@@ -267,6 +345,8 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
         "to_run": [_run_label(run.point, run.recipe, run.seed) for run in todo],
         "seeds_to_run": sorted({run.seed for run in todo}),
         "budget": experiment.budget,
+        # the median kept run's time in phases, beside the budget the file states
+        "minutes_per_run": round(seconds[len(seconds) // 2] / 60) if seconds else None,
     }
 
 

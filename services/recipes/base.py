@@ -51,6 +51,7 @@ from pydantic import ConfigDict, ValidationError
 from llmrl.agents.episode import EpisodeJob
 from llmrl.common.bounds import BoundedModel
 from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
+from llmrl.common.provenance import describe, machine_provenance
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
 
@@ -213,6 +214,8 @@ class Results:
     # learning curves the experiment report aggregates over seeds: `learning_curve(...)`s,
     # one per panel (a task and a measure) and line (a method)
     curves: list[dict[str, Any]] = field(default_factory=list)
+    # where it was measured (`llmrl.common.provenance`): set when the run writes its results
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def column_names(self) -> list[str]:
         return self.columns or (list(self.rows[0]) if self.rows else [])
@@ -226,6 +229,7 @@ class Results:
             "plots": self.plots,
             **({"samples": self.samples} if self.samples else {}),
             **({"curves": self.curves} if self.curves else {}),
+            **({"provenance": self.provenance} if self.provenance else {}),
         }
 
     @classmethod
@@ -238,6 +242,7 @@ class Results:
             plots=data.get("plots", []),
             samples=data.get("samples", {}),
             curves=data.get("curves", []),
+            provenance=data.get("provenance", {}),
         )
 
     def to_markdown(self) -> str:
@@ -248,6 +253,8 @@ class Results:
         for row in self.rows:
             lines.append("| " + " | ".join(format_cell(row.get(c)) for c in columns) + " |")
         lines += [""] + [f"- {note}" for note in self.notes]
+        if self.provenance:
+            lines.append(f"- measured on: {describe(self.provenance)}")
         lines += [f"![{plot}]({plot})" for plot in self.plots]
         return "\n".join(lines).rstrip() + "\n"
 
@@ -587,7 +594,14 @@ class RunContext:
         return self.out_dir / name
 
     def write_results(self, results: Results) -> None:
-        """results.json (the table as data) and results.md, both registered as artifacts."""
+        """results.json (the table as data, with where it was measured) and results.md, both
+        registered as artifacts."""
+        if not results.provenance:
+            embedded = self.simulator is None and self.llm_gateway is None and self.learner is None
+            results.provenance = {
+                **machine_provenance(),
+                "mode": "embedded" if embedded else "services",
+            }
         json_path = self.out_dir / "results.json"
         data = finite_or_none(results.to_dict())  # strict JSON: a missing cell is null, not NaN
         json_path.write_text(json.dumps(data, indent=2, default=float, allow_nan=False) + "\n")

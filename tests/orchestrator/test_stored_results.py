@@ -177,3 +177,51 @@ def test_results_list_says_how_far_each_experiment_file_is_kept(swept, tmp_path)
     assert "llm_personalize/ladder-seeds.yaml" in listed.output and " of 3 " in listed.output
     unknown = CliRunner().invoke(main, ["results", "list", "nope"])
     assert unknown.exit_code == 2 and "no experiment files for recipe 'nope'" in unknown.output
+
+
+def test_a_kept_report_says_where_and_how_long_its_runs_ran(swept, tmp_path):
+    """The same seed can give another figure on another CPU (a LoRA fine-tune's floats follow
+    its kernels): each kept run carries the machine and software it ran on and its time in
+    phases, the page says so, and `results list` puts the time beside the file's budget."""
+    from llmrl.common.provenance import describe, machine_provenance
+    from llmrl.orchestrator.stored_results import experiment_state
+
+    _, out = swept
+    experiments = tmp_path / "recipes" / "evaluate" / "experiments"
+    experiments.mkdir(parents=True)
+    timed = experiments / "timed.yaml"
+    timed.write_text(EXPERIMENT + "seeds: [0, 1]\n")
+    kept = json.loads(keep(out, timed).read_text())
+    here = machine_provenance()
+    for run in kept["runs"]:
+        provenance = run["results"]["provenance"]
+        assert provenance["mode"] == "embedded" and provenance["cpu"] == here["cpu"]
+        assert provenance["packages"]["llmrl"] and provenance["cores"] >= 1
+        assert run["seconds"] >= 0
+    assert experiment_state(timed)["minutes_per_run"] is not None
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "evaluate.md"
+    page.write_text(f"# evaluate\n{BEGIN}\n{END}\n")
+    render(tmp_path / "recipes", docs)
+    text = page.read_text()
+    assert f"Measured on: {describe(here)} (seeds 0, 1)" in text and "min per run" in text
+    # a second keep of the same runs keeps their times (read back from the stored report)
+    again = json.loads(keep(out, timed).read_text())
+    assert [run["seconds"] for run in again["runs"]] == [run["seconds"] for run in kept["runs"]]
+
+
+def test_a_report_kept_before_runs_recorded_their_machine_renders_as_before():
+    from llmrl.orchestrator.stored_results import measured_on
+
+    assert measured_on([{"run_id": "a", "seed": 0, "results": {"rows": []}}]) == ""
+    line = measured_on(
+        [
+            {"seed": 0, "seconds": 600, "results": {"provenance": {"cpu": "X", "cores": 2}}},
+            {"seed": 1, "results": {}},
+        ]
+    )
+    assert line == (
+        "Measured on: X, 2 cores (seeds 0); 1 run(s) kept before runs recorded it; "
+        "10 min per run (1 of 2 timed)."
+    )
