@@ -433,6 +433,9 @@ class RunContext:
         self._llm: Any = None
         self._tb: Any = None
         self._tb_step = 0
+        # read when the first run of the process starts, so the commit is the code that runs
+        # even if the checkout moves on before the results are written
+        self._machine = machine_provenance()
 
     # -- episodes ---------------------------------------------------------------------------
     def episode_job(
@@ -599,7 +602,7 @@ class RunContext:
         if not results.provenance:
             embedded = self.simulator is None and self.llm_gateway is None and self.learner is None
             results.provenance = {
-                **machine_provenance(),
+                **self._machine,
                 "mode": "embedded" if embedded else "services",
             }
         json_path = self.out_dir / "results.json"
