@@ -440,7 +440,7 @@ def results_list(recipe: str | None, history: bool) -> None:
             "-" if row["minutes_per_run"] is None else str(row["minutes_per_run"]),
         ]
         table.add_row(*(Text(cell) for cell in cells))  # Text: a [..] in a cell is no markup
-    Console(width=max(120, Console().width)).print(table)
+    Console(width=max(150, Console().width)).print(table)
 
 
 @results.command("render")

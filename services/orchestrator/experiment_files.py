@@ -101,10 +101,7 @@ def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> Experime
     `key=value` `arguments` over its config, grid and seeds; validated in full (every run's
     config), a ConfigError naming the file and the key otherwise."""
     path = Path(path)
-    try:
-        data: dict[str, Any] = load_yaml(path)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}", [{"loc": ["config"], "msg": str(exc)}]) from None
+    data = _with_base(path, _read(path))
     if isinstance(data.get("recipe"), str):  # e.g. when2ask-quick: each recipe has a quick.yaml
         data.setdefault("name", f"{data['recipe']}-{path.stem}")
     data.setdefault("name", path.stem)
@@ -126,6 +123,61 @@ def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> Experime
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}", exc.errors) from None
     return experiment
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return load_yaml(path)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}", [{"loc": ["config"], "msg": str(exc)}]) from None
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on `base`, mappings merged key by key at every depth."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _with_base(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A file with `extends: <name>.yaml` (another experiment file in its folder) is that file
+    with its own keys over it: `config` and `gateway` merged key by key, `grid`, `seeds`,
+    `threads` and `recipe` replaced when given (a nested setting, e.g. ELLM's `ppo`, merges
+    too). What a file says of itself (`name`,
+    `description`, `budget`, `claim`) is never inherited. So a variant of a reported setting
+    writes only what it changes, and follows the base when the base changes."""
+    name = data.pop("extends", None)
+    if name is None:
+        return data
+    if not (isinstance(name, str) and name.endswith(".yaml") and Path(name).name == name):
+        raise ConfigError(
+            f"{path}: extends: the file name of another experiment file in the same folder "
+            f"(e.g. quick.yaml), got {name!r}",
+            [{"loc": ["extends"], "msg": "not a file name in the same folder"}],
+        )
+    base_path = path.parent / name
+    if base_path.resolve() in {p.resolve() for p in (path, *seen)}:
+        chain = " -> ".join(p.name for p in (*seen, path, base_path))
+        raise ConfigError(
+            f"{path}: extends: {chain} is a cycle",
+            [{"loc": ["extends"], "msg": "a cycle of files"}],
+        )
+    if not base_path.is_file():
+        siblings = ", ".join(sorted(p.name for p in path.parent.glob("*.yaml"))) or "none"
+        raise ConfigError(
+            f"{path}: extends: no {name} in {path.parent} (its experiment files: {siblings})",
+            [{"loc": ["extends"], "msg": "no such experiment file"}],
+        )
+    base = _with_base(base_path, _read(base_path), (*seen, path))
+    merged = {key: value for key, value in base.items() if key not in ("name", *DOCUMENTATION)}
+    for key, value in data.items():
+        deep = key in ("config", "gateway") and isinstance(value, dict)
+        merged[key] = _merged(merged.get(key) or {}, value) if deep else value
+    return merged
 
 
 def experiment_files(recipe: str | None = None, history: bool = True) -> list[Path]:

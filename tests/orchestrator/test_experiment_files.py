@@ -64,6 +64,49 @@ def test_arguments_override_the_files_config_grid_and_seeds(tmp_path):
     assert experiment.seeds == [5]
 
 
+def test_a_file_extends_another_and_writes_only_what_it_changes(tmp_path):
+    """A variant of a reported setting (`extends: base.yaml`) is the base with its own keys
+    over it: config and gateway merged key by key, what it says of itself its own."""
+    (tmp_path / "base.yaml").write_text(
+        "description: the base\nbudget: 1 min\nclaim: {statement: base}\nrecipe: evaluate\n"
+        "config: {env: SimpleDoorKey, planner: oracle, episodes: 4}\nseeds: [0, 1]\n"
+        "threads: 1\ngateway: {torch_threads: 1, models: {smollm2: {timeout_s: 900}}}\n"
+    )
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(
+        "extends: base.yaml\ndescription: fewer episodes\nclaim: {statement: variant}\n"
+        "config: {episodes: 2}\ngateway: {models: {smollm2: {dtype: float32}}}\n"
+    )
+    experiment = load_experiment(variant, ["seeds=[3]"])
+    assert experiment.name == "evaluate-variant" and experiment.description == "fewer episodes"
+    assert experiment.config == {"env": "SimpleDoorKey", "planner": "oracle", "episodes": 2}
+    assert experiment.gateway == {
+        "torch_threads": 1,
+        "models": {"smollm2": {"timeout_s": 900, "dtype": "float32"}},
+    }
+    assert (experiment.threads, experiment.seeds) == (1, [3])
+    assert experiment.budget is None and experiment.claim.statement == "variant"
+    assert load_experiment(variant).seeds == [0, 1]  # inherited unless given
+
+
+@pytest.mark.parametrize(
+    ("extends", "named"),
+    [
+        ("../elsewhere.yaml", "the file name of another experiment file in the same folder"),
+        ("/etc/passwd", "the file name of another experiment file in the same folder"),
+        ("missing.yaml", "no missing.yaml in"),
+        ("trial.yaml", "trial.yaml -> trial.yaml is a cycle"),
+        ("loop.yaml", "trial.yaml -> loop.yaml -> trial.yaml is a cycle"),
+    ],
+)
+def test_extends_names_a_sibling_file_without_cycles(tmp_path, extends, named):
+    (tmp_path / "loop.yaml").write_text("extends: trial.yaml\n")
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(write(tmp_path, f"extends: {extends}\nrecipe: evaluate\n"))
+    # the message starts with the file whose `extends` is wrong (the base's own, in a chain)
+    assert str(refused.value).startswith(str(tmp_path)) and named in str(refused.value)
+
+
 def test_llmrl_sweep_runs_an_experiment_file(tmp_path):
     from llmrl.cli import main
 
