@@ -51,19 +51,21 @@ def package_versions() -> dict[str, str]:
 
 def source_commit() -> str | None:
     """The git commit of the checkout the code runs from (with `+changes` when its tracked
-    files differ from it); None outside a checkout (an image, a wheel) or without git."""
+    files differ from it); None outside a checkout (an image, a wheel installed anywhere, even
+    inside another repository: this very file must be one git tracks) or without git."""
     try:
 
-        def git(*args: str) -> str:
+        def git(*args: str, cwd: Path = SOURCE_DIR) -> str:
             return subprocess.run(
                 ["git", *args],
-                cwd=SOURCE_DIR,
+                cwd=cwd,
                 capture_output=True,
                 text=True,
                 timeout=10,
                 check=True,
             ).stdout.strip()
 
+        git("ls-files", "--error-unmatch", Path(__file__).name, cwd=Path(__file__).parent)
         commit = git("rev-parse", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no", "--", ".")
     except (OSError, subprocess.SubprocessError):
