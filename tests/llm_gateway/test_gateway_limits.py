@@ -205,7 +205,7 @@ def test_sigterm_stops_the_gateway_within_its_grace_period_mid_generation(tiny_m
     env = {**os.environ, "LLMRL_HOME": str(tmp_path), GRACE_ENV: str(grace_s)}
     process = subprocess.Popen(
         [sys.executable, "-m", "llmrl.cli", "serve", "llm_gateway", "--port", str(port),
-         "--config", str(config)],
+         "--grpc-port", str(free_port()), "--config", str(config)],  # never the default port
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
