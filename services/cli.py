@@ -46,8 +46,7 @@ def _settings(
         overrides = cfg.parse_overrides(sets)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=hint) from exc
-    _deep_update(settings, overrides)
-    return settings
+    return cfg.deep_merged(settings, overrides)
 
 
 def _allow_working_folder() -> None:
@@ -56,14 +55,6 @@ def _allow_working_folder() -> None:
     from llmrl.common.paths import allow_root
 
     allow_root(Path.cwd())
-
-
-def _deep_update(target: dict[str, Any], updates: dict[str, Any]) -> None:
-    for key, value in updates.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _deep_update(target[key], value)
-        else:
-            target[key] = value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -126,6 +126,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def deep_merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on `base` (neither changed): mappings merged key by key at every depth, any other
+    value of `over` replacing `base`'s. How `key=value` overrides go over a YAML file."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def _as_number(text: str) -> Any:
     """YAML 1.1 reads `3e-4` as a string; users mean a number."""
     try:

@@ -96,7 +96,6 @@ def describe(provenance: dict[str, Any]) -> str:
     if "torch" in packages:
         parts.append(f"torch {packages['torch']}")
     if provenance.get("commit"):
-        parts.append(
-            f"llmrl {provenance['commit'][:7]}{'+changes' * ('+' in provenance['commit'])}"
-        )
+        sha, plus, changes = provenance["commit"].partition("+")
+        parts.append(f"llmrl {sha[:7]}{plus}{changes}")
     return ", ".join(parts)

@@ -207,7 +207,8 @@ class GatewaySettings(_Strict):
         )
 
 
-def _merge(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict[str, Any]:
+def merge_settings(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """`update` merged into gateway settings `base` (changed in place, and returned)."""
     for key, value in update.items():
         # models are merged by name (and each model's keys over the built-in ones)
         mergeable = path in ("", "models", "cache", "ledger", "limits", "prices")
@@ -215,7 +216,7 @@ def _merge(base: dict[str, Any], update: dict[str, Any], path: str = "") -> dict
             # another backend's model under a built-in name: its keys, not a mix of both
             mergeable = value.get("backend") in (None, base[key].get("backend"))
         if mergeable and isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value, f"{path}.{key}" if path else key)
+            merge_settings(base[key], value, f"{path}.{key}" if path else key)
         else:
             base[key] = value
     return base
@@ -233,12 +234,12 @@ def load_settings(
     # runs, their rollout workers, the learner finding a model's weights) sees one model set
     config_file = config_file or os.environ.get(CONFIG_ENV_VAR) or None
     if config_file is not None:
-        _merge(data, common_config.load_yaml(config_file))
+        merge_settings(data, common_config.load_yaml(config_file))
     overrides = copy.deepcopy(settings or {})
     nested_file = overrides.pop("config", None)
     if nested_file:
-        _merge(data, common_config.load_yaml(nested_file))
-    _merge(data, overrides)
+        merge_settings(data, common_config.load_yaml(nested_file))
+    merge_settings(data, overrides)
     try:
         models = data.get("models")
         if isinstance(models, dict):  # by backend here, so that errors name the model's key

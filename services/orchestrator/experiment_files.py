@@ -22,6 +22,7 @@ included: a bad key or value is a ConfigError naming the file and the key.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llmrl.common.config import load_yaml
+from llmrl.common.config import deep_merged, load_yaml
 from llmrl.orchestrator.experiments import (
     ExperimentSpec,
     plan_experiment,
@@ -132,23 +133,13 @@ def _read(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {exc}", [{"loc": ["config"], "msg": str(exc)}]) from None
 
 
-def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """`over` on `base`, mappings merged key by key at every depth."""
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def _with_base(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A file with `extends: <name>.yaml` (another experiment file in its folder) is that file
-    with its own keys over it: `config` and `gateway` merged key by key, `grid`, `seeds`,
-    `threads` and `recipe` replaced when given (a nested setting, e.g. ELLM's `ppo`, merges
-    too). What a file says of itself (`name`,
-    `description`, `budget`, `claim`) is never inherited. So a variant of a reported setting
+    with its own keys over it: `config` merged key by key at every depth (as `key=value`
+    overrides are; ELLM's `ppo` too), `gateway` as the gateway merges its settings (a model
+    of another backend replaces the base's), `grid`, `seeds`, `threads` and `recipe` replaced
+    when given. What a file says of itself (`name`, `description`, `budget`, `claim`) is never
+    inherited. So a variant of a reported setting
     writes only what it changes, and follows the base when the base changes."""
     name = data.pop("extends", None)
     if name is None:
@@ -175,8 +166,13 @@ def _with_base(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) ->
     base = _with_base(base_path, _read(base_path), (*seen, path))
     merged = {key: value for key, value in base.items() if key not in ("name", *DOCUMENTATION)}
     for key, value in data.items():
-        deep = key in ("config", "gateway") and isinstance(value, dict)
-        merged[key] = _merged(merged.get(key) or {}, value) if deep else value
+        if key == "config" and isinstance(value, dict):
+            value = deep_merged(merged.get(key) or {}, value)
+        elif key == "gateway" and isinstance(value, dict):
+            from llmrl.llm_gateway.settings import merge_settings
+
+            value = merge_settings(copy.deepcopy(merged.get(key) or {}), value)
+        merged[key] = value
     return merged
 
 

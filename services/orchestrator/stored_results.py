@@ -92,20 +92,21 @@ def run_seconds(out_dir: Path) -> dict[str, float]:
         store.close()
 
 
-def _kept_seconds(experiment_file: Path) -> dict[str, float]:
+def _stored(experiment_file: Path) -> dict[str, Any] | None:
+    """The stored report beside `experiment_file`, or None before its first keep."""
     path = stored_path(experiment_file)
-    if not path.is_file():
-        return {}
-    runs = json.loads(path.read_text()).get("runs", [])
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _kept_seconds(stored: dict[str, Any] | None) -> dict[str, float]:
+    """Each kept run's time in phases, by run id (runs kept before runs were timed: none)."""
+    runs = (stored or {}).get("runs", [])
     return {run["run_id"]: run["seconds"] for run in runs if "seconds" in run}
 
 
-def kept_runs(experiment_file: Path) -> list[RunData]:
-    """The runs an earlier `keep` stored beside `experiment_file` with their results (a
+def kept_runs(stored: dict[str, Any] | None) -> list[RunData]:
+    """The runs a stored report (`_stored`; None: no keep yet) holds with their results (a
     report kept before runs carried results gives none)."""
-    path = stored_path(experiment_file)
-    if not path.is_file():
-        return []
     return [
         RunData(
             run["run_id"],
@@ -114,7 +115,7 @@ def kept_runs(experiment_file: Path) -> list[RunData]:
             "completed",
             Results.from_dict(run["results"]),
         )
-        for run in json.loads(path.read_text()).get("runs", [])
+        for run in (stored or {}).get("runs", [])
         if "results" in run and "settings" in run
     ]
 
@@ -164,7 +165,8 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
     completed run of the same config, unless `partial` (then at least one must be there)."""
     experiment = load_experiment(experiment_file)
     planned = plan_experiment(experiment.spec(), str(experiment.name))
-    kept = kept_runs(experiment_file)
+    before = _stored(experiment_file)
+    kept = kept_runs(before)
     _refuse_stale(kept, planned, experiment_file)
     by_config = {(run.recipe, _canonical(run.config)): run for run in kept}
     # this out dir's runs win over kept ones of the same config (a re-run replaces its part)
@@ -189,7 +191,7 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
     with tempfile.TemporaryDirectory() as scratch:
         report = build_report(matched, scratch, str(experiment.name), plots=False)
     by_id = {run.run_id: run for run in matched}
-    seconds = {**_kept_seconds(experiment_file), **run_seconds(out_dir)}
+    seconds = {**_kept_seconds(before), **run_seconds(out_dir)}
     stored = {
         "experiment": experiment.name,
         "file": _relative(experiment_file),
@@ -306,7 +308,7 @@ def measured_on(runs: list[dict[str, Any]]) -> str:
             f"{machine} (seeds {', '.join(dict.fromkeys(seeds))})"
             for machine, seeds in machines.items()
         )
-        unknown = sum(1 for run in runs if not (run.get("results") or {}).get("provenance"))
+        unknown = len(runs) - sum(len(seeds) for seeds in machines.values())
         parts.append(
             f"Measured on: {where}"
             + (f"; {unknown} run(s) kept before runs recorded it" if unknown else "")
@@ -330,13 +332,12 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
     (none, some, or all), when it was kept, the seeds still to run and its budget."""
     experiment = load_experiment(experiment_file)
     planned = plan_experiment(experiment.spec(), str(experiment.name))
-    path = stored_path(experiment_file)
-    stored = json.loads(path.read_text()) if path.is_file() else None
-    kept = {(run.recipe, _canonical(run.config)) for run in kept_runs(experiment_file)}
+    stored = _stored(experiment_file)
+    kept = {(run.recipe, _canonical(run.config)) for run in kept_runs(stored)}
     todo = [run for run in planned if (run.recipe, _canonical(run.config)) not in kept]
     if stored is not None and "missing" not in stored:  # kept whole before runs kept configs
         todo = []
-    seconds = sorted(_kept_seconds(experiment_file).values())
+    seconds = sorted(_kept_seconds(stored).values())
     return {
         "file": _relative(experiment_file),
         "planned": len(planned),

@@ -166,3 +166,21 @@ def test_a_sweeps_runs_load_their_own_models_from_any_out_dir(tmp_path, monkeypa
     )
     assert result.exit_code == 0, result.output
     assert "failed" not in result.output and (out / "results.md").exists()
+
+
+def test_a_variants_gateway_merges_as_the_gateways_settings_do(tmp_path):
+    """A model of another backend under the base's model name replaces it (the gateway's own
+    rule), rather than mixing the two backends' keys."""
+    (tmp_path / "base.yaml").write_text(
+        "recipe: evaluate\nconfig: {episodes: 2}\n"
+        "gateway: {models: {smollm2: {timeout_s: 900, dtype: float32}}}\n"
+    )
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(
+        "extends: base.yaml\n"
+        "gateway: {models: {smollm2: {backend: openai, remote_model: gpt-4o-mini}}}\n"
+    )
+    experiment = load_experiment(variant)
+    assert experiment.gateway == {
+        "models": {"smollm2": {"backend": "openai", "remote_model": "gpt-4o-mini"}}
+    }
