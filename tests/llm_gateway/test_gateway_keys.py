@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from llmrl.common.auth import UNAUTHORIZED_DETAIL
+from llmrl.llm_gateway.keys import KEY_PREFIX
 from llmrl.llm_gateway.rest import create_app
 from llmrl.llm_gateway.service import RestServer
 
@@ -151,5 +152,5 @@ def test_managing_keys_needs_the_shared_token_and_checks_fields(served, tmp_path
     assert gateway.keys.get(issued["id"]).digest.encode() in saved
     assert issued["key"].encode() not in saved
     # the secret is URL-safe base64, which may itself hold "-": cut the known prefix off
-    secret = issued["key"].removeprefix(f"sk-llmrl-{issued['id']}-")
+    secret = issued["key"].removeprefix(f"{KEY_PREFIX}{issued['id']}-")
     assert len(secret) == 43 and secret.encode() not in saved
