@@ -285,13 +285,18 @@ def make_env(
         from gymnasium import spaces
 
         described = describe_space(spaces.Dict(numeric), profile.embed_keys)
-        if llm is None and settings.method not in ("rnd", "knn", "none"):
-            from llmrl.llm_gateway.client import connect
+        if settings.intrinsic_scale == 0 and settings.conditioning == "none":
+            # fine-tuning on the task alone with no goal in the observation: the method's
+            # source would only be multiplied by 0, and ELLM's asks the LLM for every new caption
+            source: Any = NoveltySource(NoReward(), profile.agent_keys)
+        else:
+            if llm is None and settings.method not in ("rnd", "knn", "none"):
+                from llmrl.llm_gateway.client import connect
 
-            llm = connect()
-        source = reward_source(settings, llm, described, profile)
-        if settings.intrinsic_scale != 1.0:
-            source = _Scaled(source, settings.intrinsic_scale)
+                llm = connect()
+            source = reward_source(settings, llm, described, profile)
+            if settings.intrinsic_scale != 1.0:
+                source = _Scaled(source, settings.intrinsic_scale)
         return IntrinsicRewardWrapper(
             vector,
             source,

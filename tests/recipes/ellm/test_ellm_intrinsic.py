@@ -49,6 +49,23 @@ def test_the_task_pays_once_and_episodes_are_reported():
         envs.close()
 
 
+def test_fine_tuning_ellm_on_the_task_alone_never_asks_the_suggester():
+    # intrinsic reward weighed 0 and no goal in the observation: ELLM's suggester has nothing
+    # to give, so the env is built without a gateway and pays exactly what the task pays
+    settings = EllmEnvSettings(
+        env=ENV_ID, num_envs=2, method="ellm", task="place crafting table", intrinsic_scale=0.0
+    )
+    envs = make_env(settings)  # llm=None: a suggester would connect to an in-process gateway
+    try:
+        envs.reset(seed=0)
+        script = [RIGHT, RIGHT, DO, PLACE_TABLE, LEFT, DO, PLACE_TABLE]
+        rewards = [envs.step(np.array([action, NOOP]))[1].tolist() for action in script]
+        assert [r[0] for r in rewards] == [0, 0, 0, 1, 0, 0, 0]
+        assert envs.counters().get("asked", 0) == 0
+    finally:
+        envs.close()
+
+
 def test_novelty_rewards_fall_for_a_state_seen_again_and_again():
     from gymnasium import spaces
 
