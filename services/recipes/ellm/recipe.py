@@ -146,7 +146,7 @@ class Ellm(Recipe):
         phase = f"{stage}/{method}"
         # a small MLP: one thread (see torch_threads)
         result = ctx.train(job, train_ellm, phase, frames, unit="frames", threads=1)
-        uses_llm = job.method not in NOVELTY
+        uses_llm = job.reward_method not in NOVELTY
         result["usage"] = self._usage(ctx, f"ellm/{stage}/{method}") if uses_llm else {}
         return {"method": method, "stage": stage, **result}
 

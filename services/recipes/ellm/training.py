@@ -134,6 +134,15 @@ class EllmEnvSettings(BaseModel):
             )
         return value
 
+    @property
+    def reward_method(self) -> str:
+        """The method whose intrinsic reward the env computes: "none" when none of it reaches
+        the agent (weighed 0 and no goal in the observation: fine-tuning on the task alone),
+        so that ELLM's suggester is not asked for an answer multiplied by 0."""
+        if self.intrinsic_scale == 0 and self.conditioning == "none":
+            return "none"
+        return self.method
+
 
 class EllmTrainingJob(EllmEnvSettings):
     """Everything needed to pretrain or fine-tune one ELLM agent anywhere."""
@@ -226,7 +235,7 @@ def reward_source(
     settings: EllmEnvSettings, llm: Any, described: dict[str, Any], profile: EnvProfile = CRAFTER
 ) -> Any:
     """The method's reward source for `settings.num_envs` envs."""
-    method = settings.method
+    method = settings.reward_method
     if method in ("rnd", "knn"):
         from llmrl.recipes.ellm.novelty import KnnNoveltyReward, RndReward
 
@@ -285,18 +294,13 @@ def make_env(
         from gymnasium import spaces
 
         described = describe_space(spaces.Dict(numeric), profile.embed_keys)
-        if settings.intrinsic_scale == 0 and settings.conditioning == "none":
-            # fine-tuning on the task alone with no goal in the observation: the method's
-            # source would only be multiplied by 0, and ELLM's asks the LLM for every new caption
-            source: Any = NoveltySource(NoReward(), profile.agent_keys)
-        else:
-            if llm is None and settings.method not in ("rnd", "knn", "none"):
-                from llmrl.llm_gateway.client import connect
+        if llm is None and settings.reward_method not in ("rnd", "knn", "none"):
+            from llmrl.llm_gateway.client import connect
 
-                llm = connect()
-            source = reward_source(settings, llm, described, profile)
-            if settings.intrinsic_scale != 1.0:
-                source = _Scaled(source, settings.intrinsic_scale)
+            llm = connect()
+        source = reward_source(settings, llm, described, profile)
+        if settings.intrinsic_scale != 1.0:
+            source = _Scaled(source, settings.intrinsic_scale)
         return IntrinsicRewardWrapper(
             vector,
             source,
@@ -362,7 +366,7 @@ def train_ellm(
     done = int(line.latest().result.get("global_step", 0)) if line.versions() else 0
     _drop_episodes_after(line.root, done)
     llm = None
-    if job.method not in ("rnd", "knn", "none"):
+    if job.reward_method not in ("rnd", "knn", "none"):
         from llmrl.llm_gateway.client import connect
 
         llm = connect(job.llm_gateway)
