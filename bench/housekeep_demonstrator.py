@@ -3,7 +3,7 @@
 Plays the `housekeep-demonstrator` planner on episodes of every validation scene (success
 rate, soft score, steps, planner queries), builds the bootstrapping and self-training
 datasets from demonstrations on training scenes, and measures symbolic steps per second.
-Needs the Housekeep data: --data-dir, or $LLMRL_HOUSEKEEP_DATA, or ../shared/data/housekeep.
+Needs the Housekeep data: --data-dir, or $LLMRL_HOUSEKEEP_DATA, or `llmrl data get housekeep`.
 Prints one JSON object on its last line.
 
     python bench/housekeep_demonstrator.py [--episodes-per-scene 50] [--train-episodes 100]
@@ -22,6 +22,7 @@ from statistics import mean
 from llmrl.agents import RolloutResources
 from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.datasets import write_dataset
+from llmrl.common.datasets import missing_hint
 from llmrl.recipes.llm_personalize.datasets import bootstrap_dataset, self_training_dataset
 from llmrl.recipes.llm_personalize.demonstrations import demonstration_episode
 from llmrl.simulator.envs.housekeep import default_data_dir
@@ -29,21 +30,18 @@ from llmrl.simulator.envs.housekeep.data import split_scenes
 
 
 def find_data_dir(given: str | None) -> Path:
-    for candidate in (
-        given,
-        default_data_dir(),
-        Path(__file__).parents[2] / "shared/data/housekeep",
-    ):
+    for candidate in (given, default_data_dir()):
         if candidate and (Path(candidate) / "data.npy").exists():
             return Path(candidate)
-    sys.exit("no Housekeep data: pass --data-dir or set LLMRL_HOUSEKEEP_DATA")
+    sys.exit(f"no Housekeep data: pass --data-dir, or {missing_hint('housekeep')}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--data-dir",
-        help="Housekeep data (default: $LLMRL_HOUSEKEEP_DATA or ../shared/data/housekeep)",
+        help="Housekeep data (default: $LLMRL_HOUSEKEEP_DATA, else the copy `llmrl data get "
+        "housekeep` wrote)",
     )
     parser.add_argument(
         "--episodes-per-scene", type=int, default=50, help="validation episodes per scene"

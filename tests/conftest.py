@@ -14,15 +14,29 @@ from support.tiny_llm import make_tiny_llama
 @pytest.fixture(scope="session", autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """LLMRL_HOME in a temporary folder for the whole session: nothing a test forgets to place
-    lands in ./.llmrl of the repository (tests that need their own home set it themselves)."""
+    lands in ./.llmrl of the repository (tests that need their own home set it themselves).
+    Benchmark data `llmrl data get` wrote under the user's home stays found: its variable is
+    set to it first."""
+    from llmrl.common.datasets import DATASETS, dataset_dir
+
     home = tmp_path_factory.mktemp("llmrl-home")
-    previous = os.environ.get("LLMRL_HOME")
+    saved = {name: os.environ.get(name) for name in ("LLMRL_HOME", *_data_variables())}
+    for dataset in DATASETS.values():
+        if (found := dataset_dir(dataset.name)) is not None:
+            os.environ[dataset.env_var] = str(found.resolve())
     os.environ["LLMRL_HOME"] = str(home)
     yield home
-    if previous is None:
-        os.environ.pop("LLMRL_HOME", None)
-    else:
-        os.environ["LLMRL_HOME"] = previous
+    for name, previous in saved.items():
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+def _data_variables() -> list[str]:
+    from llmrl.common.datasets import DATASETS
+
+    return [dataset.env_var for dataset in DATASETS.values()]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,12 +77,22 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The real Housekeep data; the test is skipped without it."""
-    from support.housekeep import real_data_dir
-
-    from llmrl.simulator.envs.housekeep.data import DATA_ENV_VAR
+    """The real Housekeep data; the test is skipped without it, saying how to get it."""
+    from support.housekeep import NO_REAL_DATA, real_data_dir
 
     path = real_data_dir()
     if path is None:
-        pytest.skip(f"no Housekeep data (set {DATA_ENV_VAR} or put it in ../shared/data/housekeep)")
+        pytest.skip(NO_REAL_DATA)
+    return path
+
+
+@pytest.fixture(scope="session")
+def kalm_data_dir() -> Path:
+    """KALM's released data; the test is skipped without it, saying how to get it."""
+    from llmrl.common.datasets import dataset_dir, missing_hint
+    from llmrl.recipes.kalm.released import CLEVR_FILE
+
+    path = dataset_dir("kalm")
+    if path is None or not (path / CLEVR_FILE).is_file():
+        pytest.skip(f"needs KALM's released data: {missing_hint('kalm')}")
     return path

@@ -3,7 +3,8 @@
 A request (a fine-tuning job's data, a dataset's `out_dir`, an env's `data_dir`) may only name
 paths under the service's home (LLMRL_HOME) or a configured data root: LLMRL_DATA_ROOTS, a list
 of folders separated by `os.pathsep` (default: the Housekeep and KALM data folders the project
-knows, i.e. $LLMRL_HOUSEKEEP_DATA, $LLMRL_KALM_DATA and ../shared/data). `confine` resolves a
+knows, i.e. $LLMRL_HOUSEKEEP_DATA and $LLMRL_KALM_DATA; `llmrl data get` writes under
+LLMRL_HOME, which is always allowed). `confine` resolves a
 path (`..` and symlinks, whether or not it exists yet) and refuses it, naming the field, when the
 result leaves every root: so a caller cannot have a service read or overwrite any file it can.
 An embedded run (`llmrl run --out DIR`) adds its own output folder (`allow_root`).
@@ -17,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.config import home_dir
+from llmrl.common.datasets import DATASETS
 
 DATA_ROOTS_ENV = "LLMRL_DATA_ROOTS"
 # data folders the project already reads from, when no LLMRL_DATA_ROOTS is set
-KNOWN_DATA_ENV = ("LLMRL_HOUSEKEEP_DATA", "LLMRL_KALM_DATA")
-SHARED_DATA = Path("../shared/data")
+KNOWN_DATA_ENV = tuple(dataset.env_var for dataset in DATASETS.values())
 NAME_MAX = 255  # the longest file name Linux and macOS file systems take
 
 
@@ -53,7 +54,6 @@ def data_roots() -> list[Path]:
         extra = [Path(p) for p in configured.split(os.pathsep) if p]
     else:
         extra = [Path(v) for name in KNOWN_DATA_ENV if (v := os.environ.get(name))]
-        extra.append(SHARED_DATA)
     return [home_dir(), *(p.expanduser().resolve() for p in extra), *_process_roots]
 
 

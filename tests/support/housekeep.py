@@ -3,24 +3,22 @@ real data directory."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
+from llmrl.common.datasets import dataset_dir, missing_hint
 from llmrl.simulator.envs.housekeep import House, HouseObject, Receptacle
-from llmrl.simulator.envs.housekeep.data import DATA_ENV_VAR
 
-REPO = Path(__file__).resolve().parents[2]
+# the reason a test that needs the real data skips where there is none
+NO_REAL_DATA = f"needs the Housekeep benchmark data: {missing_hint('housekeep')}"
 
 
 def real_data_dir() -> Path | None:
-    """$LLMRL_HOUSEKEEP_DATA, else ../shared/data/housekeep beside the repository."""
-    candidates = [os.environ.get(DATA_ENV_VAR), REPO.parent / "shared" / "data" / "housekeep"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "data.npy").exists():
-            return Path(candidate)
-    return None
+    """The real Housekeep data where `dataset_dir` finds it (the variable, else `llmrl data
+    get housekeep`'s copy), when it holds the annotations."""
+    found = dataset_dir("housekeep")
+    return found if found and (found / "data.npy").exists() else None
 
 
 def tiny_house() -> House:

@@ -42,7 +42,8 @@ class KalmConfig(RecipeConfig):
     )
     released_path: str | None = Field(
         None,
-        description="KALM's released .npy (default: $LLMRL_KALM_DATA or ../shared/data/kalm/).",
+        description="KALM's released .npy (default: $LLMRL_KALM_DATA, else the copy `llmrl "
+        "data get kalm` wrote under LLMRL_HOME).",
     )
     scripted_episodes: Episodes = Field(400, description="Episodes the scripted collector plays.")
     scripted_noise: float = Field(

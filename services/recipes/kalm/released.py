@@ -1,8 +1,8 @@
 """KALM's released toy datasets (`clevr_robot.npy`, `meta_world.npy`) as `OfflineDataset`s.
 
-The files are pickled dicts in `.npy` (format: `data/kalm/README.md` beside the data). They are
-read with `llmrl.common.safe_numpy` (a restricted unpickler: numpy arrays and plain data only,
-never `allow_pickle=True`), every key checked for shape and dtype, and a wrong file refused with
+The files are pickled dicts in `.npy` (`llmrl data get kalm` fetches them). They are read
+with `llmrl.common.safe_numpy` (a restricted unpickler: numpy arrays and plain data only, never
+`allow_pickle=True`), every key checked for shape and dtype, and a wrong file refused with
 an error naming the file and the key.
 
 CLEVR-Robot: 80 trajectories padded to 50 steps; `masks` marks the real steps. Each trajectory
@@ -24,49 +24,37 @@ success labels against our success function.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from llmrl.common.datasets import KALM, dataset_dir, missing_hint
 from llmrl.common.offline_dataset import DatasetFormatError, OfflineDataset
 from llmrl.common.safe_numpy import load_npy
 from llmrl.simulator.envs import clevr_robot
 
-DATA_ENV_VAR = "LLMRL_KALM_DATA"
+DATA_ENV_VAR = KALM.env_var
 CLEVR_FILE, METAWORLD_FILE = "clevr_robot.npy", "meta_world.npy"
 
 
 def released_dir() -> Path | None:
-    """Where KALM's released files are: $LLMRL_KALM_DATA, else `data/kalm` in the shared
-    folder (`../shared/data/kalm` from the working directory, as `llmrl.common.paths`, or
-    beside the checkout); None when none holds them."""
-    from llmrl.common.paths import SHARED_DATA
-
-    repository = Path(__file__).resolve().parents[3]
-    candidates = (
-        os.environ.get(DATA_ENV_VAR),
-        SHARED_DATA / "kalm",
-        repository.parent / "shared/data/kalm",
-    )
-    for candidate in candidates:
-        if candidate and (Path(candidate) / CLEVR_FILE).is_file():
-            return Path(candidate)
-    return None
+    """Where KALM's released files are: `dataset_dir("kalm")` ($LLMRL_KALM_DATA, else the copy
+    `llmrl data get kalm` wrote under LLMRL_HOME), or None."""
+    return dataset_dir("kalm")
 
 
 def released_file(name: str, override: str | Path | None = None) -> Path:
     """KALM's released file `name`: `override` (the recipe's `released_path`) when given,
-    else `name` in `released_dir()`; a FileNotFoundError says where it looked."""
+    else `name` in `released_dir()`; a FileNotFoundError says how to get it."""
     if override:
         return Path(override)
     directory = released_dir()
     if directory is None:
         raise FileNotFoundError(
-            f"released_path: KALM's released {name} is in neither ${DATA_ENV_VAR} nor "
-            "../shared/data/kalm; set released_path or use data=[scripted]"
+            f"released_path: KALM's released {name} was not found on this machine; "
+            f"{missing_hint('kalm')}, set released_path, or use data=[scripted]"
         )
     return directory / name
 

@@ -7,19 +7,18 @@ key. Stages are named "zero-shot", "bootstrap" (stage 0) and "round k" (`stage_n
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import MAX_EPISODES, Episodes, Seed
+from llmrl.common.datasets import dataset_dir, missing_hint
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.recipes.base import RecipeConfig
 
 ENV = "Housekeep"
 PROCEDURAL = "procedural"
-SHARED_DATA = Path("../shared/data/housekeep")
 HELD_OUT_SEED_OFFSET = 100_000  # procedural houses: held-out houses never meet training ones
 ZERO_SHOT = "zero-shot"
 # planner seeds stay below 2**31 after the planner's `seed * 1000 + query number`
@@ -27,11 +26,10 @@ SAMPLING_SEEDS = 2_000_000
 
 
 def default_data_dir() -> str | None:
-    """$LLMRL_HOUSEKEEP_DATA, else ../shared/data/housekeep if present, else None (procedural)."""
-    value = os.environ.get("LLMRL_HOUSEKEEP_DATA")
-    if value:
-        return value
-    return str(SHARED_DATA.resolve()) if (SHARED_DATA / "data.npy").exists() else None
+    """The Housekeep data where `dataset_dir` finds it ($LLMRL_HOUSEKEEP_DATA, else
+    `llmrl data get housekeep`'s copy under LLMRL_HOME), else None (procedural houses)."""
+    found = dataset_dir("housekeep")
+    return str(found) if found else None
 
 
 def stage_name(stage: int | str) -> str:
@@ -199,10 +197,17 @@ class LlmPersonalizeConfig(RecipeConfig):
         except FileNotFoundError as exc:  # a config error, named by pydantic as data_dir
             raise ValueError(str(exc)) from None
 
+    @property
+    def names_real_scenes(self) -> bool:
+        return self.scenes not in (None, [PROCEDURAL])
+
     @model_validator(mode="after")
     def _scenes(self) -> LlmPersonalizeConfig:
         if self.data_dir is None:
-            if self.scenes not in (None, [PROCEDURAL]):
+            # Scenes named while data_dir was left to its default on a machine without the
+            # data: the file is valid (it validates anywhere), and running it says how to get
+            # the data (`scene_list`). Only an explicit "procedural" contradicts named scenes.
+            if self.names_real_scenes and "data_dir" in self.model_fields_set:
                 raise ValueError("scenes: procedural houses have no scenes (set data_dir)")
             return self
         from llmrl.simulator.envs.housekeep.data import available_scenes, split_scenes
@@ -275,6 +280,11 @@ class LlmPersonalizeConfig(RecipeConfig):
 
     def scene_list(self) -> list[str]:
         if self.data_dir is None:
+            if self.names_real_scenes:
+                raise FileNotFoundError(
+                    f"data_dir: scenes {', '.join(self.scenes or [])} are Housekeep scenes, and "
+                    f"no Housekeep data was found on this machine; {missing_hint('housekeep')}"
+                )
             return [PROCEDURAL]
         if self.scenes:
             return list(self.scenes)

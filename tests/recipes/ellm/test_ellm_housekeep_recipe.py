@@ -1,8 +1,8 @@
 """The recipe `ellm` on Housekeep's validation scenes (`env=Housekeep`): the agent reads the
 env's numeric knowledge, the methods ellm / oracle suggest with housekeep-llm (a tiny random
 model through the gateway) / housekeep-oracle, the same suggestion reward pays the transition
-captions, fine-tuning pays "tidy"; config errors name the key. The data is read from
-../shared/data/housekeep (skipped without it)."""
+captions, fine-tuning pays "tidy"; config errors name the key. The data is the real
+Housekeep data (the `data_dir` fixture; skipped without it, saying how to get it)."""
 
 from __future__ import annotations
 

@@ -21,10 +21,8 @@ def run_study(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_study_measures_the_released_data_and_the_collectors(tmp_path):
-    folder = released.released_dir()
-    if folder is None:
-        pytest.skip(f"KALM's released data is absent (${released.DATA_ENV_VAR}, ../shared/data)")
+def test_the_study_measures_the_released_data_and_the_collectors(tmp_path, kalm_data_dir):
+    folder = kalm_data_dir
     done = run_study(
         "--released-path", str(folder / released.CLEVR_FILE), "--scripted-episodes", "2",
         "--scripted-noises", "0", "0.5", "--metaworld-episodes", "0", "--out", str(tmp_path),

@@ -16,11 +16,8 @@ from llmrl.simulator.envs import clevr_robot
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> Path:
-    path = released.released_dir()
-    if path is None:
-        pytest.skip(f"no KALM data (set {released.DATA_ENV_VAR} or use ../shared/data/kalm)")
-    return path
+def data_dir(kalm_data_dir: Path) -> Path:
+    return kalm_data_dir
 
 
 def test_clevr_loads_with_its_goals_and_labels(data_dir, tmp_path):

@@ -123,3 +123,28 @@ def test_the_sft_progress_bar_counts_the_steps_training_will_take(tmp_path):
     request = SimpleNamespace(steps=None, epochs=2.0, batch_size=4)
     assert sft_steps(files, request) == 6  # 9 examples: 3 batches per epoch, 2 epochs
     assert sft_steps(files, SimpleNamespace(steps=7, epochs=2.0, batch_size=4)) == 7
+
+
+def test_named_scenes_validate_without_the_data_and_running_says_how_to_get_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))  # a fresh machine: no `llmrl data get` copy
+    config = validate_config("llm-personalize", {"scenes": ["Ihlen_1_int"]})
+    assert config.data_dir is None
+    with pytest.raises(FileNotFoundError, match="llmrl data get housekeep"):
+        LlmPersonalize(config).eval_set()
+    with pytest.raises(ConfigError, match=r"data_dir.*llmrl data get housekeep"):
+        validate_config("llm-personalize", {"data_dir": str(tmp_path / "housekeep")})
+
+
+def test_the_copy_llmrl_data_get_wrote_is_the_default_data(tmp_path, monkeypatch):
+    monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    fetched = tmp_path / "data" / "housekeep"
+    (fetched / "episodes" / "val").mkdir(parents=True)
+    (fetched / "data.npy").write_bytes(b"")
+    (fetched / "episodes" / "val" / "Ihlen_1_int.json.gz").write_bytes(b"")
+    config = validate_config("llm-personalize", {"scenes": ["Ihlen_1_int"]})
+    assert config.data_dir == str(fetched.resolve())
+    assert config.scene_list() == ["Ihlen_1_int"]

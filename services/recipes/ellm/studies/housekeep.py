@@ -5,7 +5,7 @@ belong, on the validation scenes?
         [--p-yes-threshold 0.5] [--model M] [--seed 0]
 
 For each validation scene and episode (the real Housekeep data: `--data-dir`, else
-$LLMRL_HOUSEKEEP_DATA or ../shared/data/housekeep), every object is paired with its correct
+$LLMRL_HOUSEKEEP_DATA or `llmrl data get housekeep`'s copy), every object is paired with its correct
 receptacles (positives, Housekeep's human annotations) and as many wrong ones drawn at random
 (negatives, seed `--seed`), and the `PlacementJudge` gives P(yes) for each through the
 gateway's model `--model`. Printed: the judge's accuracy, precision and recall of "belongs" at
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from llmrl.common.datasets import missing_hint
 from llmrl.llm_gateway.client import connect
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.housekeep import PlacementJudge
@@ -38,8 +39,6 @@ from llmrl.simulator.envs.housekeep import data as housekeep_data
 
 # the recipe's keys this study takes
 RECIPE_KEYS = ["model", "seed"]
-# the data beside the repository (../shared/data/housekeep)
-BESIDE = Path(__file__).resolve().parents[5] / "shared" / "data" / "housekeep"
 
 Pair = tuple[str, str, str]  # (object, receptacle, room)
 
@@ -153,11 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--p-yes-threshold: expected a probability in [0, 1], got {args.p_yes_threshold}"
         )
-    data_dir = (
-        args.data_dir or housekeep_data.default_data_dir() or (BESIDE if BESIDE.exists() else None)
-    )
+    data_dir = args.data_dir or housekeep_data.default_data_dir()
     if data_dir is None:
-        parser.error("no Housekeep data: pass --data-dir or set LLMRL_HOUSEKEEP_DATA")
+        parser.error(f"no Housekeep data: pass --data-dir, or {missing_hint('housekeep')}")
     scenes = housekeep_data.split_scenes(data_dir, "val")
     pairs, labels, starts = placement_pairs(
         val_houses(data_dir, args.episodes), random.Random(config.seed)

@@ -8,7 +8,7 @@ scripted collectors' success per level and noise.
 Prints (and writes to --out: results.json, physics_agreement.png, collectors.png):
 
 * physics agreement: every real transition of the released `clevr_robot.npy` (the recipe's
-  `--released-path`, by default found in $LLMRL_KALM_DATA or ../shared/data/kalm) replayed from
+  `--released-path`, by default $LLMRL_KALM_DATA or `llmrl data get kalm`'s copy) replayed from
   its recorded state in our 2-D physics; how often our push moves the pushed ball within 45° of
   the recorded way, and the ratio of the distances;
 * label agreement: the released success labels (terminals) against our success function;
@@ -29,6 +29,7 @@ import numpy as np
 from rich.table import Table
 
 from llmrl.common.console import output_console
+from llmrl.common.datasets import missing_hint
 from llmrl.common.paths import allow_root
 from llmrl.common.safe_numpy import load_npy
 from llmrl.recipes.base import ConfigError
@@ -173,7 +174,7 @@ def main() -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     if cfg.released_path is None and released.released_dir() is None:
-        parser.error(f"--released-path: no KALM data found (set it or ${released.DATA_ENV_VAR})")
+        parser.error(f"--released-path: no KALM data found: set it, or {missing_hint('kalm')}")
     clevr_file = released.released_file(released.CLEVR_FILE, cfg.released_path)
     if not clevr_file.is_file():
         parser.error(f"--released-path: {clevr_file}: no such file (KALM's {released.CLEVR_FILE})")

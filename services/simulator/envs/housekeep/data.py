@@ -1,7 +1,7 @@
 """Reading the real Housekeep benchmark data (episodes and human annotations) from a directory.
 
-The data is never part of the project: users point `data_dir` (or the environment variable
-LLMRL_HOUSEKEEP_DATA) at a copy laid out like the Housekeep release:
+The data is never part of the project: users get it with `llmrl data get housekeep`, or point
+`data_dir` (or the environment variable LLMRL_HOUSEKEEP_DATA) at a copy laid out like this:
 
     data.npy                              annotator ranks [room|receptacle, object, annotator]
     splits.yaml                           the benchmark's scene and object splits
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -23,21 +22,22 @@ from typing import Any
 import numpy as np
 import yaml
 
+from llmrl.common.datasets import HOUSEKEEP, dataset_dir, missing_hint
 from llmrl.common.paths import PathOutsideRootsError, confine
 from llmrl.common.safe_numpy import load_npy
 from llmrl.simulator.errors import WorldError
 
 from .house import House, HouseObject, Receptacle, sanitize_name, unique_names
 
-DATA_ENV_VAR = "LLMRL_HOUSEKEEP_DATA"
+DATA_ENV_VAR = HOUSEKEEP.env_var
 SPLITS = ("train", "val", "test")
 OUTSIDE_ROOM = "outside"  # receptacles whose key says room "None" (windows, doors...)
 
 
 def default_data_dir() -> Path | None:
-    """The data directory named by $LLMRL_HOUSEKEEP_DATA, or None when it is unset."""
-    value = os.environ.get(DATA_ENV_VAR)
-    return Path(value) if value else None
+    """The data directory `dataset_dir` finds ($LLMRL_HOUSEKEEP_DATA, else the copy `llmrl
+    data get housekeep` wrote under LLMRL_HOME), or None."""
+    return dataset_dir("housekeep")
 
 
 def check_data_dir(data_dir: str | Path) -> Path:
@@ -50,8 +50,8 @@ def check_data_dir(data_dir: str | Path) -> Path:
     if missing:
         raise FileNotFoundError(
             f"data_dir {str(path)!r} is not a Housekeep data directory (missing "
-            f"{', '.join(missing)}); set data_dir or ${DATA_ENV_VAR} to a copy of the Housekeep "
-            "data (data.npy, splits.yaml, episodes/<split>/<Scene>.json.gz)"
+            f"{', '.join(missing)}); point data_dir at a copy of the Housekeep data (data.npy, "
+            f"splits.yaml, episodes/<split>/<Scene>.json.gz): {missing_hint('housekeep')}"
         )
     return path.resolve()
 

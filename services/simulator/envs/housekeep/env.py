@@ -19,11 +19,13 @@ and the privileged Text entries
 `oracle_plan`, `feasible_skills` and `correct_receptacles` (JSON: object -> correct receptacles).
 
 Settings (constructor keywords, also world settings):
-- `data_dir`: the Housekeep data (None: procedural houses, shaped by `procedural`, a dict of
-  `generate_house` ranges); `scene` (one scene), else `split` ("train", "val"), else every
-  scene present; `episode`: an index into the scene's episodes, a list, or "start:stop"
-  (None: any); each reset draws a scene and an episode with the env's seeded generator, and
-  `reset(options={"scene": ..., "episode": ...})` picks one explicitly.
+- `data_dir`: the Housekeep data (None: the copy $LLMRL_HOUSEKEEP_DATA names or `llmrl data
+  get housekeep` wrote when a scene, split or episode is asked for, else procedural houses,
+  shaped by `procedural`, a dict of `generate_house` ranges); `scene` (one scene), else
+  `split` ("train", "val"), else every scene present; `episode`: an index into the scene's
+  episodes, a list, or "start:stop" (None: any); each reset draws a scene and an episode
+  with the env's seeded generator, and `reset(options={"scene": ..., "episode": ...})`
+  picks one explicitly.
 - `max_steps` (truncation), `observe_objects_on_entry`, `reward_weights`, `travel_cost`,
   `max_rooms`/`max_receptacles`/`max_objects` (the discrete action layout).
 
@@ -129,8 +131,16 @@ class HousekeepEnv(SkillEnv):
                 f"reward_weights: unknown keys {sorted(unknown)}; "
                 f"allowed: {', '.join(DEFAULT_REWARD_WEIGHTS)}"
             )
-        self.data_dir = housekeep_data.check_data_dir(data_dir) if data_dir else None
         self.episode = parse_episodes(episode)
+        if not data_dir and (scene or split or self.episode is not None):
+            # a scene, split or episode asks for the real data: the copy this machine has
+            data_dir = housekeep_data.default_data_dir()
+            if data_dir is None:
+                raise ValueError(
+                    "scene, split and episode need the Housekeep data (data_dir; procedural "
+                    f"houses have none): {housekeep_data.missing_hint('housekeep')}"
+                )
+        self.data_dir = housekeep_data.check_data_dir(data_dir) if data_dir else None
         self.scenes = self._choose_scenes(scene, split)
         self.max_steps = int(max_steps)
         self.observe_objects_on_entry = observe_objects_on_entry
@@ -160,10 +170,6 @@ class HousekeepEnv(SkillEnv):
     # -- choosing houses ------------------------------------------------------------------
     def _choose_scenes(self, scene: str | None, split: str | None) -> list[str]:
         if self.data_dir is None:
-            if scene or split or self.episode is not None:
-                raise ValueError(
-                    "scene, split and episode need data_dir (procedural houses have none)"
-                )
             return []
         if scene is not None:
             housekeep_data.scene_split(self.data_dir, scene)  # validates the name

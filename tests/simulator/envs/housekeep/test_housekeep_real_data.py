@@ -66,5 +66,19 @@ def test_episode_ranges_restrict_the_draw(data_dir):
     assert drawn <= {f"val/Merom_1_int#{i}" for i in (10, 11, 12)} and len(drawn) > 1
     with pytest.raises(ValueError, match="start:stop"):
         HousekeepEnv(data_dir=data_dir, episode="ten")
-    with pytest.raises(ValueError, match="need data_dir"):
+
+
+def test_a_scene_without_data_dir_reads_the_copy_this_machine_has(data_dir, monkeypatch):
+    monkeypatch.setenv("LLMRL_HOUSEKEEP_DATA", str(data_dir))
+    env = HousekeepEnv(scene="Merom_1_int", episode=3)
+    assert env.data_dir == data_dir.resolve()
+    env.reset(seed=0)
+    assert env.house.source == "val/Merom_1_int#3"
+
+
+def test_a_scene_on_a_machine_without_the_data_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))  # no `llmrl data get` copy there
+    with pytest.raises(ValueError, match="llmrl data get housekeep"):
         HousekeepEnv(episode=3)
+    assert HousekeepEnv().data_dir is None  # nothing asked of the data: procedural houses
