@@ -13,7 +13,9 @@ the project decides whether a target is met.
 A verdict holds the measured value (the mean of a sample, with its 95% bootstrap interval),
 the threshold it is held to, whether the mean is past it (`met`) and whether the whole
 interval is (`beyond_noise`: as far as this sample can tell, the figure would hold again on
-new seeds), and the paper's figure beside it. A sample is one value per seed (a difference
+new seeds), and the paper's figure beside it. Both compare the figures as the report prints
+them (`DISPLAY_DIGITS` significant digits), so a verdict never contradicts its own figure
+(0.6 - 0.4 = 0.19999999999999996 is printed 0.2 and meets ">= 0.2"). A sample is one value per seed (a difference
 taken within each seed: paired), or, where a recipe reports per-episode values that every
 method played alike (`Results.samples`), one value per episode: its difference between the
 two methods, averaged over the seeds.
@@ -31,6 +33,7 @@ import numpy as np
 from llmrl.common import stats
 
 Direction = Literal[">=", ">", "<=", "<"]
+DISPLAY_DIGITS = 3  # significant digits of every figure a report prints, and verdicts compare
 
 
 @dataclass(frozen=True)
@@ -134,16 +137,24 @@ def judge(
 
 
 def _past(value: float, direction: Direction, threshold: float) -> bool:
+    """Whether `value`, as printed, lies past `threshold`, as printed: float noise below the
+    printed digits (a difference of means) never flips a verdict against its figure."""
+    shown, bar = displayed(value), displayed(threshold)
     return {
-        ">=": value >= threshold,
-        ">": value > threshold,
-        "<=": value <= threshold,
-        "<": value < threshold,
+        ">=": shown >= bar,
+        ">": shown > bar,
+        "<=": shown <= bar,
+        "<": shown < bar,
     }[direction]
 
 
+def displayed(value: float) -> float:
+    """`value` rounded to the digits a report prints it with."""
+    return float(_number(value)) if math.isfinite(value) else value
+
+
 def _number(value: float) -> str:
-    return f"{value:.3g}" if math.isfinite(value) else "n/a"
+    return f"{value:.{DISPLAY_DIGITS}g}" if math.isfinite(value) else "n/a"
 
 
 @dataclass

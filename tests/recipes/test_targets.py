@@ -28,6 +28,18 @@ def test_a_verdict_is_met_by_its_mean_and_beyond_noise_by_its_whole_interval():
     assert Verdict.from_dict(tight.to_dict()) == tight
 
 
+def test_a_verdict_compares_its_figure_as_printed_not_the_float_behind_it():
+    gain = 0.6 - 0.4  # 0.19999999999999996: GLAM's quick run printed "0.2 | >= 0.2 | not met"
+    assert gain < 0.2
+    verdict = judge("glam - zero-shot", Sample([gain], "1 seed"), ">=", 0.2)
+    assert verdict.measured() == "0.2" and verdict.met is True
+    assert judge("gain", Sample([0.1 + 0.2], "1 seed"), "<=", 0.3).met is True  # 0.30000000000000004
+    # a difference the printed digits show still decides
+    assert judge("gain", Sample([0.199], "1 seed"), ">=", 0.2).met is False
+    interval = judge("gain", Sample([0.6 - 0.4, 0.6 - 0.4, 0.3], "3 seeds"), ">=", 0.2)
+    assert interval.low == pytest.approx(0.2) and interval.beyond_noise is True
+
+
 def test_paired_differences_are_taken_within_each_seed_the_rows_share():
     rows = [
         Row({"method": "a"}, [0, 1, 2], {"method": ["a"] * 3, "score": [10, 20, 30]}),
