@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from llmrl.common import config as cfg
+from llmrl.common import datasets
 
 SERVICE_MODULES = {
     "simulator": "llmrl.simulator.service",
@@ -453,6 +454,70 @@ def results_render(check: bool) -> None:
         )
     if not changed:
         click.echo("every results section matches its kept reports")
+
+
+@main.group()
+def data() -> None:
+    """The benchmark data llmrl reads but does not ship (Housekeep, KALM): get a copy,
+    verified against its checksums, and see where llmrl finds each."""
+
+
+@data.command("get")
+@click.argument("name", type=click.Choice(sorted(datasets.DATASETS)))
+@click.option(
+    "--from",
+    "source",
+    metavar="URL_OR_DIR",
+    default=None,
+    help="An http(s) base URL (each file's path is appended) or a local folder laid out like "
+    "the dataset (e.g. an unpacked download). Default: the dataset's own source; Housekeep has "
+    "none, since its project publishes one archive.",
+)
+@click.option(
+    "--to",
+    "destination",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder to write the dataset into (default: $LLMRL_HOME/data/NAME, where llmrl finds "
+    "it without a variable).",
+)
+def data_get(name: str, source: str | None, destination: Path | None) -> None:
+    """Get dataset NAME into a folder: every file is checked against its size and SHA-256
+    before it is put in place, files already there and right are kept, and a failure leaves
+    nothing half-written. Then says which variable to set, if any."""
+    fetch = _load("llmrl.common.data_fetch", "fetch_dataset")
+    fetch_error = _load("llmrl.common.data_fetch", "FetchError")
+    advice = _load("llmrl.common.data_fetch", "variable_advice")
+    dataset = datasets.DATASETS[name]  # looked up now: a test may put its own dataset there
+    try:
+        report = fetch(dataset, source, destination, progress=click.echo)
+    except fetch_error as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"{name}: {len(report.fetched)} fetched, {len(report.present)} already present "
+        f"in {report.destination}"
+    )
+    for line in advice(dataset, report.destination):
+        click.echo(line)
+
+
+@data.command("list")
+def data_list() -> None:
+    """Each dataset: its variable, where llmrl finds it now (or how to get it), and where the
+    data comes from."""
+    incomplete = _load("llmrl.common.data_fetch", "incomplete_files")
+    for name, dataset in datasets.DATASETS.items():
+        folder = datasets.dataset_dir(name)
+        if folder is None:
+            found = f"not found: {datasets.missing_hint(name)}"
+        else:
+            missing = incomplete(dataset, folder)
+            found = str(folder)
+            if missing:
+                found += f" (incomplete: absent or of the wrong size: {', '.join(missing)})"
+        click.echo(f"{name} (${dataset.env_var})")
+        click.echo(f"  found:  {found}")
+        click.echo(f"  source: {dataset.source_note}")
 
 
 @main.command()
