@@ -64,8 +64,13 @@ def main() -> None:
     """llmrl: reinforcement learning with large language models in the loop.
 
     Start with `llmrl recipes` and `llmrl run evaluate`. Default ports and the environment
-    variables that override them are listed in the README.
+    variables that override them are listed in the README. Models compute in float32 and the
+    CPU's code paths are pinned on every machine ($LLMRL_PRECISION, $LLMRL_PIN_CPU_PATHS:
+    docs/concepts.md, "Numerics").
     """
+    from llmrl.common.numerics import pin_cpu_paths
+
+    pin_cpu_paths()  # before any command imports torch; services and workers inherit it
 
 
 @main.command(context_settings={"ignore_unknown_options": False})

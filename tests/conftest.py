@@ -8,7 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.tiny_llm import make_tiny_llama
+
+from llmrl.common.numerics import pin_cpu_paths
+
+pin_cpu_paths()  # as the `llmrl` command does, before torch loads (support.tiny_llm imports it)
+
+from support.tiny_llm import make_tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -88,10 +88,14 @@ def machine_provenance() -> dict[str, Any]:
 
 
 def describe(provenance: dict[str, Any]) -> str:
-    """One line a report prints: `<cpu>, <n> cores, torch <v>, llmrl <commit>`."""
+    """One line a report prints: `<cpu>, <n> cores, <precision>, torch <v>, llmrl <commit>`
+    (the precision derived from the CPU, and saying so, for runs recorded before it was)."""
+    from llmrl.common.numerics import precision_label
+
     parts = [str(provenance.get("cpu") or "unknown CPU")]
     if provenance.get("cores"):
         parts.append(f"{provenance['cores']} cores")
+    parts.append(precision_label(provenance))
     packages = provenance.get("packages") or {}
     if "torch" in packages:
         parts.append(f"torch {packages['torch']}")

@@ -65,7 +65,7 @@ class FineTuneRequest(BaseModel):
         "lora_layers", "local: adapt only the top N decoder layers (None: all)", le=1024
     )
     max_length: int = sft_setting("max_length", "local: longer examples dropped", ge=16, le=65536)
-    bf16: bool | None = sft_setting("bf16", "local: bf16 autocast (None: where native)")
+    bf16: bool | None = sft_setting("bf16", "local: bf16 autocast (None: the process's precision)")
     gradient_checkpointing: bool = sft_setting(
         "gradient_checkpointing", "local: recompute activations in backward (far less memory)"
     )

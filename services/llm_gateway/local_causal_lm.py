@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import torch
 
 from llmrl.common.config import home_dir
-from llmrl.common.devices import native_bf16
+from llmrl.common.numerics import computes_bf16
 from llmrl.common.token_batches import pad
 from llmrl.llm_gateway.api_types import GuidedLines
 from llmrl.llm_gateway.backends.base import Generation
@@ -40,8 +40,10 @@ def default_forward_tokens(device: torch.device) -> int:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """A model's dtype: its own setting, or for `auto` the process's precision
+    ($LLMRL_PRECISION, float32 unless set: never a per-machine choice by default)."""
     if name == "auto":
-        return torch.bfloat16 if native_bf16(device) else torch.float32
+        return torch.bfloat16 if computes_bf16(device) else torch.float32
     return DTYPES[name]
 
 

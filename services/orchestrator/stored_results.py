@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.numerics import precision_label
 from llmrl.common.provenance import describe
 from llmrl.common.store import RunStore
 from llmrl.orchestrator.compare import RunData, build_report
@@ -313,6 +314,16 @@ def measured_on(runs: list[dict[str, Any]]) -> str:
             f"Measured on: {where}"
             + (f"; {unknown} run(s) kept before runs recorded it" if unknown else "")
         )
+        precisions = {
+            precision_label(run["results"]["provenance"]).split(" (")[0]
+            for run in runs
+            if (run.get("results") or {}).get("provenance")
+        }
+        if len(precisions) > 1:
+            parts.append(
+                f"its runs mixed precisions ({', '.join(sorted(precisions))}): a figure over "
+                "them is not one setting's"
+            )
     if minutes:
         span = (
             f"{minutes[0]:.0f}"

@@ -51,6 +51,7 @@ from pydantic import ConfigDict, ValidationError
 from llmrl.agents.episode import EpisodeJob
 from llmrl.common.bounds import BoundedModel
 from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
+from llmrl.common.numerics import numerics_provenance
 from llmrl.common.provenance import describe, machine_provenance
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
@@ -604,6 +605,7 @@ class RunContext:
             results.provenance = {
                 **self._machine,
                 "mode": "embedded" if embedded else "services",
+                "numerics": numerics_provenance(),
             }
         json_path = self.out_dir / "results.json"
         data = finite_or_none(results.to_dict())  # strict JSON: a missing cell is null, not NaN

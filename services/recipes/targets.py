@@ -15,10 +15,11 @@ the threshold it is held to, whether the mean is past it (`met`) and whether the
 interval is (`beyond_noise`: as far as this sample can tell, the figure would hold again on
 new seeds), and the paper's figure beside it. Both compare the figures as the report prints
 them (`DISPLAY_DIGITS` significant digits), so a verdict never contradicts its own figure
-(0.6 - 0.4 = 0.19999999999999996 is printed 0.2 and meets ">= 0.2"). A sample is one value per seed (a difference
-taken within each seed: paired), or, where a recipe reports per-episode values that every
-method played alike (`Results.samples`), one value per episode: its difference between the
-two methods, averaged over the seeds.
+(0.6 - 0.4 = 0.19999999999999996 is printed 0.2 and meets ">= 0.2").
+
+A sample is one value per seed (a difference taken within each seed: paired), or, where a
+recipe reports per-episode values that every method played alike (`Results.samples`), one
+value per episode: its difference between the two methods, averaged over the seeds.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ def test_without_configured_roots_the_known_data_folders_are_allowed(tmp_path, m
     monkeypatch.delenv(DATA_ROOTS_ENV, raising=False)
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("LLMRL_HOUSEKEEP_DATA", str(tmp_path / "housekeep"))
+    monkeypatch.delenv("LLMRL_KALM_DATA", raising=False)
     roots = data_roots()
     assert roots[:2] == [(tmp_path / "home").resolve(), (tmp_path / "housekeep").resolve()]
     assert len(roots) == 2  # no folder beside the checkout, whatever the working directory

@@ -198,6 +198,7 @@ def test_a_kept_report_says_where_and_how_long_its_runs_ran(swept, tmp_path):
         assert provenance["mode"] == "embedded" and provenance["cpu"] == here["cpu"]
         assert provenance["packages"]["llmrl"] and provenance["cores"] >= 1
         assert run["seconds"] >= 0
+        assert provenance["numerics"]["precision"] == "float32"  # stated, not the CPU's pick
     assert experiment_state(timed)["minutes_per_run"] is not None
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -205,7 +206,9 @@ def test_a_kept_report_says_where_and_how_long_its_runs_ran(swept, tmp_path):
     page.write_text(f"# evaluate\n{BEGIN}\n{END}\n")
     render(tmp_path / "recipes", docs)
     text = page.read_text()
-    assert f"Measured on: {describe(here)} (seeds 0, 1)" in text and "min per run" in text
+    measured = describe(kept["runs"][0]["results"]["provenance"])
+    assert ", fp32, CPU paths pinned, torch" in measured
+    assert f"Measured on: {measured} (seeds 0, 1)" in text and "min per run" in text
     # a second keep of the same runs keeps their times (read back from the stored report)
     again = json.loads(keep(out, timed).read_text())
     assert [run["seconds"] for run in again["runs"]] == [run["seconds"] for run in kept["runs"]]
@@ -222,6 +225,24 @@ def test_a_report_kept_before_runs_recorded_their_machine_renders_as_before():
         ]
     )
     assert line == (
-        "Measured on: X, 2 cores (seeds 0); 1 run(s) kept before runs recorded it; "
-        "10 min per run (1 of 2 timed)."
+        "Measured on: X, 2 cores, fp32 (derived from its CPU) (seeds 0); 1 run(s) kept before "
+        "runs recorded it; 10 min per run (1 of 2 timed)."
     )
+
+
+def test_a_report_whose_runs_mixed_precisions_says_so():
+    from llmrl.orchestrator.stored_results import measured_on
+
+    epyc = {"cpu": "AMD EPYC", "cores": 2}  # kept before numerics were recorded: bf16 there
+    pinned = {**epyc, "numerics": {"precision": "float32", "pins": {"MKL_CBWR": "AVX2"}}}
+    line = measured_on(
+        [
+            {"seed": 0, "results": {"provenance": epyc}},
+            {"seed": 1, "results": {"provenance": pinned}},
+        ]
+    )
+    assert "AMD EPYC, 2 cores, bf16 where native (derived from its CPU) (seeds 0)" in line
+    assert "AMD EPYC, 2 cores, fp32, CPU paths pinned (seeds 1)" in line
+    assert "mixed precisions (bf16 where native, fp32, CPU paths pinned)" in line
+    same = measured_on([{"seed": s, "results": {"provenance": pinned}} for s in (0, 1)])
+    assert "mixed" not in same

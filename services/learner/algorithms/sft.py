@@ -88,7 +88,8 @@ class SftSettings(AlgorithmSettings):
     # bf16 (emulated)
     bf16: bool | None = Field(
         None,
-        description="bf16 autocast (None: where bf16 is native: a GPU, AVX512-BF16 or AMX)",
+        description="bf16 autocast (None: the process's precision, $LLMRL_PRECISION: float32 "
+        "unless set)",
     )
     # on long Housekeep contexts (~1.5k tokens, batch 4) SmolLM2's kept attention maps alone
     # take >10 GB
@@ -199,7 +200,8 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from llmrl.common.devices import native_bf16, resolve_device
+    from llmrl.common.devices import resolve_device
+    from llmrl.common.numerics import computes_bf16
 
     started = time.perf_counter()
     if config.torch_threads:
@@ -253,7 +255,7 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     order: list[int] = []
     losses: list[float] = []
-    use_bf16 = native_bf16(device) if config.bf16 is None else config.bf16
+    use_bf16 = computes_bf16(device) if config.bf16 is None else config.bf16
     for step in range(total_steps):
         if len(order) < config.batch_size:  # next epoch: a fresh shuffle
             fresh = list(range(len(rows)))

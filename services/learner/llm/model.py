@@ -86,11 +86,12 @@ class LlmPolicyModel:
         value head; `init_from`: a checkpoint directory `save` wrote, to continue from.
         `random_init`: the base model's architecture with fresh random weights instead of
         its pretrained ones (GLAM's NPAE baseline; ignored when continuing a checkpoint).
-        `bf16` None: autocast where `device` computes bf16 natively."""
+        `bf16` None: the process's precision ($LLMRL_PRECISION, `llmrl.common.numerics`)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from llmrl.common.devices import native_bf16, resolve_device
+        from llmrl.common.devices import resolve_device
+        from llmrl.common.numerics import computes_bf16
 
         where = resolve_device(device)
         directory = resolve_base_model(base_model)
@@ -127,7 +128,7 @@ class LlmPolicyModel:
             tokenizer=tokenizer,
             heads=heads.to(where),
             lora=lora,
-            bf16=native_bf16(where) if bf16 is None else bf16,
+            bf16=computes_bf16(where) if bf16 is None else bf16,
             base_model=str(directory),
         )
 

@@ -40,8 +40,8 @@ class HfModelConfig(ModelConfig):
     path: str | None = Field(
         None, description="a local model directory or a builtin:... name (local_models.py)"
     )
-    # auto: bfloat16 where the model's device computes it natively (a GPU, AVX512-BF16/AMX),
-    # else float32 (on an AVX2-only CPU bf16 is emulated and measured ~3x slower than fp32)
+    # auto: the process's precision ($LLMRL_PRECISION, `llmrl.common.numerics`): float32 on
+    # every machine unless set, so a run's numerics never follow the CPU silently
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     device: Device = device_field("runs")
     max_batch_size: int = Field(8, ge=1)

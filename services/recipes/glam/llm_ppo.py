@@ -134,7 +134,9 @@ class LlmPpoConfig(AlgorithmSettings):
     )
     value_hidden: int = Field(1024, gt=0, description="width of the value head's two hidden layers")
     bf16: bool | None = Field(
-        None, description="bf16 autocast (None: where the device computes it natively)"
+        None,
+        description="bf16 autocast (None: the process's precision, $LLMRL_PRECISION: "
+        "float32 unless set)",
     )
     device: Device = device_field("trains")
     checkpoint_every: int = Field(1, gt=0, description="save a version every this many updates")

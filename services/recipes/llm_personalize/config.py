@@ -153,7 +153,7 @@ class LlmPersonalizeConfig(RecipeConfig):
     )
     sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
     sft_bf16: bool | None = setting_field(
-        SftSettings, "bf16", "bf16 autocast during SFT (null: where bf16 is native)."
+        SftSettings, "bf16", "bf16 autocast during SFT (null: the process's precision)."
     )
     sft_gradient_checkpointing: bool = setting_field(
         SftSettings,

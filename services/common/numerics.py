@@ -1,0 +1,97 @@
+"""A run's numerics, stated: the precision its models compute in and the CPU code paths it pins.
+
+Two things made the same seed give other figures on another machine, silently:
+- **precision**: models ran in bf16 where the CPU computes it natively (AVX512-BF16, AMX) and
+  in fp32 elsewhere, so an AMD EPYC and an Intel Xeon ran the same file in two precisions;
+- **code paths**: MKL picks its GEMM kernels by CPU (AVX-512 on an Intel Xeon, AVX2 on an AMD
+  EPYC whatever it is told), and ATen's vectorised ops (`log_softmax`, ...) by the best ISA it
+  finds; each path rounds differently.
+
+`precision()` is the one process-wide choice every model follows where its own setting leaves
+it open (the gateway's `dtype: auto`, a learner's `bf16: null`): `LLMRL_PRECISION`, default
+`float32` on every machine; `bfloat16` asks for bf16 everywhere, `native` restores the old
+per-machine choice (bf16 where native, else fp32), by name. `pin_cpu_paths()` fixes MKL's,
+oneDNN's and ATen's paths to AVX2, which every x86-64 CPU these runs meet has; it must run
+before torch loads, so the `llmrl` command calls it first and child processes inherit it. A
+variable the user set wins. `numerics_provenance()` is what a run's results record.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+Precision = Literal["float32", "bfloat16", "native"]
+PRECISION_ENV = "LLMRL_PRECISION"
+PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "native")
+DEFAULT_PRECISION: Precision = "float32"
+
+# the CPU code paths pinned, and to what: read by MKL, oneDNN and ATen when torch loads
+CPU_PINS = {
+    "MKL_CBWR": "AVX2",  # MKL's conditional numerical reproducibility: one kernel path
+    "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's kernels (bf16 matmuls, some convolutions)
+    "ATEN_CPU_CAPABILITY": "avx2",  # ATen's vectorised element-wise and reduction kernels
+}
+PIN_SWITCH_ENV = "LLMRL_PIN_CPU_PATHS"  # "0": leave every path to the libraries (fastest)
+
+
+def precision() -> Precision:
+    """The process's precision: $LLMRL_PRECISION, default float32; a ValueError names the
+    variable and the allowed values when it holds anything else."""
+    value = os.environ.get(PRECISION_ENV, "").strip() or DEFAULT_PRECISION
+    if value not in PRECISIONS:
+        raise ValueError(f"{PRECISION_ENV}: expected one of {', '.join(PRECISIONS)}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def computes_bf16(device: Any = "cpu") -> bool:
+    """Whether a model whose own setting leaves precision open computes in bf16 on `device`."""
+    chosen = precision()
+    if chosen == "native":
+        from llmrl.common.devices import native_bf16
+
+        return native_bf16(device)
+    return chosen == "bfloat16"
+
+
+def pin_cpu_paths() -> None:
+    """Set the CPU path pins (`CPU_PINS`) this process and its children run with, unless the
+    user set them or turned pinning off ($LLMRL_PIN_CPU_PATHS=0). Call before importing torch."""
+    if os.environ.get(PIN_SWITCH_ENV, "1").strip() == "0":
+        return
+    for name, value in CPU_PINS.items():
+        os.environ.setdefault(name, value)
+
+
+def numerics_provenance() -> dict[str, Any]:
+    """What a run's numbers depend on besides its config and the CPU: the precision, the pins
+    in effect, ATen's CPU capability and torch's thread count."""
+    record: dict[str, Any] = {
+        "precision": precision(),
+        "pins": {name: os.environ[name] for name in CPU_PINS if name in os.environ},
+    }
+    try:
+        import torch
+    except ImportError:
+        return record
+    record["aten_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    record["torch_threads"] = torch.get_num_threads()
+    return record
+
+
+def precision_label(provenance: dict[str, Any]) -> str:
+    """How a run's models computed, for a report: `fp32`, `bf16`, `bf16 where native`; for a
+    run recorded before numerics were (no `numerics`), derived from its CPU, and saying so:
+    those runs' models took bf16 on a CPU with AVX512-BF16 (the AMD EPYCs) and fp32 elsewhere
+    (the Intel Xeons), unless their experiment file fixed a dtype."""
+    numerics = provenance.get("numerics")
+    if numerics:
+        label = {"float32": "fp32", "bfloat16": "bf16", "native": "bf16 where native"}
+        text = label.get(numerics.get("precision"), str(numerics.get("precision")))
+        return text + (", CPU paths pinned" if numerics.get("pins") else "")
+    cpu = str(provenance.get("cpu") or "")
+    if "AMD EPYC" in cpu:
+        return "bf16 where native (derived from its CPU)"
+    if cpu:
+        return "fp32 (derived from its CPU)"
+    return "precision unknown"

@@ -1,0 +1,84 @@
+"""A run's numerics are stated: one precision on every machine unless set, the CPU code paths
+pinned in child processes, and both recorded with the run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmrl.common import numerics
+
+
+def test_precision_is_float32_on_every_machine_unless_set(monkeypatch):
+    monkeypatch.delenv(numerics.PRECISION_ENV, raising=False)
+    assert numerics.precision() == "float32"
+    assert numerics.computes_bf16("cpu") is False  # whatever this CPU's flags
+    monkeypatch.setenv(numerics.PRECISION_ENV, "bfloat16")
+    assert numerics.computes_bf16("cpu") is True
+    monkeypatch.setenv(numerics.PRECISION_ENV, "native")
+    from llmrl.common.devices import native_bf16
+
+    assert numerics.computes_bf16("cpu") is native_bf16("cpu")
+    monkeypatch.setenv(numerics.PRECISION_ENV, "fp8")
+    with pytest.raises(ValueError, match="LLMRL_PRECISION: expected one of float32, bfloat16"):
+        numerics.precision()
+
+
+def test_the_gateway_and_learner_follow_the_stated_precision(monkeypatch):
+    import torch
+
+    from llmrl.llm_gateway.local_causal_lm import resolve_dtype
+
+    monkeypatch.delenv(numerics.PRECISION_ENV, raising=False)
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) is torch.bfloat16  # a file's own say
+    monkeypatch.setenv(numerics.PRECISION_ENV, "bfloat16")
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.bfloat16
+
+
+def test_the_llmrl_command_pins_the_cpu_paths_for_itself_and_its_children():
+    env = {k: v for k, v in os.environ.items() if k not in numerics.CPU_PINS}
+    code = (
+        "import os, sys\n"
+        "from click.testing import CliRunner\n"
+        "from llmrl.cli import main\n"
+        "CliRunner().invoke(main, ['envs'])\n"
+        "print({k: os.environ.get(k) for k in ('MKL_CBWR', 'ATEN_CPU_CAPABILITY')})\n"
+        "import torch\n"
+        "print(torch.backends.cpu.get_cpu_capability())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    pins, capability = done.stdout.strip().splitlines()[-2:]
+    assert pins == "{'MKL_CBWR': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2'}"
+    assert capability == "AVX2"  # ATen took the pinned path, whatever this CPU offers
+    env[numerics.PIN_SWITCH_ENV] = "0"
+    unpinned = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (
+        unpinned.stdout.strip().splitlines()[-2]
+        == "{'MKL_CBWR': None, 'ATEN_CPU_CAPABILITY': None}"
+    )
+
+
+def test_a_user_set_pin_wins_and_is_recorded(monkeypatch):
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.delenv(numerics.PIN_SWITCH_ENV, raising=False)
+    numerics.pin_cpu_paths()
+    assert os.environ["MKL_CBWR"] == "COMPATIBLE"
+    record = numerics.numerics_provenance()
+    assert record["pins"]["MKL_CBWR"] == "COMPATIBLE"
+    assert record["precision"] in numerics.PRECISIONS and record["torch_threads"] >= 1
+
+
+def test_runs_recorded_before_numerics_were_say_their_precision_was_derived():
+    assert numerics.precision_label({"cpu": "AMD EPYC 9B14"}).startswith("bf16 where native")
+    assert numerics.precision_label({"cpu": "Intel(R) Xeon(R) CPU"}).startswith("fp32 (derived")
+    recorded = {"cpu": "AMD EPYC", "numerics": {"precision": "float32", "pins": {"A": "1"}}}
+    assert numerics.precision_label(recorded) == "fp32, CPU paths pinned"
