@@ -99,6 +99,10 @@ class RemoteWorld:
                 raise PermissionError(
                     f"the simulator at {self.address} wants its token: set LLMRL_TOKEN"
                 ) from None
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # e.g. max_connections
+                raise ConnectionError(
+                    f"the simulator at {self.address} refused this connection: {exc.details()}"
+                ) from None
             raise ConnectionError(
                 f"no simulator answers at {self.address} ({exc.code().name})"
             ) from None

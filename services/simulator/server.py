@@ -5,13 +5,17 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
 * CreateWorld settings: `env` (a registered id, required), `num_envs` (default 1), `seed`,
   `num_workers` (worker processes that share the envs; 0 = step them in the server process),
   `max_episode_steps`, plus the env's own keyword arguments. Returns the world's name.
-  At most `max_envs_per_world` envs (default MAX_ENVS_PER_WORLD) and MAX_WORKERS workers
-  per world; a world's cost (sizes, envs × room cells, episode lengths) is bounded
-  (`world.check_world_cost`); settings that name a missing directory or exhaust memory are
-  INVALID_ARGUMENT naming the setting. A connection creates at most
-  `max_worlds_per_connection` worlds (default MAX_WORLDS_PER_CONNECTION) and the server hosts
-  at most `max_envs_total` envs (default MAX_ENVS_TOTAL) in all; beyond either, CreateWorld is
-  RESOURCE_EXHAUSTED naming the setting and its limit (destroy a world first).
+  At most `max_envs_per_world` envs (default MAX_ENVS_PER_WORLD) and `max_workers_per_world`
+  worker processes (default MAX_WORKERS_PER_WORLD) per world; a world's cost (sizes, envs ×
+  room cells, episode lengths) is bounded (`world.check_world_cost`); settings over these, or
+  that name a missing directory or exhaust memory, are INVALID_ARGUMENT naming the setting.
+  A connection creates at most `max_worlds_per_connection` worlds (default
+  MAX_WORLDS_PER_CONNECTION); the server hosts at most `max_envs_total` envs (default
+  MAX_ENVS_TOTAL) and `max_workers_total` worker processes (default MAX_WORKERS_TOTAL) across
+  all connections; beyond any, CreateWorld is RESOURCE_EXHAUSTED naming the setting, the
+  current use and the limit (destroy a world first, or ask the operator to raise it).
+  At most `max_connections` streams are open at once (default MAX_CONNECTIONS); another one
+  ends at once with gRPC status RESOURCE_EXHAUSTED naming max_connections.
 * JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
@@ -41,7 +45,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -66,13 +69,22 @@ logger = logging.getLogger("llmrl.simulator.server")
 
 _ACTION_NAMES = {uid: name for name, uid in ACTION_UIDS.items()}
 _RESET_SETTINGS = ("seed",)
-# Guards against requests that would exhaust the host (memory, processes).
+# Guards against requests that would exhaust the host (memory, processes); each is a setting
+# of `llmrl serve simulator` (service.py), with these defaults sized for a small machine.
 MAX_ENVS_PER_WORLD = 4096
-MAX_WORKERS = 2 * (os.cpu_count() or 1)
 # Issue 52: one stream took 2.1 GB with eight worlds of 4,096 envs; these bound a connection's
 # worlds and the process's envs (SimpleDoorKey: about 60 MB per 1,000 envs).
 MAX_WORLDS_PER_CONNECTION = 8
 MAX_ENVS_TOTAL = 16384
+# Worker processes (`num_workers`) are the costliest part of a world (about 70 MB each: eight
+# worlds of 4 workers took 2.3 GB): bounded per world and across every connection.
+MAX_WORKERS_PER_WORLD = 4
+MAX_WORKERS_TOTAL = 8
+# Concurrent client streams (connections); a refused one gets RESOURCE_EXHAUSTED naming it.
+MAX_CONNECTIONS = 64
+# gRPC's own limit on concurrent RPCs is set this far above max_connections, so that the
+# servicer (not gRPC's unnamed "Concurrent RPC limit exceeded!") refuses an extra stream.
+_REFUSAL_SLOTS = 4
 # Destroying at least this many envs at once is worth a gc pass and a malloc_trim.
 RELEASE_AFTER_ENVS = 256
 
@@ -143,6 +155,23 @@ def _unpack_settings(settings: Any) -> dict[str, Any]:
     return values
 
 
+def _count(value: Any, default: int) -> int:
+    """A count setting as a world will read it; a bad one (World refuses it, naming it, before
+    it builds anything) counts as 0."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        return 0
+    return int(value)
+
+
+def _world_size(settings: dict[str, Any]) -> tuple[int, int]:
+    """(envs, worker processes) a world with these CreateWorld settings will have (World
+    starts min(num_workers, num_envs) workers)."""
+    envs = _count(settings.get("num_envs"), 1)
+    return envs, min(_count(settings.get("num_workers"), 0), envs)
+
+
 def _setting_naming(settings: dict[str, Any], exc: OSError) -> str:
     """The setting whose value the OSError names (its path, or its message), else "settings"."""
     path, message = str(exc.filename or ""), str(exc)
@@ -159,13 +188,21 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         max_envs_per_world: int = MAX_ENVS_PER_WORLD,
         max_worlds_per_connection: int = MAX_WORLDS_PER_CONNECTION,
         max_envs_total: int = MAX_ENVS_TOTAL,
+        max_workers_per_world: int = MAX_WORKERS_PER_WORLD,
+        max_workers_total: int = MAX_WORKERS_TOTAL,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.metrics: Metrics = metrics or _NoMetrics()
         self.max_envs_per_world = max_envs_per_world
         self.max_worlds_per_connection = max_worlds_per_connection
         self.max_envs_total = max_envs_total
+        self.max_workers_per_world = max_workers_per_world
+        self.max_workers_total = max_workers_total
+        self.max_connections = max_connections
         self._worlds: dict[str, _WorldHandle] = {}
         self._envs = 0  # envs of every hosted world, plus those of worlds being built
+        self._workers = 0  # worker processes of every hosted world, and of worlds being built
+        self._connections = 0  # open Process streams
         self._lock = threading.Lock()
         self._session_ids = itertools.count(1)
         self._world_ids = itertools.count(1)
@@ -175,6 +212,28 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         self,
         request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest],
         context: grpc.ServicerContext,
+    ) -> Iterator[dm_env_rpc_pb2.EnvironmentResponse]:
+        with self._lock:
+            open_streams = self._connections
+            if open_streams < self.max_connections:
+                self._connections += 1
+        if open_streams >= self.max_connections:
+            self.metrics.error("connect", "max_connections")
+            log_event(logger, "connection refused", connections=open_streams)
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"max_connections: this server serves {open_streams} connections (dm_env_rpc "
+                f"streams), at most {self.max_connections}; close one, or have the operator "
+                "raise the server's max_connections setting",
+            )
+        try:
+            yield from self._serve(request_iterator)
+        finally:
+            with self._lock:
+                self._connections -= 1
+
+    def _serve(
+        self, request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest]
     ) -> Iterator[dm_env_rpc_pb2.EnvironmentResponse]:
         session = _Session(next(self._session_ids))
         handlers = {
@@ -235,16 +294,25 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         env = settings.pop("env")
         if not isinstance(env, str):
             raise WorldError("env", f"expected a string env id, got {env!r}")
-        limits = (("num_envs", self.max_envs_per_world), ("num_workers", MAX_WORKERS))
-        for name, limit in limits:
+        limits = (
+            ("num_envs", self.max_envs_per_world, "envs", "max_envs_per_world"),
+            ("num_workers", self.max_workers_per_world, "worker processes",
+             "max_workers_per_world"),
+        )  # fmt: skip
+        for name, limit, what, setting in limits:
             value = settings.get(name)
             if isinstance(value, int) and value > limit:
-                raise WorldError(name, f"at most {limit} on this server, got {value}")
-        reserved = self._reserve(session, settings.get("num_envs", 1))
+                raise WorldError(
+                    name,
+                    f"at most {limit} {what} per world on this server (its {setting} "
+                    f"setting), got {value}",
+                )
+        envs, workers = _world_size(settings)
+        self._reserve(session, envs, workers)
         try:
             world = self._build(env, settings)
         except BaseException:
-            self._unreserve(session, reserved)
+            self._unreserve(session, envs, workers)
             raise
         specs = world_specs(
             world.observation_space,
@@ -271,17 +339,16 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         log_event(logger, "world created", world=name, env=env, num_envs=world.num_envs)
         return dm_env_rpc_pb2.CreateWorldResponse(world_name=name)
 
-    def _reserve(self, session: _Session, num_envs: Any) -> int:
+    def _reserve(self, session: _Session, envs: int, workers: int) -> None:
         """Count a world about to be built against the connection's and the server's limits
-        (before building it, so that concurrent streams cannot overshoot); returns its envs."""
-        # a bad num_envs is World's to refuse, naming it; it would build no env
-        envs = num_envs if isinstance(num_envs, int) and not isinstance(num_envs, bool) else 0
+        (before building it, so that concurrent streams cannot overshoot)."""
         if session.created >= self.max_worlds_per_connection:
             raise RequestError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"max_worlds_per_connection: this connection already created "
                 f"{session.created} worlds, at most {self.max_worlds_per_connection} per "
-                "connection on this server; destroy one of them (DestroyWorld) first",
+                "connection on this server; destroy one of them (DestroyWorld) first, or have "
+                "the operator raise the server's max_worlds_per_connection setting",
             )
         with self._lock:
             if self._envs + envs > self.max_envs_total:
@@ -289,16 +356,27 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"max_envs_total: this server hosts {self._envs} envs; {envs} more would "
                     f"pass its limit of {self.max_envs_total}; destroy worlds (DestroyWorld) "
-                    "or ask for fewer envs (num_envs)",
+                    "or ask for fewer envs (num_envs), or have the operator raise the "
+                    "server's max_envs_total setting",
+                )
+            if self._workers + workers > self.max_workers_total:
+                raise RequestError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"max_workers_total: this server runs {self._workers} worker processes "
+                    f"for its worlds; {workers} more would pass its limit of "
+                    f"{self.max_workers_total}; destroy worlds (DestroyWorld) or ask for fewer "
+                    "workers (num_workers; 0 steps the envs in the server process), or have "
+                    "the operator raise the server's max_workers_total setting",
                 )
             self._envs += envs
+            self._workers += workers
             self.metrics.env_count(self._envs)
         session.created += 1
-        return envs
 
-    def _unreserve(self, session: _Session | None, envs: int) -> None:
+    def _unreserve(self, session: _Session | None, envs: int, workers: int) -> None:
         with self._lock:
             self._envs -= envs
+            self._workers -= workers
             self.metrics.env_count(self._envs)
         if session is not None:
             session.created -= 1
@@ -348,10 +426,10 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             self.metrics.world_count(len(self._worlds))
         with handle.lock:
             handle.destroyed = True
-            envs = handle.world.num_envs
+            envs, workers = handle.world.num_envs, handle.world.num_workers
             handle.world.close()  # drops its envs too: a lingering handle holds no memory
         owner = session if session is not None and session.id == handle.owner else None
-        self._unreserve(owner, envs)
+        self._unreserve(owner, envs, workers)
         log_event(logger, "world destroyed", world=handle.name)
         return envs
 
@@ -380,6 +458,18 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         """Envs of the hosted worlds (and of worlds being built)."""
         with self._lock:
             return self._envs
+
+    @property
+    def worker_count(self) -> int:
+        """Worker processes of the hosted worlds (and of worlds being built)."""
+        with self._lock:
+            return self._workers
+
+    @property
+    def connection_count(self) -> int:
+        """Open client streams."""
+        with self._lock:
+            return self._connections
 
     # -- a connection's world -----------------------------------------------------------
     def _join_world(
@@ -531,20 +621,25 @@ def create_server(
     host: str,
     port: int,
     servicer: SimulatorServicer,
-    max_connections: int = 64,
+    max_connections: int | None = None,
     token: str | None = None,
 ) -> tuple[grpc.Server, int]:
     """A started gRPC server for `servicer`; returns it and the bound port (port 0: any).
+    `max_connections` (default: the servicer's) bounds the concurrent client streams.
     With a `token`, every call must carry it as `authorization: Bearer <token>` metadata."""
+    if max_connections is not None:
+        servicer.max_connections = max_connections
+    # a stream holds a thread while it lasts; the few spare ones answer refused streams
+    threads = servicer.max_connections + _REFUSAL_SLOTS
     options = [
         ("grpc.max_send_message_length", -1),
         ("grpc.max_receive_message_length", -1),
         ("grpc.so_reuseport", 0),
     ]
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_connections, thread_name_prefix="sim-rpc"),
+        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sim-rpc"),
         options=options,
-        maximum_concurrent_rpcs=max_connections,
+        maximum_concurrent_rpcs=threads,
         interceptors=server_interceptors(token),
     )
     dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(servicer, server)

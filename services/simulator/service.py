@@ -1,10 +1,18 @@
 """`llmrl serve simulator`: the dm_env_rpc server on the gRPC port, /health and /metrics on
 the HTTP port, JSON logs on stderr, graceful shutdown on SIGTERM/SIGINT.
 
-Settings (`--set key=value` or a YAML file): `max_connections` (concurrent client streams,
-default 64), `grace_s` (seconds open streams get to finish at shutdown, default 1),
-`max_envs_per_world` (default 4096), `max_worlds_per_connection` (worlds one client stream may
-hold, default 8) and `max_envs_total` (envs of all worlds together, default 16384).
+Settings (`--set key=value` or a YAML file), with defaults sized for a small machine; each
+bounds the whole server, whatever the number of connections, and a request beyond one is
+refused naming the setting, the current use and the limit:
+
+* `max_connections` (concurrent client streams, default 64),
+* `max_envs_per_world` (default 4096) and `max_envs_total` (envs of all worlds together,
+  default 16384),
+* `max_workers_per_world` (worker processes of one world, `num_workers`, default 4) and
+  `max_workers_total` (worker processes of all worlds together, default 8; each is a Python
+  process of about 70 MB),
+* `max_worlds_per_connection` (worlds one client stream may hold, default 8),
+* `grace_s` (seconds open streams get to finish at shutdown, default 1).
 """
 
 from __future__ import annotations
@@ -23,22 +31,27 @@ from llmrl.common.label_values import BoundedLabelValues
 from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import serve_health_and_metrics
 from llmrl.simulator.server import (
+    MAX_CONNECTIONS,
     MAX_ENVS_PER_WORLD,
     MAX_ENVS_TOTAL,
+    MAX_WORKERS_PER_WORLD,
+    MAX_WORKERS_TOTAL,
     MAX_WORLDS_PER_CONNECTION,
     SimulatorServicer,
     create_server,
 )
 
 SETTINGS_DEFAULTS: dict[str, Any] = {
-    "max_connections": 64,
+    "max_connections": MAX_CONNECTIONS,
     "grace_s": 1.0,
     "max_envs_per_world": MAX_ENVS_PER_WORLD,
     "max_worlds_per_connection": MAX_WORLDS_PER_CONNECTION,
     "max_envs_total": MAX_ENVS_TOTAL,
+    "max_workers_per_world": MAX_WORKERS_PER_WORLD,
+    "max_workers_total": MAX_WORKERS_TOTAL,
 }
 _COUNT_SETTINGS = ("max_connections", "max_envs_per_world", "max_worlds_per_connection",
-                   "max_envs_total")  # fmt: skip
+                   "max_envs_total", "max_workers_per_world", "max_workers_total")  # fmt: skip
 
 _WORLDS = Gauge("llmrl_simulator_worlds", "Worlds currently hosted by the simulator")
 _ENVS = Gauge("llmrl_simulator_envs", "Envs of the worlds currently hosted by the simulator")
@@ -77,7 +90,8 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
         )
     merged = {**SETTINGS_DEFAULTS, **settings}
     for name in _COUNT_SETTINGS:
-        if not isinstance(merged[name], int) or merged[name] < 1:
+        value = merged[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {merged[name]!r}")
     return merged
 
@@ -91,22 +105,27 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         raise SystemExit(f"simulator: {exc}") from None
     servicer = SimulatorServicer(
         PrometheusMetrics(),
-        options["max_envs_per_world"],
-        options["max_worlds_per_connection"],
-        options["max_envs_total"],
+        max_envs_per_world=options["max_envs_per_world"],
+        max_worlds_per_connection=options["max_worlds_per_connection"],
+        max_envs_total=options["max_envs_total"],
+        max_workers_per_world=options["max_workers_per_world"],
+        max_workers_total=options["max_workers_total"],
+        max_connections=options["max_connections"],
     )
     token = configured_token()
     try:
-        grpc_server, bound_grpc = create_server(
-            host, grpc_port or 0, servicer, options["max_connections"], token
-        )
+        grpc_server, bound_grpc = create_server(host, grpc_port or 0, servicer, token=token)
     except OSError as exc:
         raise SystemExit(f"simulator: {exc}") from None
     try:
         http_server = serve_health_and_metrics(
             port,
             "simulator",
-            lambda: {"worlds": servicer.world_count, "envs": servicer.env_count},
+            lambda: {
+                "worlds": servicer.world_count,
+                "envs": servicer.env_count,
+                "workers": servicer.worker_count,
+            },
             host,
             token,
         )
