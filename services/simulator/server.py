@@ -34,6 +34,10 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
 * Worlds live as long as the connection that created them: when a client disconnects, its
   joined world is left and the worlds it created are destroyed, and their memory is handed
   back to the OS (`memory.release_memory`).
+* A world belongs to the connection that created it. Its name (`world-` and 22 random URL-safe
+  characters) cannot be guessed; JoinWorld, ResetWorld and DestroyWorld from any other
+  connection get NOT_FOUND, the same answer as for a world that does not exist, and no error
+  lists the server's worlds.
 
 Bad input (unknown env id or setting, wrong action dtype/shape, an action out of bounds or not
 finite, unknown skill, unknown uid, a destroyed world) gets a dm_env_rpc error whose message
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -85,6 +90,8 @@ MAX_CONNECTIONS = 64
 # gRPC's own limit on concurrent RPCs is set this far above max_connections, so that the
 # servicer (not gRPC's unnamed "Concurrent RPC limit exceeded!") refuses an extra stream.
 _REFUSAL_SLOTS = 4
+# A world's name is "world-" and this many random bytes (URL-safe base64): it cannot be guessed.
+WORLD_NAME_BYTES = 16
 # Destroying at least this many envs at once is worth a gc pass and a malloc_trim.
 RELEASE_AFTER_ENVS = 256
 
@@ -205,7 +212,6 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         self._connections = 0  # open Process streams
         self._lock = threading.Lock()
         self._session_ids = itertools.count(1)
-        self._world_ids = itertools.count(1)
 
     # -- the stream ---------------------------------------------------------------------
     def Process(
@@ -321,7 +327,7 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             world.num_envs,
             world.privileged_observations,
         )
-        name = f"world-{next(self._world_ids)}"
+        name = f"world-{secrets.token_urlsafe(WORLD_NAME_BYTES)}"  # unguessable
         handle = _WorldHandle(
             name=name,
             world=world,
@@ -399,20 +405,23 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         except OSError as exc:  # a setting names a missing or unreadable file or directory
             raise WorldError(_setting_naming(settings, exc), f"env {env!r}: {exc}") from None
 
-    def _find_world(self, name: str) -> _WorldHandle:
+    def _find_world(self, session: _Session, name: str) -> _WorldHandle:
+        """The world `name` when this connection created it. Another connection's world gets
+        the same NOT_FOUND as a world that does not exist, and no other world is named."""
         with self._lock:
             handle = self._worlds.get(name)
-            known = ", ".join(self._worlds) or "(none)"
-        if handle is None:
+        if handle is None or handle.owner != session.id:
             raise RequestError(
-                grpc.StatusCode.NOT_FOUND, f"world_name: no world {name!r}; worlds: {known}"
+                grpc.StatusCode.NOT_FOUND,
+                f"world_name: no world {name!r} among this connection's worlds (a world "
+                "belongs to the connection that created it: CreateWorld returns its name)",
             )
         return handle
 
     def _destroy_world(
         self, session: _Session, request: dm_env_rpc_pb2.DestroyWorldRequest
     ) -> dm_env_rpc_pb2.DestroyWorldResponse:
-        handle = self._find_world(request.world_name)
+        handle = self._find_world(session, request.world_name)
         if self._destroy(handle, session) >= RELEASE_AFTER_ENVS:
             release_memory()
         return dm_env_rpc_pb2.DestroyWorldResponse()
@@ -436,7 +445,7 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     def _reset_world(
         self, session: _Session, request: dm_env_rpc_pb2.ResetWorldRequest
     ) -> dm_env_rpc_pb2.ResetWorldResponse:
-        handle = self._find_world(request.world_name)
+        handle = self._find_world(session, request.world_name)
         seed = self._reset_seed(request.settings)
         with handle.lock:
             handle.pending_reset, handle.pending_seed = True, seed
@@ -485,7 +494,7 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             )
         for name in request.settings:
             raise WorldError(name, "unknown JoinWorld setting; JoinWorld takes no settings")
-        handle = self._find_world(request.world_name)
+        handle = self._find_world(session, request.world_name)
         with handle.lock:
             if handle.joined_by is not None:
                 raise RequestError(
