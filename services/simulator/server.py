@@ -39,6 +39,8 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
   connection get NOT_FOUND, the same answer as for a world that does not exist, and no error
   lists the server's worlds.
 
+Bytes that do not parse as an EnvironmentRequest (corrupt wire format, a string that is not
+UTF-8) end the stream with gRPC status INVALID_ARGUMENT (gRPC itself would say INTERNAL).
 Bad input (unknown env id or setting, wrong action dtype/shape, an action out of bounds or not
 finite, unknown skill, unknown uid, a destroyed world) gets a dm_env_rpc error whose message
 names the field and what is allowed; the server goes on serving every other world and
@@ -59,6 +61,7 @@ from typing import Any, Protocol
 import grpc
 import numpy as np
 from dm_env_rpc.v1 import dm_env_rpc_pb2, dm_env_rpc_pb2_grpc, tensor_utils
+from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 from llmrl.common.auth import server_interceptors
@@ -102,6 +105,20 @@ class RequestError(Exception):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Malformed:
+    """Bytes that are no EnvironmentRequest (gRPC itself would answer INTERNAL)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _parse_request(data: bytes) -> dm_env_rpc_pb2.EnvironmentRequest | _Malformed:
+    try:
+        return dm_env_rpc_pb2.EnvironmentRequest.FromString(data)
+    except DecodeError as exc:
+        return _Malformed(str(exc))
 
 
 class Metrics(Protocol):
@@ -216,7 +233,7 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
     # -- the stream ---------------------------------------------------------------------
     def Process(
         self,
-        request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest],
+        request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest | _Malformed],
         context: grpc.ServicerContext,
     ) -> Iterator[dm_env_rpc_pb2.EnvironmentResponse]:
         with self._lock:
@@ -233,13 +250,15 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
                 "raise the server's max_connections setting",
             )
         try:
-            yield from self._serve(request_iterator)
+            yield from self._serve(request_iterator, context)
         finally:
             with self._lock:
                 self._connections -= 1
 
     def _serve(
-        self, request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest]
+        self,
+        request_iterator: Iterator[dm_env_rpc_pb2.EnvironmentRequest | _Malformed],
+        context: grpc.ServicerContext,
     ) -> Iterator[dm_env_rpc_pb2.EnvironmentResponse]:
         session = _Session(next(self._session_ids))
         handlers = {
@@ -253,6 +272,13 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         }
         try:
             for request in request_iterator:
+                if isinstance(request, _Malformed):  # the stream cannot be trusted further
+                    self.metrics.error("malformed", "")
+                    log_event(logger, "malformed request", error=request.reason)
+                    context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the message is not a dm_env_rpc v1 EnvironmentRequest: {request.reason}",
+                    )
                 kind = request.WhichOneof("payload")
                 try:
                     handler = handlers.get(kind)  # type: ignore[arg-type]
@@ -626,6 +652,21 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             release_memory()
 
 
+def _add_servicer(servicer: SimulatorServicer, server: grpc.Server) -> None:
+    """`dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server`, but bytes that do not parse
+    reach `Process` (as `_Malformed`), which ends the stream with INVALID_ARGUMENT."""
+    handlers = {
+        "Process": grpc.stream_stream_rpc_method_handler(
+            servicer.Process,
+            request_deserializer=_parse_request,
+            response_serializer=dm_env_rpc_pb2.EnvironmentResponse.SerializeToString,
+        )
+    }
+    service = "dm_env_rpc.v1.Environment"
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
+
+
 def create_server(
     host: str,
     port: int,
@@ -651,7 +692,7 @@ def create_server(
         maximum_concurrent_rpcs=threads,
         interceptors=server_interceptors(token),
     )
-    dm_env_rpc_pb2_grpc.add_EnvironmentServicer_to_server(servicer, server)
+    _add_servicer(servicer, server)
     try:
         bound = add_grpc_port(server, f"{host}:{port}")  # TLS when configured
     except RuntimeError:

@@ -12,11 +12,13 @@ refused naming the setting, the current use and the limit:
   `max_workers_total` (worker processes of all worlds together, default 8; each is a Python
   process of about 70 MB),
 * `max_worlds_per_connection` (worlds one client stream may hold, default 8),
-* `grace_s` (seconds open streams get to finish at shutdown, default 1).
+* `grace_s` (seconds open streams get to finish at shutdown, default 1; a finite number up to
+  600, so that a shutdown ends).
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import subprocess
 import sys
@@ -50,6 +52,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "max_workers_per_world": MAX_WORKERS_PER_WORLD,
     "max_workers_total": MAX_WORKERS_TOTAL,
 }
+MAX_GRACE_S = 600.0  # a shutdown waits at most this long for open streams
 _COUNT_SETTINGS = ("max_connections", "max_envs_per_world", "max_worlds_per_connection",
                    "max_envs_total", "max_workers_per_world", "max_workers_total")  # fmt: skip
 
@@ -93,6 +96,16 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
         value = merged[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {merged[name]!r}")
+    grace = merged["grace_s"]
+    if (
+        isinstance(grace, bool)
+        or not isinstance(grace, int | float)
+        or not math.isfinite(grace)
+        or not 0 <= grace <= MAX_GRACE_S
+    ):  # a shutdown must end: inf (or nan, or a string) would wait forever, or fail late
+        raise ValueError(
+            f"grace_s: expected a finite number of seconds from 0 to {MAX_GRACE_S:g}, got {grace!r}"
+        )
     return merged
 
 

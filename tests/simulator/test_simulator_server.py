@@ -286,6 +286,7 @@ def test_serve_refuses_bad_settings_and_busy_ports_with_a_message(sim_server):
     busy_http = sim_server.http.rsplit(":", 1)[1]
     for args, message in [
         (["--set", "colour=red"], "unknown simulator setting(s) colour"),
+        (["--set", "grace_s=.inf"], "grace_s: expected a finite number"),
         (["--port", busy_http], "cannot serve HTTP"),
     ]:
         result = subprocess.run(
