@@ -49,17 +49,21 @@ def temporary_folders_are_data_roots(
     isolated_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """Services confine the paths a request names to LLMRL_HOME and LLMRL_DATA_ROOTS: the
-    tests' temporary folders join the default roots (services the tests start inherit it)."""
-    from llmrl.common.paths import DATA_ROOTS_ENV, data_roots
+    tests' temporary folders join the default roots (services the tests start inherit it).
+    The models tests save there load too: they are an artifact root (LLMRL_ARTIFACT_ROOTS,
+    where pickles the project saved may be loaded from besides LLMRL_HOME)."""
+    from llmrl.common.paths import ARTIFACT_ROOTS_ENV, DATA_ROOTS_ENV, data_roots
 
-    previous = os.environ.get(DATA_ROOTS_ENV)
+    previous = {name: os.environ.get(name) for name in (DATA_ROOTS_ENV, ARTIFACT_ROOTS_ENV)}
     roots = [tmp_path_factory.getbasetemp(), *data_roots()[1:]]  # [0] is LLMRL_HOME, always in
     os.environ[DATA_ROOTS_ENV] = os.pathsep.join(str(root) for root in roots)
+    os.environ[ARTIFACT_ROOTS_ENV] = str(tmp_path_factory.getbasetemp())
     yield
-    if previous is None:
-        os.environ.pop(DATA_ROOTS_ENV, None)
-    else:
-        os.environ[DATA_ROOTS_ENV] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

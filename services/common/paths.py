@@ -8,6 +8,11 @@ LLMRL_HOME, which is always allowed). `confine` resolves a
 path (`..` and symlinks, whether or not it exists yet) and refuses it, naming the field, when the
 result leaves every root: so a caller cannot have a service read or overwrite any file it can.
 An embedded run (`llmrl run --out DIR`) adds its own output folder (`allow_root`).
+
+Pickle-based files (SB3 zips, d3rlpy models, replay buffers) are loaded from a narrower set,
+`artifact_roots`: LLMRL_HOME (the service's own artifact store), the folders this process chose
+(`allow_root`) and LLMRL_ARTIFACT_ROOTS (folders only llmrl writes), never a data root, which
+others may be able to write (`llmrl.common.trusted.open_verified`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from llmrl.common.config import home_dir
 from llmrl.common.datasets import DATASETS
 
 DATA_ROOTS_ENV = "LLMRL_DATA_ROOTS"
+# folders besides LLMRL_HOME holding models llmrl saved (written by llmrl only): pickles load
+# from LLMRL_HOME, these and the process's own folders, never from a data root
+ARTIFACT_ROOTS_ENV = "LLMRL_ARTIFACT_ROOTS"
 # data folders the project already reads from, when no LLMRL_DATA_ROOTS is set
 KNOWN_DATA_ENV = tuple(dataset.env_var for dataset in DATASETS.values())
 NAME_MAX = 255  # the longest file name Linux and macOS file systems take
@@ -55,6 +63,14 @@ def data_roots() -> list[Path]:
     else:
         extra = [Path(v) for name in KNOWN_DATA_ENV if (v := os.environ.get(name))]
     return [home_dir(), *(p.expanduser().resolve() for p in extra), *_process_roots]
+
+
+def artifact_roots() -> list[Path]:
+    """Where the project's own saved pickles may be loaded from: LLMRL_HOME, the folders of
+    LLMRL_ARTIFACT_ROOTS and the folders this process chose (`allow_root`); never a data root."""
+    configured = os.environ.get(ARTIFACT_ROOTS_ENV) or ""
+    extra = [Path(p).expanduser().resolve() for p in configured.split(os.pathsep) if p]
+    return [home_dir(), *extra, *_process_roots]
 
 
 def confine(path: str | Path, field: str, roots: Iterable[Path] | None = None) -> Path:

@@ -9,17 +9,22 @@ its home:
 
     $LLMRL_HOME/trusted/<sha256>          (the file's first path and time, for audits)
 
-and every load of such a format first checks the file's digest against those markers
-(`require_file`). A marker is content-addressed, so a copy of a saved file (a recipe's
-`models/<name>.zip`) is trusted too, and anything else (a file a client placed, a model from
-another machine) is refused until the user who runs llmrl vouches for it (`llmrl trust PATH`).
+and every load of such a format goes through `open_verified`: the file is opened once, its
+bytes hashed as they are read, and the loader is handed those bytes (a file object), never
+the path, so what is loaded is exactly what was checked (a file swapped after the check, even
+for one of the same size and modification time, is not what loads). A marker is
+content-addressed, so a copy of a saved file (a recipe's `models/<name>.zip`) is trusted too,
+and anything else (a file a client placed, a model from another machine) is refused until the
+user who runs llmrl vouches for it (`llmrl trust PATH`). Pickles load only from the artifact
+store, `llmrl.common.paths.artifact_roots` (LLMRL_HOME, LLMRL_ARTIFACT_ROOTS, the process's own
+output folders), never from a data root, which others may be able to write.
 
 `resolve_artifact` is the one place a reference a request names (a policy spec's `model` or
 `checkpoint`, a job's `init_from`...) becomes a path. A reference is a run's id and a file of
 that run, `run:<run_id>/<name>/...` (e.g. `run:3f2a9c1b/models/SimpleDoorKey-never_ask.zip`,
 the names `GET /runs/{id}/artifacts` lists, or a checkpoint folder such as
 `run:<id>/checkpoints/pretrain/ellm`: each part a plain name, joined to the folder the run's
-store records), or a path under LLMRL_HOME or a configured root (`llmrl.common.paths`). Either
+store records), or a path under the artifact roots (`llmrl.common.paths.artifact_roots`). Either
 way it must be a file the project recorded, or a checkpoint version (or line) whose metadata
 it recorded. Every refusal reads the same whether the path is missing, elsewhere or foreign,
 so an error never tells a caller whether some file exists.
@@ -28,8 +33,11 @@ so an error never tells a caller whether some file exists.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -45,8 +53,13 @@ METADATA_FILE = "llmrl_checkpoint.json"  # a checkpoint version's metadata (lear
 # files read with weights_only=True) hold no code and can be GBs: never hashed
 _TRUSTED_SUFFIXES = (".zip", ".d3", ".pkl", ".pickle")
 _CHUNK = 1 << 20
+_IN_MEMORY = 256 << 20  # a verified file up to this size is held in memory, else in a temp file
 
-_digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256, per process
+# (path, device, inode, size, mtime, ctime) -> sha256, per process: `os.utime` restores an
+# mtime, never a ctime, and a file put in place by rename is another inode. Only the checks of
+# references use it; a load hashes the very bytes it loads (`open_verified`)
+_DigestKey = tuple[str, int, int, int, int, int]
+_digests: dict[_DigestKey, str] = {}
 _digests_lock = threading.Lock()
 
 
@@ -71,10 +84,17 @@ def trusted_dir() -> Path:
 
 
 def digest(path: str | Path) -> str:
-    """The SHA-256 of file `path` (remembered per size and modification time)."""
+    """The SHA-256 of file `path` (remembered per inode, size, modification and change time)."""
     path = Path(path)
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    info = path.stat()
+    key = (
+        str(path.resolve()),
+        info.st_dev,
+        info.st_ino,
+        info.st_size,
+        info.st_mtime_ns,
+        info.st_ctime_ns,
+    )
     with _digests_lock:
         known = _digests.get(key)
     if known is not None:
@@ -115,26 +135,65 @@ def is_recorded(path: str | Path) -> bool:
         return False
 
 
+def open_verified(path: str | Path, field: str = "checkpoint") -> io.BufferedIOBase:
+    """The bytes of file `path` as a file object positioned at 0, read from one open of the
+    file and hashed as read, when their digest is recorded and the file lies in the artifact
+    store (`llmrl.common.paths.artifact_roots`: never a data root); else
+    UntrustedArtifactError naming `field` and the file. Load every pickle-based format from
+    what this returns (SB3's `load`, `set_parameters`, `load_replay_buffer` take it), never
+    from the path again: a file swapped after the check is then not what loads."""
+    from llmrl.common.paths import artifact_roots
+
+    given = Path(path)
+    try:
+        resolved = given.resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):  # missing, a link loop, a NUL byte
+        raise UntrustedArtifactError(field, given) from None
+    if not any(resolved.is_relative_to(root.resolve()) for root in artifact_roots()):
+        raise UntrustedArtifactError(field, given)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(resolved, flags)
+    except OSError:
+        raise UntrustedArtifactError(field, given) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedArtifactError(field, given)
+        copy: io.BufferedIOBase = (
+            io.BytesIO() if info.st_size <= _IN_MEMORY else tempfile.TemporaryFile()  # noqa: SIM115
+        )
+        sha = hashlib.sha256()
+        while block := handle.read(_CHUNK):
+            sha.update(block)
+            copy.write(block)
+    if not (trusted_dir() / sha.hexdigest()).is_file():
+        copy.close()
+        raise UntrustedArtifactError(field, given)
+    copy.seek(0)
+    return copy
+
+
 def require_file(path: str | Path, field: str = "checkpoint") -> Path:
-    """`path` when it is a file the project recorded, else UntrustedArtifactError naming
-    `field`: call it right before loading any pickle-based format."""
-    path = Path(path)
-    if not path.is_file() or not is_recorded(path):
-        raise UntrustedArtifactError(field, path)
-    return path
+    """`path` when `open_verified` would load it (a recorded file in the artifact store),
+    else UntrustedArtifactError naming `field`: a check ahead of time (e.g. before a long
+    job starts); the load itself must still go through `open_verified`."""
+    open_verified(path, field).close()
+    return Path(path)
 
 
 def resolve_artifact(reference: str | Path, field: str) -> Path:
     """The path of the saved artifact `reference` names (a file the project recorded, or a
-    checkpoint version or line with recorded metadata), inside the allowed roots; else
-    UntrustedArtifactError naming `field` (one message for missing, elsewhere and foreign)."""
-    from llmrl.common.paths import PathOutsideRootsError, confine
+    checkpoint version or line with recorded metadata), inside the artifact roots (never a
+    data root); else UntrustedArtifactError naming `field` (one message for missing,
+    elsewhere and foreign)."""
+    from llmrl.common.paths import PathOutsideRootsError, artifact_roots, confine
 
     if not isinstance(reference, (str, Path)) or not str(reference).strip():
         raise UntrustedArtifactError(field, reference)
     named = _run_file(str(reference), field) if str(reference).startswith(RUN_PREFIX) else None
     try:
-        path = confine(named or reference, field)
+        path = confine(named or reference, field, roots=artifact_roots())
     except PathOutsideRootsError:
         raise UntrustedArtifactError(field, reference) from None
     if path.is_file() and is_recorded(path):

@@ -5,8 +5,10 @@ configured simulator and gateway and writes the model where the job says (the ar
 that the orchestrator and workers share). A job may name those services only as the learner
 itself is configured to reach them (it never dials, nor sends its token to, an address a
 request chose), and its paths (`model_path`, `tensorboard_dir`) must lie under LLMRL_HOME or a
-configured data root: checked here, for every kind. `run_on_learner` is the client side a recipe
-phase calls (see `llmrl.learner.client`).
+configured data root: checked here, for every kind. `model_path` (where the job saves models,
+pickles that are loaded back) must lie in the artifact store: LLMRL_HOME or
+LLMRL_ARTIFACT_ROOTS, never a data root (`llmrl.common.paths.artifact_roots`).
+`run_on_learner` is the client side a recipe phase calls (see `llmrl.learner.client`).
 
 Job kinds are registered by recipes (`registry.register_policy_job`, e.g. When2Ask's
 "when2ask"); a request names its kind in `kind` and is validated by that kind's request model.
@@ -89,6 +91,7 @@ def parse_policy_job(body: Any) -> BaseModel:
 
 SERVICE_FIELDS = ("simulator", "llm_gateway")  # addresses a job may carry
 PATH_FIELDS = ("model_path", "tensorboard_dir")  # files a job writes
+ARTIFACT_PATH_FIELDS = ("model_path",)  # ...its models among them: in the artifact store only
 ARTIFACT_FIELDS = ("init_from",)  # saved checkpoints a job starts from: the project's own only
 # a gateway model name, or a local model directory the learner loads: a directory is a path
 MODEL_FIELDS = ("model", "base_model")
@@ -112,7 +115,7 @@ def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
     configured service, a path outside its roots (each error names its field)."""
     from llmrl.common import trusted
     from llmrl.common.config import grpc_address
-    from llmrl.common.paths import PathOutsideRootsError, confine
+    from llmrl.common.paths import PathOutsideRootsError, artifact_roots, confine
 
     errors: list[dict[str, Any]] = []
     for field in SERVICE_FIELDS:
@@ -131,8 +134,17 @@ def _boundary_errors(request: BaseModel) -> list[dict[str, Any]]:
             continue
         try:
             confine(path, field)
+            if field in ARTIFACT_PATH_FIELDS:
+                confine(path, field, roots=artifact_roots())
         except PathOutsideRootsError as exc:
-            errors.append({"loc": (field,), "msg": str(exc), "type": "value_error"})
+            message = str(exc)
+            if field in ARTIFACT_PATH_FIELDS and "outside the folders" in message:
+                message = (
+                    f"{field}: {str(path)[:200]!r} is outside the artifact store: saved models "
+                    "are pickles, written and loaded only under LLMRL_HOME (or a folder of "
+                    "LLMRL_ARTIFACT_ROOTS), never in a data root"
+                )
+            errors.append({"loc": (field,), "msg": message, "type": "value_error"})
     for field in ARTIFACT_FIELDS:
         reference = getattr(request, field, None)
         if reference is None:

@@ -174,12 +174,15 @@ def find_checkpoint(path: str | Path | Checkpoint) -> Checkpoint:
 def publish(source: str | Path, destination: str | Path) -> Path:
     """Copy a checkpoint's file to `destination` too, a fixed path its users already know
     (e.g. a recipe's `models/<name>.zip`); an earlier file there is replaced atomically. A copy,
-    not a link: whoever rewrites the fixed path never alters a saved version."""
+    not a link: whoever rewrites the fixed path never alters a saved version. What is copied
+    are the bytes of `source` whose digest the project recorded (`trusted.open_verified`), so
+    a file swapped in meanwhile is never vouched for by its copy."""
     source, destination = Path(source), Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
     try:
-        shutil.copyfile(source, staging)
+        with trusted.open_verified(source, "checkpoint") as saved, staging.open("wb") as copy:
+            shutil.copyfileobj(saved, copy)
         trusted.record(staging)  # a copy of a saved file, so its drivers may load it
         os.replace(staging, destination)
     finally:

@@ -292,9 +292,23 @@ class OfflineRLAlgorithm(Algorithm):
     def load(self, checkpoint: Checkpoint | str | Path) -> OfflinePolicy:
         found = find_checkpoint(checkpoint)
         self.check_written_by_me(found)
-        path = trusted.require_file(found.path / POLICY_FILE)  # d3rlpy's file is a pickle
-        learnable = _d3rlpy().load_learnable(str(path), device="cpu")
-        return OfflinePolicy(learnable, found)
+        # d3rlpy's file is a pickle: loaded from the bytes whose digest was checked
+        saved = trusted.open_verified(found.path / POLICY_FILE)
+        return OfflinePolicy(_load_learnable(saved), found)
+
+
+def _load_learnable(saved: Any) -> Any:
+    """`d3rlpy.load_learnable` of the verified bytes `saved`: d3rlpy reads only a file name,
+    so they are copied to a file in a folder of this process's own (mode 700), never reread
+    from where they were checked."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="llmrl-d3-") as folder:
+        copy = Path(folder) / POLICY_FILE
+        with saved, copy.open("xb") as handle:
+            shutil.copyfileobj(saved, handle)
+        return _d3rlpy().load_learnable(str(copy), device="cpu")
 
 
 @dataclass

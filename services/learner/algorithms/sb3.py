@@ -253,7 +253,8 @@ class SB3Algorithm(Algorithm):
                 policy, source, seed=seed, verbose=0, **common, **kwargs
             )
             if start is not None:  # fine-tuning: the weights (and optimizer) of `init_from`
-                model.set_parameters(str(start.path / MODEL_FILE), device="cpu")
+                weights = trusted.open_verified(start.path / MODEL_FILE, "init_from")
+                model.set_parameters(weights, device="cpu")
             if reseed:
                 model.set_random_seed(seed)
         if tensorboard_log is None:
@@ -318,17 +319,17 @@ class SB3Algorithm(Algorithm):
     ) -> Any:
         """The model of `previous` on `source`, with this call's settings (a resubmitted job's
         changes are not ignored), its random generators and replay buffer."""
-        path = trusted.require_file(previous.path / MODEL_FILE, "checkpoints")
+        saved = trusted.open_verified(previous.path / MODEL_FILE, "checkpoints")
         custom = {} if isinstance(policy, str) else {"policy_class": policy}
         model = _algorithm_class(self.name).load(
-            str(path), env=source, custom_objects=custom, **common, **kwargs
+            saved, env=source, custom_objects=custom, **common, **kwargs
         )
         states = previous.path / RANDOM_STATE_FILE
         if states.is_file():
             restore_random_states(model, json.loads(states.read_text()))
         buffer = previous.path / BUFFER_FILE
         if replay_buffer and buffer.is_file() and hasattr(model, "load_replay_buffer"):
-            model.load_replay_buffer(str(trusted.require_file(buffer, "checkpoints")))
+            model.load_replay_buffer(trusted.open_verified(buffer, "checkpoints"))
         return model
 
     def _writer(
@@ -353,8 +354,8 @@ class SB3Algorithm(Algorithm):
             path = found.path / MODEL_FILE
         elif path.name == MODEL_FILE and path.parent.is_dir():  # a checkpoint's own zip
             self.check_written_by_me(Checkpoint.read(path.parent))
-        trusted.require_file(path)  # an SB3 zip is a pickle: only the project's own
-        return _algorithm_class(self.name).load(str(path), device="cpu")
+        # an SB3 zip is a pickle: only the project's own, loaded from the bytes checked
+        return _algorithm_class(self.name).load(trusted.open_verified(path), device="cpu")
 
 
 def model_file(checkpoint: Checkpoint) -> Path:

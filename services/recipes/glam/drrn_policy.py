@@ -147,8 +147,8 @@ def load_drrn(path: str) -> Any:
 
     from llmrl.common import trusted
 
-    trusted.require_file(path, "model")  # an SB3 zip is a pickle: only the project's own
-    return DQN.load(path, device="cpu", custom_objects={"policy_class": DrrnPolicy})
+    saved = trusted.open_verified(path, "model")  # an SB3 zip is a pickle: the project's own
+    return DQN.load(saved, device="cpu", custom_objects={"policy_class": DrrnPolicy})
 
 
 def q_values(model: Any, row: np.ndarray) -> np.ndarray:
