@@ -9,7 +9,11 @@ A second pass (issue 52) sends what generated cases rarely reach: bodies nested 
 1e400, the int64 limits or 1e308; no answer may be a 5xx, and the service must still answer
 afterwards. A third pass sets every free string (recipe configs and every policy kind's spec
 included) to a path outside the roots, a planted model, a path climbing out or an id that does
-not exist: no 5xx, and no file there is opened (an audit hook watches) or unpickled."""
+not exist: no 5xx, and no file there is opened (an audit hook watches) or unpickled. A fourth
+sends every class of body (an example, a lone surrogate or non-ASCII text in each free string,
+the deep bodies, the extreme numbers in each numeric field) in each encoding `json.loads`
+reads (UTF-8, UTF-8 with a BOM, UTF-16 and UTF-32, either byte order) to every body route:
+no 5xx."""
 
 from __future__ import annotations
 
@@ -208,6 +212,62 @@ def test_deep_bodies_and_extreme_numbers_never_get_a_5xx(apps, service):
             failures.append(f"{method} {url} {query} {shown!r}: {response.status_code} "
                             f"{response.text[:200]}")  # fmt: skip
     assert sent > 10
+    assert not failures, "\n".join(failures)
+    assert client.get("/health").status_code == 200
+
+
+# -- every body class in every encoding json.loads reads --------------------------------------
+ENCODINGS = ("utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
+TEXTS = ("\ud800", "\udfff x", "caf\u00e9 \u4e2d \U0001f600")  # lone surrogates, real text
+
+
+def body_texts(client: Any) -> Iterator[tuple[str, str, str]]:
+    """(method, url, JSON text) of each body class for each body route of `client`'s app."""
+    spec = client.app.openapi()
+    components = spec.get("components", {}).get("schemas", {})
+    for path, item in spec["paths"].items():
+        url = "/".join("x" if part.startswith("{") else part for part in path.split("/"))
+        for method, operation in item.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/json" not in content:
+                continue
+            numbers: list[tuple] = []
+            strings: list[tuple] = []
+            schema = content["application/json"].get("schema", {})
+            body = example(schema, components, (), numbers, strings)
+            texts = [json.dumps(body), *(deep.decode() for deep in DEEP)]
+            texts += list(string_texts(body, strings))
+            texts += [with_number(body, where, literal).decode()
+                      for where in numbers for literal in NUMBERS]  # fmt: skip
+            for text in texts:
+                yield method.upper(), url, text
+
+
+def string_texts(body: Any, strings: list[tuple]) -> Iterator[str]:
+    """`body` with each free string set to each of TEXTS, escaped; real text also unescaped."""
+    for where in strings:
+        for text in TEXTS:
+            yield json.dumps(with_string(body, where, text))  # a surrogate as `\ud800`
+            if not any("\ud800" <= char <= "\udfff" for char in text):
+                yield json.dumps(with_string(body, where, text), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_every_body_class_in_every_encoding_never_gets_a_5xx(apps, service):
+    from starlette.testclient import TestClient
+
+    client = TestClient(apps[service], raise_server_exceptions=False)
+    headers = {"content-type": "application/json"}
+    failures, sent = [], 0
+    for method, url, text in body_texts(client):
+        for encoding in ENCODINGS:
+            body = text.encode(encoding)
+            response = client.request(method, url, content=body, headers=headers)
+            sent += 1
+            if response.status_code >= 500 and (service, response.status_code) not in TOLERATED:
+                failures.append(f"{method} {url} {encoding} {text[:100]!r}: "
+                                f"{response.status_code} {response.text[:200]}")  # fmt: skip
+    assert sent > 10 * len(ENCODINGS)
     assert not failures, "\n".join(failures)
     assert client.get("/health").status_code == 200
 

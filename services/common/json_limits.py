@@ -1,6 +1,9 @@
 """The JSON boundary of every HTTP service: what a request body may hold before any parser,
 model or handler of the service sees it (`RequestBodyGuard` calls `check_json_body`).
 
+- UTF-8 only: `json.loads` also reads a body with a byte order mark, in UTF-16 or in UTF-32,
+  which the byte scans below cannot read (nesting after a BOM, a `\\ud800` escape in UTF-16
+  went through), so such a body is refused ("JSON bodies must be UTF-8") before anything else;
 - nesting at most `MAX_JSON_DEPTH` levels, counted without recursion (a linear scan of the
   bytes), so no parser downstream can hit Python's recursion limit;
 - integers at most `MAX_JSON_INT` (int64) in magnitude, so no SQLite column, numpy array or
@@ -9,7 +12,7 @@ model or handler of the service sees it (`RequestBodyGuard` calls `check_json_bo
 - strings encodable: no lone surrogate (`"\\ud800"` is valid JSON but not text).
 
 A refusal is a `JsonLimitError` naming the field ("body.usd", "body.messages[0].content").
-A body that is not JSON passes: the service's own parsing answers it.
+A body that is not JSON (but is UTF-8) passes: the service's own parsing answers it.
 """
 
 from __future__ import annotations
@@ -55,13 +58,18 @@ class _Refused:
         self.reason = reason
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+_ENCODING_REASON = "JSON bodies must be UTF-8 (without a byte order mark; not UTF-16 or UTF-32)"
 _INT_REASON = f"integer out of range (at most {MAX_JSON_INT} in magnitude)"
 _FINITE_REASON = "numbers must be finite (no NaN, Infinity, or overflow such as 1e400)"
 _SURROGATE_REASON = "invalid Unicode (a lone surrogate); send well-formed UTF-8 text"
 
 
 def check_json_body(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Raise `JsonLimitError` if `body` is JSON that breaks a bound; parse it only if it may."""
+    """Raise `JsonLimitError` if `body` is JSON that breaks a bound, or is not UTF-8 as
+    `json.loads` would read it (a BOM, UTF-16, UTF-32); parse it only if it may break one."""
+    if body.startswith(_UTF8_BOM) or (body and json.detect_encoding(body) != "utf-8"):
+        raise JsonLimitError(f"body: {_ENCODING_REASON}", "body")
     if _CONTAINER.match(body):  # only an array or object nests
         masked = _ESCAPE.sub(b"\0\0", body)
         if _deeper_than(masked, max_depth):

@@ -151,3 +151,45 @@ def test_the_check_is_linear_on_hostile_bodies():
         with contextlib.suppress(JsonLimitError):
             check_json_body(body)
         assert time.perf_counter() - started < 2.0
+
+
+# -- encodings: json.loads reads a BOM, UTF-16 and UTF-32, which a byte scan does not ---------
+NOT_UTF8 = ("utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_body_in_another_encoding_than_utf8_is_a_400_saying_so(clients, service):
+    client = clients[service]
+    for method, path in body_routes(client):
+        for encoding in NOT_UTF8:
+            for text in ('{"prompt": "hi"}', '{"prompt": "\\ud800"}', "[" * 5000 + "]" * 5000):
+                refused = send(client, method, path, text.encode(encoding))
+                assert_refused(refused, "body", "JSON bodies must be UTF-8")
+    assert client.get("/health").status_code == 200
+
+
+def test_what_the_probe_measured_is_refused_naming_the_problem(clients):
+    """A BOM before 5,000 nested arrays was a 500 RecursionError; a lone surrogate in UTF-16
+    a 500 TypeError (UnicodeEncodeError on /v1/embeddings)."""
+    client = clients["llm_gateway"]
+    deep = b"\xef\xbb\xbf" + b"[" * 5000 + b"]" * 5000
+    assert_refused(send(client, "PUT", "/v1/budgets/x", deep), "body", "must be UTF-8")
+    routes = ("/v1/completions", "/v1/chat/completions", "/v1/score", "/v1/count_tokens",
+              "/v1/embeddings")  # fmt: skip
+    surrogate = '{"prompt":"\\ud800"}'
+    for path in routes:
+        for encoding in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-8-sig"):
+            refused = send(client, "POST", path, surrogate.encode(encoding))
+            assert_refused(refused, "body", "JSON bodies must be UTF-8")
+        refused = send(client, "POST", path, surrogate.encode())
+        assert_refused(refused, "body.prompt", "lone surrogate")
+    assert client.get("/health").status_code == 200
+
+
+def test_the_check_refuses_other_encodings_and_keeps_utf8():
+    for encoding in NOT_UTF8:
+        with pytest.raises(JsonLimitError, match="JSON bodies must be UTF-8") as refused:
+            check_json_body(b"[1]".decode().encode(encoding))
+        assert refused.value.field == "body"
+    check_json_body(json.dumps({"text": "\u00e9\u4e2d\U0001f600"}, ensure_ascii=False).encode())
+    check_json_body(b"")
