@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.safe_write import write_text
+
 ROLES = ("system", "user", "assistant")
 TOP_LEVEL_KEYS = {"messages", "tools", "parallel_tool_calls", "functions"}
 
@@ -56,11 +58,19 @@ def chat_example_errors(example: Any) -> list[str]:
     return errors
 
 
-def write_chat_jsonl(path: str | Path, examples: Iterable[list[dict[str, str]]]) -> int:
+def write_chat_jsonl(
+    path: str | Path,
+    examples: Iterable[list[dict[str, str]]],
+    *,
+    field: str = "path",
+    roots: Iterable[Path] | None = None,
+) -> int:
     """Write examples (each a message list) as chat fine-tuning JSONL; returns the count.
 
     Every example is checked first: an invalid one raises ValueError naming what is wrong,
-    and nothing half-written is left behind.
+    and nothing half-written is left behind. The file is written through no link planted at
+    its name (`llmrl.common.safe_write`); with `roots`, its folder must really lie under one
+    (else `PathOutsideRootsError` naming `field`).
     """
     lines = []
     for number, messages in enumerate(examples):
@@ -71,9 +81,7 @@ def write_chat_jsonl(path: str | Path, examples: Iterable[list[dict[str, str]]])
         lines.append(json.dumps(record, ensure_ascii=False))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    temporary.replace(path)
+    write_text(path, "".join(line + "\n" for line in lines), field=field, roots=roots)
     return len(lines)
 
 

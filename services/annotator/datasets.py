@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from llmrl.annotator.chat_format import write_chat_jsonl
 from llmrl.common.episodes import EpisodeRecord, LlmCall, read_jsonl
 from llmrl.common.names import Name
-from llmrl.common.paths import confined_field
+from llmrl.common.paths import PathOutsideRootsError, confined_field, data_roots
+from llmrl.common.safe_write import write_text
 
 
 class DatasetRequest(BaseModel):
@@ -87,13 +88,21 @@ def load_episodes(sources: Iterable[str | Path | EpisodeRecord]) -> list[Episode
     return episodes
 
 
-def write_dataset(dataset: Dataset, out_dir: str | Path, name: str) -> dict[str, str]:
-    """Write `<name>.jsonl` (chat fine-tuning format) and `<name>.stats.json` to `out_dir`."""
+def write_dataset(
+    dataset: Dataset, out_dir: str | Path, name: str, roots: Iterable[Path] | None = None
+) -> dict[str, str]:
+    """Write `<name>.jsonl` (chat fine-tuning format) and `<name>.stats.json` to `out_dir`,
+    each created afresh and renamed onto its name, so a link planted at either name (or
+    beside it) is replaced, never followed (`llmrl.common.safe_write`). With `roots` (a
+    request's `out_dir`) the folder must really lie under one of them when written, else
+    `PathOutsideRootsError` on `out_dir`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data_path, stats_path = out / f"{name}.jsonl", out / f"{name}.stats.json"
-    write_chat_jsonl(data_path, [example.messages for example in dataset.examples])
-    stats_path.write_text(json.dumps(dataset.stats, indent=2, sort_keys=True) + "\n")
+    examples = [example.messages for example in dataset.examples]
+    write_chat_jsonl(data_path, examples, field="out_dir", roots=roots)
+    stats = json.dumps(dataset.stats, indent=2, sort_keys=True) + "\n"
+    write_text(stats_path, stats, field="out_dir", roots=roots)
     return {"data": str(data_path), "stats": str(stats_path)}
 
 
@@ -110,7 +119,9 @@ def build_from_episode_logs(
         raise DatasetError("episodes", f"no such file(s): {', '.join(missing)}")
     try:
         dataset = make(load_episodes(request.episodes))
-        paths = write_dataset(dataset, request.out_dir, request.name)
+        paths = write_dataset(dataset, request.out_dir, request.name, roots=data_roots())
+    except PathOutsideRootsError as exc:  # a link leaving the roots took out_dir's place
+        raise DatasetError("out_dir", str(exc).removeprefix("out_dir: ")) from None
     except OSError as exc:
         raise DatasetError("out_dir", f"cannot write there: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:  # logs that are not episode records

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from llmrl.common.auth import auth_headers
+from llmrl.common.safe_write import write_text
 from llmrl.learner.jobs import FineTuneRequest
 
 CONNECT_TIMEOUT_S = 5.0
@@ -135,5 +136,4 @@ class LearnerJobs:
         if submitted is None:
             submitted = json.loads(path.read_text())["submitted"]
         record = {"job_id": job["job_id"], "submitted": submitted, "job": job}
-        path.with_suffix(".tmp").write_text(json.dumps(record, indent=2, default=str) + "\n")
-        path.with_suffix(".tmp").replace(path)
+        write_text(path, json.dumps(record, indent=2, default=str) + "\n")  # through no link

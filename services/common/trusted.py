@@ -112,13 +112,20 @@ def digest(path: str | Path) -> str:
 def record(path: str | Path) -> str:
     """Mark file `path` as written by the project; returns its digest."""
     path = Path(path)
-    value = digest(path)
+    return record_digest(digest(path), path)
+
+
+def record_digest(value: str, path: str | Path) -> str:
+    """Mark the content of SHA-256 `value` (bytes the project itself wrote, now at `path`) as
+    the project's: for a writer that hashed what it wrote, so that no later read of `path`
+    (which another could have swapped meanwhile) decides what is trusted."""
+    from llmrl.common.safe_write import write_text
+
     marker = trusted_dir() / value
     if not marker.exists():
         marker.parent.mkdir(parents=True, exist_ok=True)
-        staging = marker.with_name(f".{value}.{os.getpid()}.{threading.get_ident()}")
-        staging.write_text(json.dumps({"path": str(path.resolve()), "recorded": time.time()}))
-        os.replace(staging, marker)
+        audit = {"path": str(Path(path).resolve()), "recorded": time.time()}
+        write_text(marker, json.dumps(audit))  # a fresh file renamed onto it: through no link
     return value
 
 

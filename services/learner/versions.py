@@ -171,22 +171,31 @@ def find_checkpoint(path: str | Path | Checkpoint) -> Checkpoint:
     return Checkpoint.read(path)  # a version directory without metadata (or a clear error)
 
 
-def publish(source: str | Path, destination: str | Path) -> Path:
+def publish(source: str | Path, destination: str | Path, field: str = "model_path") -> Path:
     """Copy a checkpoint's file to `destination` too, a fixed path its users already know
     (e.g. a recipe's `models/<name>.zip`); an earlier file there is replaced atomically. A copy,
     not a link: whoever rewrites the fixed path never alters a saved version. What is copied
     are the bytes of `source` whose digest the project recorded (`trusted.open_verified`), so
-    a file swapped in meanwhile is never vouched for by its copy."""
+    a file swapped in meanwhile is never vouched for by its copy. The copy is written through
+    no link planted at `destination` or beside it, into a folder that really lies in the
+    artifact store (where alone it can be loaded from; else `PathOutsideRootsError` naming
+    `field`): `llmrl.common.safe_write`, and the digest recorded is that of the bytes written."""
+    import hashlib
+
+    from llmrl.common.paths import artifact_roots
+    from llmrl.common.safe_write import atomic_writer
+
     source, destination = Path(source), Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    staging = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
-    try:
-        with trusted.open_verified(source, "checkpoint") as saved, staging.open("wb") as copy:
-            shutil.copyfileobj(saved, copy)
-        trusted.record(staging)  # a copy of a saved file, so its drivers may load it
-        os.replace(staging, destination)
-    finally:
-        staging.unlink(missing_ok=True)
+    sha = hashlib.sha256()
+    with (
+        trusted.open_verified(source, "checkpoint") as saved,
+        atomic_writer(destination, field=field, roots=artifact_roots()) as copy,
+    ):
+        while block := saved.read(1 << 20):
+            sha.update(block)
+            copy.write(block)
+        trusted.record_digest(sha.hexdigest(), destination)  # so its drivers may load it
     return destination
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common import stats
+from llmrl.common.safe_write import write_text
 from llmrl.recipes.base import ConfigError, Results, format_cell, recipe_class
 from llmrl.recipes.targets import ConfigResults, Row, Verdict, verdicts_markdown
 
@@ -325,8 +326,9 @@ def build_report(
         plot_headline(methods, out / "headline.png", title)
         report["plots"].append("headline.png")
     report = json_safe(report)
-    (out / "results.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    (out / "results.md").write_text(report_markdown(report))
+    # each written afresh and renamed onto its name: a link planted there is never followed
+    write_text(out / "results.json", json.dumps(report, indent=2, allow_nan=False) + "\n")
+    write_text(out / "results.md", report_markdown(report))
     return report
 
 

@@ -117,8 +117,10 @@ def use_gateway_settings(out: Path, settings: dict[str, Any]) -> None:
 
     if os.environ.get(CONFIG_ENV_VAR):
         return
+    from llmrl.common.safe_write import write_text
+
     path = out / "gateway.yaml"
-    path.write_text(yaml.safe_dump(settings))
+    write_text(path, yaml.safe_dump(settings))  # through no link planted at the name
     os.environ[CONFIG_ENV_VAR] = str(path)
 
 
