@@ -525,20 +525,103 @@ def data_list() -> None:
         click.echo(f"  source: {dataset.source_note}")
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option(
     "--url",
     default=None,
     help="List this orchestrator's runs (GET /runs) instead of the runs stored under LLMRL_HOME.",
 )
-def runs(url: str | None) -> None:
+@click.pass_context
+def runs(ctx: click.Context, url: str | None) -> None:
     """List stored runs: recipe, status, key config, headline metric, LLM spend.
 
     Without --url: the embedded runs and sweeps run on this machine (catalogued in
-    LLMRL_HOME/embedded.sqlite) and the local orchestrator's runs.
+    LLMRL_HOME/embedded.sqlite) and the local orchestrator's runs. `llmrl runs export RUN
+    --out FILE` bundles one run's LLM calls for `llmrl replay`.
     """
-    compare_cli = _load("llmrl.orchestrator.compare_cli", "cli_runs")
-    compare_cli(url)
+    if ctx.invoked_subcommand is None:
+        compare_cli = _load("llmrl.orchestrator.compare_cli", "cli_runs")
+        compare_cli(url)
+
+
+@runs.command("export")
+@click.argument("run")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The bundle file to write (gzip-compressed JSON, e.g. run.llmrl.json.gz).",
+)
+@click.option(
+    "--gateway-config",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The gateway settings whose ledger kept the run's calls (default: "
+    "$LLMRL_LLM_GATEWAY_CONFIG, else the built-in ones: the ledger under LLMRL_HOME).",
+)
+def runs_export(run: str, out: Path, gateway_config: str | None) -> None:
+    """Bundle RUN for `llmrl replay` on another machine: its recipe and config, its
+    results.json, the gateway settings it ran with and every LLM call of it with its answer.
+
+    RUN is a run id (`llmrl runs` lists them) or a run's --out directory (or a sweep's
+    DIR/runs/<run_id>). The run must have completed on a gateway that kept its calls
+    (ledger.record_calls, on by default).
+    """
+    export_run = _load("llmrl.orchestrator.replay", "export_run")
+    bundle_error = _load("llmrl.llm_gateway.replay_bundle", "BundleError")
+    unknown = _load("llmrl.orchestrator.sources", "UnknownReference")
+    try:
+        report = export_run(run, out, gateway_config=gateway_config)
+    except unknown as exc:
+        raise click.UsageError(str(exc)) from exc
+    except bundle_error as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"run {report.run_id} ({report.recipe}): {report.calls} LLM calls kept for its "
+        f"{report.requests} requests, {report.size / 2**20:.2f} MiB, in {report.path}"
+    )
+    if report.sampled:
+        click.echo(
+            f"{report.sampled} of them were sampled without a seed: a replay serves their "
+            "answers in the order recorded"
+        )
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for the replayed run's files, as `llmrl run --out` "
+    "(default: runs/replay-<recorded run id>).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar (the results table is still printed).")
+def replay(bundle: Path, out: Path | None, quiet: bool) -> None:
+    """Run a bundle (`llmrl runs export`) again here with no model: every LLM call is answered
+    from the bundle, and a call it lacks fails the run naming it. Then compare each row of the
+    new results.json with the recorded one: exit 0 when identical, 1 listing the first
+    differing cells.
+
+    A bundle is untrusted input: it is refused if it is too large, not JSON, fails the
+    schema, names an unregistered recipe or a path in its config.
+    """
+    run_replay = _load("llmrl.orchestrator.replay", "replay")
+    bundle_error = _load("llmrl.llm_gateway.replay_bundle", "BundleError")
+    run_failed = _load("llmrl.orchestrator.embedded", "RunFailed")
+    try:
+        report = run_replay(bundle, out_dir=out, progress=not quiet)
+    except bundle_error as exc:
+        raise click.ClickException(str(exc)) from exc
+    except run_failed as exc:
+        raise click.ClickException(f"the replay failed: {exc}") from exc
+    if report.identical:
+        click.echo(f"identical: every cell of the {report.rows} rows is the recorded run's")
+        return
+    click.echo("differs from the recorded run:", err=True)
+    for line in report.differences:
+        click.echo(f"  {line}", err=True)
+    sys.exit(1)
 
 
 @main.command()

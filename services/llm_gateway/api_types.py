@@ -191,6 +191,22 @@ class GenerateRequest:
         """Temperature > 0 without a seed: a different answer each time, so not cached."""
         return self.temperature > 0 and self.seed is None
 
+    def key_params(self) -> dict[str, Any]:
+        """The parameters that decide the answer, as the cache key holds them."""
+        params: dict[str, Any] = {
+            "messages": self.messages,
+            "prompt": self.prompt,
+            "n": self.n,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "stop": sorted(self.stop or []),
+            "seed": self.seed,
+        }
+        if self.guided_lines is not None:  # absent otherwise: older cache keys stay valid
+            params["guided_lines"] = self.guided_lines.key()
+        return params
+
     def validate(self) -> GenerateRequest:
         if (self.messages is None) == (self.prompt is None):
             raise InvalidRequestError("give exactly one of messages or prompt", "messages")
@@ -261,6 +277,10 @@ class ScoreRequest:
         _check_common(self.run_id, self.tag, self.timeout_s)
         return self
 
+    def key_params(self) -> dict[str, Any]:
+        """The parameters that decide the answer, as the cache key holds them."""
+        return {"prompt": self.prompt, "candidates": self.candidates}
+
 
 @dataclass
 class EmbedRequest:
@@ -288,6 +308,10 @@ class EmbedRequest:
         self.cache = cache_policy(self.cache)
         _check_common(self.run_id, self.tag, self.timeout_s)
         return self
+
+    def key_params(self) -> dict[str, Any]:
+        """The parameters that decide the answer, as the cache key holds them."""
+        return {"texts": self.texts}
 
 
 def _check_common(run_id: Any, tag: Any, timeout_s: Any) -> None:

@@ -40,6 +40,38 @@ def _canonical(value: Any) -> Any:
 SHARED_NAMESPACE = ""  # the service token's callers (and every caller with cache.share: global)
 
 
+def key_document(
+    op: str,
+    backend: str,
+    model: str,
+    adapter: str,
+    *,
+    namespace: str = SHARED_NAMESPACE,
+    **params: Any,
+) -> dict[str, Any]:
+    """Everything that determines a response, as the document `cache_key` hashes: the
+    request as the gateway hashed it (a run's recorded calls keep it beside the answer)."""
+    document: dict[str, Any] = {
+        "v": KEY_VERSION,
+        "op": op,
+        "backend": backend,
+        "model": model,
+        "adapter": adapter,
+        "params": params,
+    }
+    if namespace != SHARED_NAMESPACE:  # absent otherwise: the shared cache's keys stay valid
+        document["namespace"] = namespace
+    return document
+
+
+def document_key(document: dict[str, Any]) -> str:
+    """The SHA-256 of a key document's canonical JSON."""
+    text = json.dumps(
+        _canonical(document), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def cache_key(
     op: str,
     backend: str,
@@ -51,20 +83,7 @@ def cache_key(
 ) -> str:
     """The canonical hash of everything that determines a response, within `namespace`: an
     answer is only ever served to callers of the namespace that paid for it (tenancy)."""
-    document: dict[str, Any] = {
-        "v": KEY_VERSION,
-        "op": op,
-        "backend": backend,
-        "model": model,
-        "adapter": adapter,
-        "params": params,
-    }
-    if namespace != SHARED_NAMESPACE:  # absent otherwise: the shared cache's keys stay valid
-        document["namespace"] = namespace
-    text = json.dumps(
-        _canonical(document), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return document_key(key_document(op, backend, model, adapter, namespace=namespace, **params))
 
 
 def cache_namespace(key_id: str | None, share: str) -> str:

@@ -112,6 +112,14 @@ class RetryableUpstreamError(UpstreamError):
         self.timed_out = timed_out  # the provider did not answer in the time it was given
 
 
+class ReplayMissError(UpstreamError):
+    """A replay (`llmrl replay`) was asked a call its bundle holds no answer for: asking
+    again cannot help, so not UNAVAILABLE (which clients may retry)."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    kind = "replay_miss"
+
+
 class UnsupportedOperationError(InvalidRequestError):
     """The model's backend cannot do this operation (e.g. `score` on a chat-only API)."""
 
@@ -125,6 +133,7 @@ ERRORS_BY_KIND: dict[str, type[GatewayError]] = {
         BudgetExceededError,
         GatewayTimeoutError,
         UpstreamError,
+        ReplayMissError,
     )
 }
 

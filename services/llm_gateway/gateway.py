@@ -41,8 +41,10 @@ from llmrl.llm_gateway.cache import (
     RedisCache,
     ResponseCache,
     SqliteCache,
-    cache_key,
+    document_key,
+    key_document,
 )
+from llmrl.llm_gateway.call_log import CallRecord, settings_note
 from llmrl.llm_gateway.errors import (
     GatewayError,
     GatewayTimeoutError,
@@ -97,15 +99,20 @@ def make_cache(settings: CacheSettings, mode: Mode) -> ResponseCache:
     return FrontedCache(store, settings.memory_entries) if settings.memory_entries else store
 
 
+def make_ledger_store(settings: LedgerSettings, mode: Mode) -> LedgerStore | None:
+    """Where the ledger is kept: SQLite when embedded, Redis in service mode (None: memory)."""
+    backend = _storage(settings.backend, mode)
+    if backend == "redis":
+        return RedisLedgerStore(settings.redis_url or redis_url(), settings.key)
+    if backend == "sqlite":
+        return SqliteLedgerStore(settings.sqlite_path or home_dir() / "llm_ledger.sqlite")
+    return None
+
+
 def make_ledger(settings: LedgerSettings, mode: Mode) -> Ledger:
     """A ledger saved to SQLite when embedded, to Redis in service mode (or kept in memory)."""
-    backend = _storage(settings.backend, mode)
-    store: LedgerStore | None = None
-    if backend == "redis":
-        store = RedisLedgerStore(settings.redis_url or redis_url(), settings.key)
-    elif backend == "sqlite":
-        store = SqliteLedgerStore(settings.sqlite_path or home_dir() / "llm_ledger.sqlite")
-    return Ledger(store, settings.flush_interval_s)
+    store = make_ledger_store(settings, mode)
+    return Ledger(store, settings.flush_interval_s, record_calls=settings.record_calls)
 
 
 def make_key_store(settings: LedgerSettings, mode: Mode) -> KeyStore:
@@ -150,6 +157,7 @@ class Gateway:
         self._backends: dict[str, Backend] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._settings_note: dict[str, Any] | None = None
 
     # -- models ------------------------------------------------------------------------------
     def backend(self, name: str) -> Backend:
@@ -252,18 +260,7 @@ class Gateway:
                 "guided_lines",
             )
         self._check_prompt_size(request, backend, "messages" if request.messages else "prompt")
-        key_params = {
-            "messages": request.messages,
-            "prompt": request.prompt,
-            "n": request.n,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "max_tokens": request.max_tokens,
-            "stop": sorted(request.stop or []),
-            "seed": request.seed,
-        }
-        if request.guided_lines is not None:  # absent otherwise: older cache keys stay valid
-            key_params["guided_lines"] = request.guided_lines.key()
+        key_params = request.key_params()
 
         def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
             result = backend.generate(request, adapter, timeout_s)
@@ -299,7 +296,7 @@ class Gateway:
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, "score")
         self._check_prompt_size(request, backend, "candidates")
         self._check_score_work(request, backend)
-        key_params = {"prompt": request.prompt, "candidates": request.candidates}
+        key_params = request.key_params()
 
         def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
             result = backend.score(request, adapter, timeout_s)
@@ -352,7 +349,7 @@ class Gateway:
             }
 
         outcome = self._execute(
-            "embed", request, name, "", backend, {"texts": request.texts}, False, 0, call
+            "embed", request, name, "", backend, request.key_params(), False, 0, call
         )
         payload = outcome.payload
         vectors = np.frombuffer(base64.b64decode(payload["vectors"]), dtype=np.float32)
@@ -503,16 +500,28 @@ class Gateway:
         run_id, tag = request.run_id, request.tag
         label = f"{name}:{adapter}" if adapter else name
         backend_name = backend.config.backend
-        key = None
-        if request.cache == "always" or (request.cache == "auto" and not sampled):
-            key = cache_key(
-                op, backend_name, backend.identity, adapter,
+        cacheable = request.cache == "always" or (request.cache == "auto" and not sampled)
+        recorded = self.ledger.records_calls(run_id)  # the run keeps its calls (call_log)
+        document: dict[str, Any] = {}
+        key = ""
+        if cacheable or recorded:
+            document = key_document(
+                op, backend.key_name, backend.identity, adapter,
                 namespace=request.cache_namespace, **key_params,
             )  # fmt: skip
+            key = document_key(document)
+
+        def keep(payload: dict[str, Any], cached: bool) -> None:
+            if recorded:
+                call = CallRecord(key, op, label, document, payload, sampled, cached)
+                self.ledger.record_call(run_id, call, self._call_settings())
+
+        if cacheable:
             hit = self._cache_get(key)
             if hit is not None:
                 latency = time.perf_counter() - started
                 self.ledger.record(run_id, tag, cached=True, latency_s=latency)
+                keep(hit, cached=True)
                 self._observe(op, backend_name, label, "hit", latency)
                 return _Outcome(hit, True, 0.0, latency, label)
 
@@ -536,16 +545,18 @@ class Gateway:
             completion_tokens=payload["completion_tokens"], cost_usd=cost, latency_s=latency,
             reservation=reservation,
         )  # fmt: skip
+        keep(payload, cached=False)
         used_backend = self.settings.models[used].backend
         self._observe(
-            op, used_backend, label if used == name else used, "miss" if key else "bypass", latency
-        )
+            op, used_backend, label if used == name else used,
+            "miss" if cacheable else "bypass", latency,
+        )  # fmt: skip
         self.metrics.tokens.labels(used_backend, used, "prompt").inc(payload["prompt_tokens"])
         self.metrics.tokens.labels(used_backend, used, "completion").inc(
             payload["completion_tokens"]
         )
         self.metrics.cost.labels(used_backend, used).inc(cost)
-        if key is not None and used == name:  # a fallback's answer is not the primary's
+        if cacheable and used == name:  # a fallback's answer is not the primary's
             self._cache_put(key, payload)
         return _Outcome(payload, False, cost, latency, label if used == name else used)
 
@@ -624,6 +635,13 @@ class Gateway:
                 log_event(log, "falling back", logging.WARNING, model=model, error=str(last))
         tried = " then ".join(repr(m) for m in chain)
         raise UpstreamError(f"model {tried} failed after retries: {last}")
+
+    def _call_settings(self) -> dict[str, Any]:
+        """The settings note a run's kept calls carry (`call_log.settings_note`), made once."""
+        if self._settings_note is None:
+            cache_backend = _storage(self.settings.cache.backend, self.mode)
+            self._settings_note = settings_note(self.settings, cache_backend)
+        return self._settings_note
 
     def _cache_get(self, key: str) -> dict[str, Any] | None:
         try:

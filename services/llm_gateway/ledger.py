@@ -7,6 +7,9 @@ spent + reserved + this request would pass the budget. After the call the reserv
 released on failure. So with 50 concurrent requests against a budget, the sum of what is spent
 never passes it. Cache hits cost nothing, use no call and are served even when the budget is
 spent.
+
+Beside the totals the ledger keeps each run's calls, request and answer (`call_log`), written
+behind with them, so that a run can be bundled and replayed elsewhere (`llmrl runs export`).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from llmrl.common.bounds import MAX_INT64, MAX_USD
+from llmrl.llm_gateway.call_log import CallRecord, records_calls
 from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError
 from llmrl.llm_gateway.ledger_store import LedgerStore
 
@@ -59,12 +64,33 @@ class Reservation:
     open: bool = True
 
 
+# (run, key) pairs of deterministic calls this process already kept: a repeated call is not
+# written again (the store ignores it anyway); bounded, oldest forgotten first
+SEEN_CALLS = 100_000
+# calls waiting for the next flush while the store cannot be written; beyond, the oldest go
+MAX_PENDING_CALLS = 50_000
+
+
 class Ledger:
-    def __init__(self, store: LedgerStore | None = None, flush_interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store: LedgerStore | None = None,
+        flush_interval_s: float = 0.5,
+        record_calls: bool = True,
+    ) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
         self._store = store
         self._dirty: set[str] = set()
+        self.record_calls = record_calls
+        self._pending_calls: list[tuple[str, dict[str, Any]]] = []
+        self._pending_notes: dict[str, dict[str, Any]] = {}
+        self._seen_calls: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._noted_runs: set[str] = set()
+        self._dropped_calls = 0
+        # without a store (ledger.backend: memory) the calls stay here, with the totals
+        self._memory_calls: dict[str, list[dict[str, Any]]] = {}
+        self._memory_notes: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         if store is not None:
@@ -96,7 +122,7 @@ class Ledger:
                 log.warning("cannot save the ledger (will retry): %s", type(exc).__name__)
 
     def flush(self) -> None:
-        """Save the runs that changed since the last flush."""
+        """Save the runs that changed since the last flush, and the calls kept since."""
         if self._store is None:
             return
         with self._lock:
@@ -109,12 +135,35 @@ class Ledger:
                 for run_id in self._dirty
             }
             self._dirty.clear()
+            calls, self._pending_calls = self._pending_calls, []
+            notes, self._pending_notes = self._pending_notes, {}
         try:
             self._store.save(states)
         except Exception:  # storage trouble must not stop accounting; retry next flush
             with self._lock:
                 self._dirty.update(states)
+                self._requeue(calls, notes)
             raise
+        if calls or notes:
+            try:
+                self._store.save_calls(calls, notes)
+            except Exception:
+                with self._lock:
+                    self._requeue(calls, notes)
+                raise
+
+    def _requeue(
+        self, calls: list[tuple[str, dict[str, Any]]], notes: dict[str, dict[str, Any]]
+    ) -> None:
+        self._pending_calls[:0] = calls
+        for run_id, note in notes.items():
+            self._pending_notes.setdefault(run_id, note)
+        excess = len(self._pending_calls) - MAX_PENDING_CALLS
+        if excess > 0:  # the store has been down a long time: memory must stay bounded
+            del self._pending_calls[:excess]
+            if not self._dropped_calls:
+                log.warning("the ledger's store is unavailable: dropping the oldest kept calls")
+            self._dropped_calls += excess
 
     def _flush_at_exit(self) -> None:
         try:
@@ -226,6 +275,53 @@ class Ledger:
                 totals.completion_tokens += completion_tokens
                 totals.cost_usd += cost_usd
                 totals.latency_s += latency_s
+
+    def records_calls(self, run_id: str) -> bool:
+        """Whether this ledger keeps the calls of `run_id` (a run's, not "default" nor an
+        issued key's spending)."""
+        return self.record_calls and records_calls(run_id)
+
+    def record_call(
+        self, run_id: str, call: CallRecord, settings: dict[str, Any] | None = None
+    ) -> None:
+        """Keep one call of a run (a deterministic one once per run and key) and, the first
+        time, the gateway settings it ran with; written with the next flush."""
+        if not self.records_calls(run_id):
+            return
+        with self._lock:
+            if not call.sampled:
+                seen = (run_id, call.key)
+                if seen in self._seen_calls:
+                    self._seen_calls.move_to_end(seen)
+                    return
+                self._seen_calls[seen] = None
+                if len(self._seen_calls) > SEEN_CALLS:
+                    self._seen_calls.popitem(last=False)
+            note = None
+            if settings is not None and run_id not in self._noted_runs:
+                self._noted_runs.add(run_id)
+                note = settings
+            if self._store is None:
+                self._memory_calls.setdefault(run_id, []).append(call.to_dict())
+                if note is not None:
+                    self._memory_notes.setdefault(run_id, note)
+                return
+            self._pending_calls.append((run_id, call.to_dict()))
+            if note is not None:
+                self._pending_notes.setdefault(run_id, note)
+            if len(self._pending_calls) > MAX_PENDING_CALLS:
+                self._requeue([], {})
+
+    def calls(self, run_id: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The kept calls of a run (deterministic ones first, then sampled ones in order)
+        and the gateway settings it ran with (None: not kept)."""
+        if self._store is None:
+            with self._lock:
+                calls = list(self._memory_calls.get(run_id, []))
+                note = self._memory_notes.get(run_id)
+            return [c for c in calls if not c["sampled"]] + [c for c in calls if c["sampled"]], note
+        self.flush()
+        return self._store.run_calls(run_id)
 
     def record_error(self, run_id: str, tag: str) -> None:
         with self._lock:

@@ -130,6 +130,14 @@ class LedgerSettings(_Strict):
     redis_url: str | None = None  # default: $LLMRL_REDIS_URL
     key: str = "llmrl:llm_ledger"
     flush_interval_s: float = Field(0.5, gt=0)
+    record_calls: bool = Field(
+        True,
+        description=(
+            "keep every call of a run (the request as hashed and the answer) beside its totals, "
+            "so that `llmrl runs export` can bundle the run for `llmrl replay`; the catch-all "
+            "run 'default' and issued keys' spending keep none"
+        ),
+    )
 
 
 class Limits(_Strict):

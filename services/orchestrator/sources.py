@@ -141,6 +141,58 @@ def resolve_local(reference: str) -> tuple[list[RunData], str]:
     )
 
 
+def resolve_run(reference: str) -> tuple[RunRow, bool]:
+    """The one run `reference` names, as `resolve_local` reads references (an embedded run's
+    out dir or a sweep's run folder, an embedded run's id, a run id in the local
+    orchestrator's store), and whether it ran on the services (the orchestrator's)."""
+    path = Path(reference)
+    if path.is_dir():
+        path = path.resolve()
+        if (path / STORE_FILE).exists():
+            store = RunStore(path / STORE_FILE)
+            try:
+                mine = [r for r in store.list_runs() if Path(r.out_dir) == path]
+            finally:
+                store.close()
+            if not mine:
+                raise UnknownReference(
+                    f"{reference}: no run of its own here (a sweep's directory? name one of its "
+                    "runs: DIR/runs/<run_id>)"
+                )
+            completed = [r for r in mine if r.status == "completed"]
+            return (completed or mine)[-1], False
+        sweep_store = path.parent.parent / STORE_FILE  # <sweep out>/runs/<run_id>
+        if sweep_store.exists():
+            return _run_in(sweep_store, path.name), False
+        raise UnknownReference(f"{reference}: no {STORE_FILE} here: not a run directory")
+    entry = catalog.find(reference)
+    if entry is not None:
+        if entry["kind"] != catalog.RUN:
+            raise UnknownReference(f"{reference!r} is an experiment: name one of its runs")
+        return _run_in(Path(entry["store"]), reference), False
+    orchestrator_store = catalog.orchestrator_store_path()
+    if orchestrator_store is not None:
+        try:
+            return _run_in(orchestrator_store, reference), True
+        except UnknownReference:
+            pass
+    raise UnknownReference(
+        f"{reference!r} is neither a run directory nor a run id in {catalog.catalog_path()} "
+        "or the local orchestrator's store (`llmrl runs` lists them)"
+    )
+
+
+def _run_in(path: Path, run_id: str) -> RunRow:
+    store = RunStore(path)
+    try:
+        row = store.get_run(run_id, with_phases=False)
+    finally:
+        store.close()
+    if row is None:
+        raise UnknownReference(f"no run {run_id!r} in {path}")
+    return row
+
+
 # -- an orchestrator ---------------------------------------------------------------------------
 def resolve_remote(client: Any, reference: str) -> tuple[list[RunData], str]:
     """A run or experiment id on the orchestrator behind `client` (an OrchestratorClient)."""

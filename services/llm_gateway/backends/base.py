@@ -57,6 +57,12 @@ class Backend:
         """What makes this model's answers what they are (goes into cache keys)."""
         return f"{self.config.backend}:{self.config.source(self.name) or self.name}"
 
+    @property
+    def key_name(self) -> str:
+        """The backend's name in cache keys: its registered name (a replay of a recorded run
+        answers under the recorded backend's, so that its keys are the run's)."""
+        return self.config.backend
+
     def prompt_tokens(self, request: GenerateRequest | ScoreRequest) -> int:
         """Tokens of the request's prompt (an upper bound where counting is not exact); used
         to reserve budget before the call. Score requests include their candidates."""
