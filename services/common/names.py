@@ -34,3 +34,35 @@ Name = Annotated[
     Field(min_length=1, max_length=128, json_schema_extra={"pattern": NAME_PATTERN.pattern}),
     AfterValidator(check_name),
 ]
+
+
+# -- gateway model names ----------------------------------------------------------------------
+MODEL_RULE = f"a gateway model name ({NAME_RULE}), or <model>:<adapter>@<version>"
+
+
+def is_model_name(value: str) -> bool:
+    """True for `<model>` or `<model>:<adapter>@<version>`, each part a safe name: never a
+    path (no `/`, `\\`, `~`) nor a URL (no `://`)."""
+    model, colon, adapter = value.partition(":")
+    if not colon:
+        return is_safe_name(model)
+    name, at, version = adapter.partition("@")
+    return bool(at) and all(is_safe_name(part) for part in (model, name, version))
+
+
+def check_model_name(value: str) -> str:
+    """`value` when it is a model name (`is_model_name`); else a ValueError saying that a
+    path or a URL is none: the gateway's settings name models and say where they are."""
+    if is_model_name(value):
+        return value
+    what = "a URL" if "://" in value else "a path" if any(c in value for c in "/\\~") else ""
+    raise ValueError(
+        f"expected {MODEL_RULE}, got {value[:100]!r}"
+        + (f", {what}, which is no model name" if what else "")
+        + "; models are named in the gateway's settings (models: in the file of "
+        "$LLMRL_LLM_GATEWAY_CONFIG), which say where each one's weights or endpoint are: name "
+        "one of them"
+    )
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=400), AfterValidator(check_model_name)]

@@ -111,5 +111,5 @@ def provider_named_by(base_url: str | None, api_key_env: str, field: str) -> str
         f"{field}: no configured provider has base_url {base_url!r} and api_key_env "
         f"{api_key_env!r}; configured providers: {', '.join(sorted(providers))}. Add one to the "
         f"providers of the file named by ${PROVIDERS_ENV} (providers: {{name: {{base_url: ..., "
-        "api_key_env: ...}}}})"
+        "api_key_env: ...}})"
     )

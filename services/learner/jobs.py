@@ -52,19 +52,20 @@ class FineTuneRequest(BaseModel):
     adapter: Name = Field("sft", description="local adapter name")
     version: Name = Field("1", description="local adapter version")
     init_adapter: str | None = Field(None, description="local: continue this adapter directory")
-    # the local SFT settings: `sft`'s defaults and bounds, with the API's upper limits
-    steps: int | None = sft_setting("steps", le=1_000_000)
+    # the local SFT settings: `sft`'s defaults and bounds (its limits, which an operator raises:
+    # llmrl.common.bounds), with the API's own fixed upper limits on epochs and batch size
+    steps: int | None = sft_setting("steps")
     epochs: float = sft_setting("epochs", le=100)
     batch_size: int = sft_setting("batch_size", le=512)
-    learning_rate: float = sft_setting("learning_rate", le=1)
-    lora_r: int = sft_setting("lora_r", le=1024)
+    learning_rate: float = sft_setting("learning_rate")
+    lora_r: int = sft_setting("lora_r")
     lora_targets: list[str] | None = Field(
         None, description="local: module names LoRA adapts (default: every linear layer)"
     )
     lora_layers: int | None = sft_setting(
-        "lora_layers", "local: adapt only the top N decoder layers (None: all)", le=1024
+        "lora_layers", "local: adapt only the top N decoder layers (None: all)"
     )
-    max_length: int = sft_setting("max_length", "local: longer examples dropped", ge=16, le=65536)
+    max_length: int = sft_setting("max_length", "local: longer examples dropped", ge=16)
     bf16: bool | None = sft_setting("bf16", "local: bf16 autocast (None: the process's precision)")
     gradient_checkpointing: bool = sft_setting(
         "gradient_checkpointing", "local: recompute activations in backward (far less memory)"

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llmrl.common import store as states
 from llmrl.common.bounds import MAX_INT64
+from llmrl.common.server_paths import redact_server_paths
 from llmrl.common.store import RunRow
 from llmrl.orchestrator.manager import RunManager
 from llmrl.orchestrator.rest_access import GUARDED, ManagerDep
@@ -33,7 +34,8 @@ def run_view(run: RunRow, manager: RunManager, full: bool = True) -> dict[str, A
         "current_phase": run.current_phase,
         "created": run.created,
         "updated": run.updated,
-        "error": run.error,
+        # a failed run's error names the server's folders by their variables
+        "error": redact_server_paths(run.error) if run.error else run.error,
     }
     if not full:
         return view

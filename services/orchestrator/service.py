@@ -40,6 +40,7 @@ from llmrl.common.logs import configure_logging, log_event
 from llmrl.common.metrics import add_health_and_metrics
 from llmrl.common.plugins import load_plugins
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, make_broker
+from llmrl.common.server_paths import redact_server_paths
 from llmrl.common.store import RunStore
 from llmrl.orchestrator import routes_artifacts, routes_recipes, routes_runs
 from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
@@ -66,7 +67,14 @@ SETTINGS = {
 
 
 async def _config_error(_request: Request, exc: ConfigError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc), "errors": exc.errors}, status_code=422)
+    # the server's own folders (LLMRL_HOME, data roots) as their variables, never absolute
+    errors = [
+        {**e, "msg": redact_server_paths(e["msg"])} if isinstance(e.get("msg"), str) else e
+        for e in exc.errors
+    ]
+    return JSONResponse(
+        {"detail": redact_server_paths(str(exc)), "errors": errors}, status_code=422
+    )
 
 
 async def _run_not_found(_request: Request, exc: RunNotFound) -> JSONResponse:

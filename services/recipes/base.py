@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -78,6 +79,38 @@ class RecipeConfig(BoundedModel):
             new = cls.renamed_keys[key]
             return f"renamed {new} (write {new}=... instead)"
         return "unknown config key"
+
+
+# a keyword argument that names a file or folder: data_dir, scene_file, *_path, cache_root...
+PATH_KWARG = re.compile(r"(^|_)(dir|dirs|path|paths|file|files|folder|root|roots)$")
+
+
+def confined_kwargs(value: dict[str, Any], field: str) -> dict[str, Any]:
+    """`value` (an env's or a planner's keyword arguments) when each path among them (the
+    str, or list of str, of a key that names a file or folder: `PATH_KWARG`) lies under the
+    folders a service may use (`llmrl.common.paths.confine`); else the ValueError naming
+    `<field>.<key>` and the path as given."""
+    from llmrl.common.paths import confine
+
+    for key, item in value.items():
+        if not isinstance(key, str) or not PATH_KWARG.search(key):
+            continue
+        for path in [item] if isinstance(item, str) else item if isinstance(item, list) else []:
+            if isinstance(path, str) and path:
+                confine(path, f"{field}.{key}")
+    return value
+
+
+def check_planner_model(kwargs: dict[str, Any], field: str = "planner_kwargs") -> None:
+    """A planner's `model` keyword is a gateway model name, never a path or a URL."""
+    from llmrl.common.names import check_model_name
+
+    model = kwargs.get("model")
+    if isinstance(model, str):
+        try:
+            check_model_name(model)
+        except ValueError as exc:
+            raise ValueError(f"{field}.model: {exc}") from None
 
 
 def registered_env(value: str, tag: str | None = None, needs: str = "") -> str:

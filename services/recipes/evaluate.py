@@ -8,15 +8,23 @@ plot. `llmrl run evaluate env=SimpleDoorKey planner=oracle episodes=20 --out run
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import Episodes, Seed, limit
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.registry import registered_name, registry
-from llmrl.recipes.base import Phase, Recipe, RecipeConfig, Results, RunContext
+from llmrl.recipes.base import (
+    Phase,
+    Recipe,
+    RecipeConfig,
+    Results,
+    RunContext,
+    check_planner_model,
+    confined_kwargs,
+)
 
 PLAY, REPORT = "evaluate", "report"
 
@@ -36,7 +44,7 @@ class EvaluateConfig(RecipeConfig):
         description="Instead of a planner: a policy spec {kind, name/..., kwargs} of a "
         "registered policy kind (e.g. a recipe's trained policy); overrides planner.",
     )
-    episodes: int = Field(20, ge=1, le=100_000, description="Episodes to play.")
+    episodes: Episodes = Field(20, description="Episodes to play.")
     seed: Seed = Field(0, description="Seed of episode 0; episode i uses seed + i.")
     num_envs: int = Field(
         1,
@@ -45,7 +53,7 @@ class EvaluateConfig(RecipeConfig):
         description="Episodes played at once, each in its own env (embedded mode: threads, "
         "whose LLM calls the gateway batches; service mode: the rollout workers decide).",
     )
-    max_steps: int | None = Field(
+    max_steps: Annotated[int | None, limit("episode_steps")] = Field(
         None, ge=1, description="Cap on low-level steps per episode (default: the env's limit)."
     )
 
@@ -61,6 +69,13 @@ class EvaluateConfig(RecipeConfig):
     @classmethod
     def _planner_is_registered(cls, value: str) -> str:
         return registered_name("planner", value)
+
+    @field_validator("env_kwargs", "planner_kwargs")
+    @classmethod
+    def _paths_are_confined(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if info.field_name == "planner_kwargs":
+            check_planner_model(value)
+        return confined_kwargs(value, str(info.field_name))
 
     @field_validator("policy")
     @classmethod

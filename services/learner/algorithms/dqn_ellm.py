@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from llmrl.common.bounds import Batch, BufferSize, Coefficient, Frames, Hidden, LearningRate
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -65,23 +66,27 @@ class DqnEllmConfig(AlgorithmSettings):
     """Every setting, with its description and bounds (a bad or unknown one is a ValueError
     naming it: `validate_settings`). Defaults: ELLM's."""
 
-    total_timesteps: int = Field(
+    total_timesteps: Frames = Field(
         100_000, gt=0, description="frames to train for (env steps, all envs)"
     )
     num_envs: int = Field(8, gt=0, description="envs stepped together (when `source` is an env id)")
-    learning_rate: float = Field(6.25e-5, gt=0, description="Adam learning rate (ELLM: 6.25e-5)")
+    learning_rate: LearningRate = Field(
+        6.25e-5, gt=0, description="Adam learning rate (ELLM: 6.25e-5)"
+    )
     adam_eps: float = Field(1.5e-4, gt=0, description="Adam epsilon")
-    buffer_size: int = Field(100_000, gt=0, description="replay buffer capacity in transitions")
-    batch_size: int = Field(64, gt=0, description="transitions per gradient step (ELLM: 64)")
+    buffer_size: BufferSize = Field(
+        100_000, gt=0, description="replay buffer capacity in transitions"
+    )
+    batch_size: Batch = Field(64, gt=0, description="transitions per gradient step (ELLM: 64)")
     gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
     n_step: int = Field(
         3, gt=0, description="steps summed in each return before bootstrapping (ELLM: 3)"
     )
-    train_frequency: int = Field(4, gt=0, description="frames per gradient step (ELLM: 4)")
-    target_network_frequency: int = Field(
+    train_frequency: Frames = Field(4, gt=0, description="frames per gradient step (ELLM: 4)")
+    target_network_frequency: Frames = Field(
         8000, gt=0, description="frames between target copies (ELLM: 8k)"
     )
-    learning_starts: int = Field(5000, ge=0, description="frames of random play before learning")
+    learning_starts: Frames = Field(5000, ge=0, description="frames of random play before learning")
     start_e: float = Field(1.0, ge=0, le=1, description="initial exploration epsilon")
     end_e: float = Field(0.01, ge=0, le=1, description="final exploration epsilon")
     exploration_fraction: float = Field(
@@ -94,9 +99,9 @@ class DqnEllmConfig(AlgorithmSettings):
         True, description="double Q-learning: the online net picks the next action"
     )
     dueling: bool = Field(True, description="dueling heads: value + advantage - mean advantage")
-    max_grad_norm: float = Field(10.0, gt=0, description="gradient norm clip")
-    hidden: int = Field(256, gt=0, description="width of the two hidden layers")
-    embedding_dim: int = Field(8, gt=0, description="width of each embedded cell (embed_keys)")
+    max_grad_norm: Coefficient = Field(10.0, gt=0, description="gradient norm clip")
+    hidden: Hidden = Field(256, gt=0, description="width of the two hidden layers")
+    embedding_dim: Hidden = Field(8, gt=0, description="width of each embedded cell (embed_keys)")
     embed_keys: tuple[str, ...] = Field(
         ("local_map",),
         strict=False,  # a JSON list; its items stay strings
@@ -107,7 +112,7 @@ class DqnEllmConfig(AlgorithmSettings):
         strict=False,
         description="observation entries of a world made from an env id (None: every numeric one)",
     )
-    checkpoint_every: int = Field(50_000, gt=0, description="frames between checkpoint versions")
+    checkpoint_every: Frames = Field(50_000, gt=0, description="frames between checkpoint versions")
     save_buffer: bool = Field(
         True, description="keep the replay buffer in checkpoints (exact resume)"
     )

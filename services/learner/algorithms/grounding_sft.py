@@ -19,11 +19,20 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
+from llmrl.common.bounds import (
+    Coefficient,
+    EpisodeSteps,
+    LearningRate,
+    LlmBatch,
+    LoraRank,
+    Updates,
+    limit,
+)
 from llmrl.common.devices import Device, device_field
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
@@ -53,26 +62,26 @@ class GroundingSftConfig(AlgorithmSettings):
     base_model: str = Field(
         "smollm2", description="a gateway model served from local weights, or a directory"
     )
-    steps: int = Field(200, gt=0, description="optimizer steps")
-    batch_size: int = Field(8, gt=0, description="grounding examples per step")
-    learning_rate: float = Field(3e-4, gt=0, description="the LoRA's learning rate")
-    head_learning_rate: float = Field(
+    steps: Updates = Field(200, gt=0, description="optimizer steps")
+    batch_size: LlmBatch = Field(8, gt=0, description="grounding examples per step")
+    learning_rate: LearningRate = Field(3e-4, gt=0, description="the LoRA's learning rate")
+    head_learning_rate: LearningRate = Field(
         1e-3, gt=0, description="the slot layers' and heads' learning rate"
     )
     # KALM sums its losses unweighted (1), but a normalised state's MSE is far smaller than the
     # action and text cross-entropies, so under the shared gradient clip a small model learns
     # the dynamics slowly (README, kalm)
-    state_loss_weight: float = Field(
+    state_loss_weight: Coefficient = Field(
         1.0, gt=0, description="the state MSE's weight in the summed loss (KALM: 1)"
     )
-    action_loss_weight: float = Field(
+    action_loss_weight: Coefficient = Field(
         1.0, gt=0, description="the action head's loss's weight in the summed loss (KALM: 1)"
     )
-    lora_r: int = Field(16, gt=0, description="LoRA rank")
-    lora_layers: int | None = Field(
+    lora_r: LoraRank = Field(16, gt=0, description="LoRA rank")
+    lora_layers: Annotated[int | None, limit("layers")] = Field(
         None, gt=0, description="adapt only the top N decoder layers (None: all)"
     )
-    base_layers: int | None = Field(
+    base_layers: Annotated[int | None, limit("layers")] = Field(
         None,
         gt=0,
         description="keep only the base model's first N decoder layers (small CPUs; None: all)",
@@ -90,7 +99,7 @@ class GroundingSftConfig(AlgorithmSettings):
         strict=False,  # a tuple is a list of tasks too
         description=f"the grounding tasks mixed uniformly: any of {', '.join(TASKS)}",
     )
-    max_episode_steps: int = Field(
+    max_episode_steps: EpisodeSteps = Field(
         20, gt=0, description="longer episodes are cut to their first steps (trajectory tasks)"
     )
     action_size: int | None = Field(

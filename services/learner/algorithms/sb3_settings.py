@@ -16,6 +16,16 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidatorFunctionWrapHandler, WrapValidator
 
+from llmrl.common.bounds import (
+    Batch,
+    BufferSize,
+    EpisodeSteps,
+    Epochs,
+    Frames,
+    RolloutSteps,
+    Updates,
+    limit,
+)
 from llmrl.learner.algorithms.base import AlgorithmSettings
 
 
@@ -25,8 +35,10 @@ def _number_or_schedule(value: Any, handler: ValidatorFunctionWrapHandler) -> An
 
 OrSchedule = WrapValidator(_number_or_schedule)
 Fraction = Annotated[float, Field(ge=0, le=1)]
-NonNegative = Annotated[float, Field(ge=0)]
-Positive = Annotated[float, Field(gt=0)]
+# rates, coefficients and clips: each bounded by its kind's limit (`llmrl.common.bounds`)
+LearningRate = Annotated[float, Field(ge=0), limit("learning_rate")]
+NonNegative = Annotated[float, Field(ge=0), limit("coefficient")]
+Positive = Annotated[float, Field(gt=0), limit("coefficient")]
 
 
 class Sb3Settings(AlgorithmSettings):
@@ -34,7 +46,7 @@ class Sb3Settings(AlgorithmSettings):
 
     gamma: Fraction = Field(0.99, description="discount factor")
     max_grad_norm: Positive = Field(0.5, description="gradient norm clip")
-    stats_window_size: int = Field(
+    stats_window_size: Annotated[int, limit("episodes")] = Field(
         100, gt=0, description="episodes averaged in rollout/ep_rew_mean and ep_len_mean"
     )
     policy_kwargs: dict[str, Any] | None = Field(
@@ -49,7 +61,7 @@ class OnPolicySettings(Sb3Settings):
     ent_coef: NonNegative = Field(0.0, description="entropy bonus coefficient")
     vf_coef: NonNegative = Field(0.5, description="value loss coefficient")
     use_sde: bool = Field(False, description="generalised state-dependent exploration (Box)")
-    sde_sample_freq: int = Field(
+    sde_sample_freq: Frames = Field(
         -1, ge=-1, description="steps between gSDE noise samples (-1: at each rollout start)"
     )
     rollout_buffer_kwargs: dict[str, Any] | None = Field(
@@ -60,12 +72,12 @@ class OnPolicySettings(Sb3Settings):
 class PpoSettings(OnPolicySettings):
     """Stable-Baselines3 PPO's settings."""
 
-    learning_rate: Annotated[NonNegative, OrSchedule] = Field(
+    learning_rate: Annotated[LearningRate, OrSchedule] = Field(
         3e-4, description="Adam learning rate, or a schedule of the progress remaining"
     )
-    n_steps: int = Field(2048, gt=0, description="steps per env per rollout")
-    batch_size: int = Field(64, gt=0, description="samples per mini-batch")
-    n_epochs: int = Field(10, gt=0, description="epochs over each rollout")
+    n_steps: RolloutSteps = Field(2048, gt=0, description="steps per env per rollout")
+    batch_size: Batch = Field(64, gt=0, description="samples per mini-batch")
+    n_epochs: Epochs = Field(10, gt=0, description="epochs over each rollout")
     clip_range: Annotated[Positive, OrSchedule] = Field(
         0.2, description="policy ratio clip, or a schedule"
     )
@@ -81,10 +93,10 @@ class PpoSettings(OnPolicySettings):
 class A2cSettings(OnPolicySettings):
     """Stable-Baselines3 A2C's settings."""
 
-    learning_rate: Annotated[NonNegative, OrSchedule] = Field(
+    learning_rate: Annotated[LearningRate, OrSchedule] = Field(
         7e-4, description="RMSprop (or Adam) learning rate, or a schedule"
     )
-    n_steps: int = Field(5, gt=0, description="steps per env per update")
+    n_steps: RolloutSteps = Field(5, gt=0, description="steps per env per update")
     gae_lambda: Fraction = Field(1.0, description="GAE lambda (1: Monte Carlo returns)")
     rms_prop_eps: Positive = Field(1e-5, description="RMSprop epsilon")
     use_rms_prop: bool = Field(True, description="RMSprop (False: Adam)")
@@ -94,18 +106,18 @@ class A2cSettings(OnPolicySettings):
 class DqnSettings(Sb3Settings):
     """Stable-Baselines3 DQN's settings."""
 
-    learning_rate: Annotated[NonNegative, OrSchedule] = Field(
+    learning_rate: Annotated[LearningRate, OrSchedule] = Field(
         1e-4, description="Adam learning rate, or a schedule"
     )
-    buffer_size: int = Field(1_000_000, gt=0, description="replay buffer, in transitions")
-    learning_starts: int = Field(100, ge=0, description="steps of random play before learning")
-    batch_size: int = Field(32, gt=0, description="transitions per gradient step")
+    buffer_size: BufferSize = Field(1_000_000, gt=0, description="replay buffer, in transitions")
+    learning_starts: Frames = Field(100, ge=0, description="steps of random play before learning")
+    batch_size: Batch = Field(32, gt=0, description="transitions per gradient step")
     tau: Fraction = Field(1.0, description="target update coefficient (1: a hard copy)")
     # a count of steps, or (count, "step" | "episode"): a JSON list makes the tuple
-    train_freq: int | Annotated[tuple[int, str], Field(strict=False)] = Field(
+    train_freq: Frames | Annotated[tuple[Frames, str], Field(strict=False)] = Field(
         4, description="env steps (or (n, 'episode')) between updates"
     )
-    gradient_steps: int = Field(
+    gradient_steps: Updates = Field(
         1, ge=-1, description="gradient steps per update (-1: as many as env steps)"
     )
     replay_buffer_kwargs: dict[str, Any] | None = Field(
@@ -114,8 +126,8 @@ class DqnSettings(Sb3Settings):
     optimize_memory_usage: bool = Field(
         False, description="store each observation once (next observations from the next)"
     )
-    n_steps: int = Field(1, gt=0, description="steps summed in each return (n-step DQN)")
-    target_update_interval: int = Field(
+    n_steps: EpisodeSteps = Field(1, gt=0, description="steps summed in each return (n-step DQN)")
+    target_update_interval: Frames = Field(
         10_000, gt=0, description="env steps between target network updates"
     )
     exploration_fraction: Fraction = Field(

@@ -29,10 +29,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field
 
+from llmrl.common.bounds import LearningRate, LlmBatch, LoraRank, Tokens, limit
 from llmrl.common.devices import Device, device_field
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import save_adapter
@@ -61,14 +62,18 @@ class SftSettings(AlgorithmSettings):
     init_adapter: str | None = Field(
         None, description="continue training this adapter directory (None: a fresh LoRA)"
     )
-    steps: int | None = Field(
+    steps: Annotated[int | None, limit("updates")] = Field(
         None, gt=0, description="optimizer steps (None: `epochs` passes over the data)"
     )
-    epochs: float = Field(1.0, gt=0, description="passes over the data when steps is None")
-    batch_size: int = Field(4, gt=0, description="examples per optimizer step")
-    learning_rate: float = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA")
-    lora_r: int = Field(16, gt=0, description="LoRA rank")
-    lora_alpha: int | None = Field(None, gt=0, description="LoRA alpha (None: 2 x rank)")
+    epochs: Annotated[float, limit("epochs")] = Field(
+        1.0, gt=0, description="passes over the data when steps is None"
+    )
+    batch_size: LlmBatch = Field(4, gt=0, description="examples per optimizer step")
+    learning_rate: LearningRate = Field(2e-4, gt=0, description="AdamW learning rate of the LoRA")
+    lora_r: LoraRank = Field(16, gt=0, description="LoRA rank")
+    lora_alpha: Annotated[int | None, limit("coefficient")] = Field(
+        None, gt=0, description="LoRA alpha (None: 2 x rank)"
+    )
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
     target_modules: list[str] = Field(
         default_factory=lambda: list(LLAMA_LINEAR_LAYERS),
@@ -78,10 +83,10 @@ class SftSettings(AlgorithmSettings):
     )
     # backward stops at the lowest adapted layer and nothing below it is kept (SmolLM2, top 8
     # of 30: 0.71x step time, 0.40x memory)
-    lora_layers: int | None = Field(
+    lora_layers: Annotated[int | None, limit("layers")] = Field(
         None, gt=0, description="adapt only the top N decoder layers (None: all)"
     )
-    max_length: int = Field(
+    max_length: Tokens = Field(
         1024, gt=0, description="examples longer (in tokens) are dropped (counted in the result)"
     )
     # the weights stay fp32. Measured on an AVX2-only CPU: a tiny-model step is ~3x slower with

@@ -6,10 +6,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Episodes, Seed
+from llmrl.common.bounds import Episodes, Frames, Seed
+from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
-from llmrl.recipes.base import RecipeConfig, registered_env
+from llmrl.recipes.base import RecipeConfig, confined_kwargs, registered_env
 from llmrl.recipes.ellm.intrinsic import (
     CONDITIONING,
     LLM_SUGGESTERS,
@@ -50,12 +51,14 @@ class EllmConfig(RecipeConfig):
         description=f"The LLM suggester of the method ellm: {' or '.join(LLM_SUGGESTERS)} "
         "(llm: the model writes goals; llm-score: it ranks the goal list by log-likelihood).",
     )
-    model: str = Field("smollm2", description="Gateway model name of the LLM suggester.")
-    embed_model: str | None = Field(
+    model: ModelName = Field("smollm2", description="Gateway model name of the LLM suggester.")
+    embed_model: ModelName | None = Field(
         None, description="Gateway embedding model (None: the gateway's default, all-MiniLM-L6-v2)."
     )
     threshold: float = Field(
         DEFAULT_THRESHOLD,
+        ge=0,
+        le=1,
         description="Cosine similarity between the transition caption and a suggestion above "
         "which the suggestion pays, in [0, 1] (0.8: measured for all-MiniLM-L6-v2, see "
         "llmrl.recipes.ellm.reward).",
@@ -65,7 +68,7 @@ class EllmConfig(RecipeConfig):
         description=f"Goal conditioning of the agent: {', '.join(CONDITIONING)} (suggestions: "
         "the mean embedding of the current suggestions; caption: the state caption's).",
     )
-    pretrain_frames: int = Field(
+    pretrain_frames: Frames = Field(
         200_000, ge=1, description="Pretraining budget per method, in frames (env steps)."
     )
     num_envs: int = Field(8, ge=1, le=256, description="Envs stepped together.")
@@ -77,7 +80,7 @@ class EllmConfig(RecipeConfig):
         "Housekeep's, paying the change in correctly placed objects); None: 'place crafting "
         "table' on Crafter, 'tidy' on Housekeep.",
     )
-    finetune_frames: int = Field(
+    finetune_frames: Frames = Field(
         50_000, ge=0, description="Fine-tuning budget, in frames (0: no fine-tuning)."
     )
     finetune_from: list[str] = Field(
@@ -103,7 +106,7 @@ class EllmConfig(RecipeConfig):
     target_network_frequency: int = dqn_setting("target_network_frequency")
     train_frequency: int = dqn_setting("train_frequency")
     hidden: int = dqn_setting("hidden")
-    checkpoint_every: int = Field(
+    checkpoint_every: Frames = Field(
         20_000, ge=1, description="Frames between checkpoints (a killed run resumes there)."
     )
     seed: Seed = Field(0, description="Seed of the worlds, the agents and the evaluations.")
@@ -112,6 +115,11 @@ class EllmConfig(RecipeConfig):
     @classmethod
     def _env_is_registered(cls, value: str) -> str:
         return registered_env(value)
+
+    @field_validator("env_kwargs")
+    @classmethod
+    def _paths_are_confined(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return confined_kwargs(value, "env_kwargs")
 
     @field_validator("methods")
     @classmethod
@@ -132,13 +140,6 @@ class EllmConfig(RecipeConfig):
                 f"unknown suggester {value!r}; the method ellm takes one of "
                 f"{', '.join(LLM_SUGGESTERS)} (oracle and all-goals are methods of their own)"
             )
-        return value
-
-    @field_validator("threshold")
-    @classmethod
-    def _threshold_in_unit_interval(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"expected a cosine similarity in [0, 1], got {value}")
         return value
 
     @field_validator("conditioning")

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_serializer
 
-from llmrl.learner.algorithms.sb3_settings import PpoSettings
+from llmrl.common.bounds import Batch, RolloutSteps
+from llmrl.learner.algorithms.sb3_settings import LearningRate, PpoSettings
 from llmrl.learner.versions import Checkpoint, Versions
 
 ALGORITHM = "ppo"  # the learner's registered SB3 algorithm: its `load` reads our versions
@@ -45,9 +46,9 @@ class EllmPpoSettings(PpoSettings):
     It dumps as written (the keys set, not the defaults): a config's `ppo: {n_steps: 64}`,
     the configs runs store and a job's body read as the user gave them."""
 
-    learning_rate: float = Field(3e-4, ge=0, description="Adam learning rate (ELLM: 3e-4)")
-    n_steps: int = Field(128, gt=0, description="steps per env per rollout (ELLM: 128)")
-    batch_size: int = Field(256, gt=0, description="samples per mini-batch (ELLM: 256)")
+    learning_rate: LearningRate = Field(3e-4, description="Adam learning rate (ELLM: 3e-4)")
+    n_steps: RolloutSteps = Field(128, gt=0, description="steps per env per rollout (ELLM: 128)")
+    batch_size: Batch = Field(256, gt=0, description="samples per mini-batch (ELLM: 256)")
 
     @model_serializer(mode="wrap")
     def _as_written(self, handler: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from llmrl.common.bounds import Episodes, Seed, SeedOffset
+from llmrl.common.bounds import (
+    Episodes,
+    Frames,
+    LearningRate,
+    LlmBatch,
+    Seed,
+    SeedOffset,
+    Updates,
+    limit,
+)
+from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.learner.llm.scorer import Reduction
@@ -27,11 +37,11 @@ class GlamConfig(RecipeConfig, PpoSettings):
     renamed_keys: ClassVar[dict[str, str]] = {"rollout_steps": "num_steps", "lora_rank": "lora_r"}
 
     env: str = Field("BabyAIText-GoToLocalS5N2", description="Registered text env to train on.")
-    model: str = Field("smollm2", description="Gateway model name of the base LLM.")
+    model: ModelName = Field("smollm2", description="Gateway model name of the base LLM.")
     methods: list[str] = Field(
         list(METHODS), description=f"Methods to run and compare: any of {', '.join(METHODS)}."
     )
-    train_steps: int = Field(5120, ge=1, description="Training budget in env steps (all envs).")
+    train_steps: Frames = Field(5120, ge=1, description="Training budget in env steps (all envs).")
     num_envs: int = Field(16, ge=1, le=256, description="Envs stepped together in training.")
     num_steps: int = ppo_setting("num_steps", "Steps per env per PPO rollout.")
     minibatch_size: int = ppo_setting("minibatch_size", "Samples per PPO gradient step.")
@@ -53,7 +63,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
         f"Flan-T5; microbatch_size {NPAE_MICROBATCH} unless set, evaluated from its "
         "checkpoint in-process like NPAE).",
     )
-    lora_layers: int | None = Field(
+    lora_layers: Annotated[int | None, limit("layers")] = Field(
         2,
         ge=1,
         description="Adapt only the top N decoder layers (LoRA only; the setting every README "
@@ -65,27 +75,28 @@ class GlamConfig(RecipeConfig, PpoSettings):
         "lora_r",
         "Rank of GLAM's and BC's LoRA (alpha = 2 x rank, so the update's scale stays the same "
         "across ranks).",
-        le=1024,
     )
-    eval_every: int = Field(
+    eval_every: Updates = Field(
         2,
         ge=1,
         description="Evaluate every trained method on the held-out seeds every this many PPO "
         "updates (num_envs x num_steps env steps each): the learning curve.",
     )
-    npae_learning_rate: float = Field(
+    npae_learning_rate: LearningRate = Field(
         1e-4, gt=0, description="Adam learning rate of NPAE (random weights, full fine-tuning)."
     )
-    symbolic_learning_rate: float = Field(
+    symbolic_learning_rate: LearningRate = Field(
         3e-4, gt=0, description="Adam learning rate of Symbolic-PPO (SB3 PPO on the grid)."
     )
-    drrn_learning_rate: float = Field(
+    drrn_learning_rate: LearningRate = Field(
         1e-4, gt=0, description="Adam learning rate of DRRN (SB3 DQN on the text; GLAM's: 1e-4)."
     )
-    bc_steps: int = Field(
+    bc_steps: Updates = Field(
         200, ge=1, description="SFT optimizer steps of behaviour cloning (batch bc_batch_size)."
     )
-    bc_batch_size: int = Field(8, ge=1, description="Examples per SFT step of behaviour cloning.")
+    bc_batch_size: LlmBatch = Field(
+        8, ge=1, description="Examples per SFT step of behaviour cloning."
+    )
     bc_learning_rate: float = setting_field(
         SftSettings, "learning_rate", "Learning rate of the BC LoRA."
     )
@@ -106,7 +117,9 @@ class GlamConfig(RecipeConfig, PpoSettings):
         description="Generalisation tests: BabyAI-Text variants (e.g. nouns, french) and test "
         f"mixes ({', '.join(TEST_MIXES)}), each evaluated on held-out seeds.",
     )
-    max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
+    max_steps: Annotated[int | None, limit("episode_steps")] = Field(
+        None, ge=1, description="Cap on steps per evaluation episode."
+    )
     seed: Seed = Field(0, description="Seed of the training and of the evaluations.")
 
     def full_finetune(self, method: str) -> bool:

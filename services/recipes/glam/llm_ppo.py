@@ -32,11 +32,23 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
 
+from llmrl.common.bounds import (
+    Coefficient,
+    Epochs,
+    Frames,
+    Hidden,
+    LearningRate,
+    LlmBatch,
+    LoraRank,
+    RolloutSteps,
+    Updates,
+    limit,
+)
 from llmrl.common.devices import Device, device_field
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
@@ -70,12 +82,12 @@ class LlmPpoConfig(AlgorithmSettings):
     reward x 20)."""
 
     base_model: str = Field(description="local HF model directory or gateway model name")
-    total_timesteps: int = Field(
+    total_timesteps: Frames = Field(
         5120, gt=0, description="env steps to train for (all envs together)"
     )
     num_envs: int = Field(32, gt=0, description="envs stepped together in one world")
-    num_steps: int = Field(40, gt=0, description="steps per env per rollout")
-    learning_rate: float = Field(
+    num_steps: RolloutSteps = Field(40, gt=0, description="steps per env per rollout")
+    learning_rate: LearningRate = Field(
         1e-4,
         gt=0,
         description="Adam learning rate (the paper: 1e-6 for full fine-tuning of 780M; LoRA "
@@ -85,9 +97,9 @@ class LlmPpoConfig(AlgorithmSettings):
     adam_eps: float = Field(1e-5, gt=0, description="Adam epsilon")
     gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
     gae_lambda: float = Field(0.99, ge=0, le=1, description="GAE lambda")
-    update_epochs: int = Field(4, gt=0, description="epochs over each rollout")
-    minibatch_size: int = Field(64, gt=0, description="samples per gradient step")
-    microbatch_size: int | None = Field(
+    update_epochs: Epochs = Field(4, gt=0, description="epochs over each rollout")
+    minibatch_size: LlmBatch = Field(64, gt=0, description="samples per gradient step")
+    microbatch_size: Annotated[int | None, limit("llm_batch")] = Field(
         None,
         gt=0,
         description="samples per forward/backward within a minibatch, gradients accumulated "
@@ -96,12 +108,12 @@ class LlmPpoConfig(AlgorithmSettings):
         "a few",
     )
     norm_adv: bool = Field(True, description="normalise advantages per minibatch")
-    clip_coef: float = Field(0.2, ge=0, description="policy ratio clip")
+    clip_coef: Coefficient = Field(0.2, ge=0, description="policy ratio clip")
     clip_vloss: bool = Field(True, description="clip the value loss as the policy's")
-    ent_coef: float = Field(0.01, ge=0, description="entropy bonus coefficient")
-    vf_coef: float = Field(0.5, ge=0, description="value loss coefficient")
-    max_grad_norm: float = Field(0.5, ge=0, description="gradient norm clip")
-    target_kl: float | None = Field(
+    ent_coef: Coefficient = Field(0.01, ge=0, description="entropy bonus coefficient")
+    vf_coef: Coefficient = Field(0.5, ge=0, description="value loss coefficient")
+    max_grad_norm: Coefficient = Field(0.5, ge=0, description="gradient norm clip")
+    target_kl: Annotated[float | None, limit("coefficient")] = Field(
         None, gt=0, description="stop the update's epochs past this approx KL"
     )
     grad_diagnostics: bool = Field(
@@ -110,7 +122,7 @@ class LlmPpoConfig(AlgorithmSettings):
         "shared weights (LoRA or LLM) separately (losses/policy_grad_norm, "
         "losses/value_grad_norm): one more backward per microbatch",
     )
-    reward_scale: float = Field(
+    reward_scale: Coefficient = Field(
         20.0, gt=0, description="reward multiplier (the paper: 20 x BabyAI's)"
     )
     action_set: str = Field("babyai", description="the action phrases (llmrl.recipes.glam.prompt)")
@@ -122,9 +134,11 @@ class LlmPpoConfig(AlgorithmSettings):
         "pretrained",
         description="the LLM's weights: pretrained, or random (NPAE: the architecture only)",
     )
-    lora_r: int = Field(16, gt=0, description="LoRA rank")
-    lora_alpha: int | None = Field(None, gt=0, description="LoRA alpha (None: 2 x rank)")
-    lora_layers: int | None = Field(
+    lora_r: LoraRank = Field(16, gt=0, description="LoRA rank")
+    lora_alpha: Annotated[int | None, limit("coefficient")] = Field(
+        None, gt=0, description="LoRA alpha (None: 2 x rank)"
+    )
+    lora_layers: Annotated[int | None, limit("layers")] = Field(
         None, gt=0, description="adapt only the top N decoder layers (None: all)"
     )
     cache_frozen: bool = Field(
@@ -132,14 +146,16 @@ class LlmPpoConfig(AlgorithmSettings):
         description="with lora_layers: keep the frozen lower layers' hidden states from the "
         "rollout and run only the top layers in the PPO epochs (~0.4 MB a sample for SmolLM2)",
     )
-    value_hidden: int = Field(1024, gt=0, description="width of the value head's two hidden layers")
+    value_hidden: Hidden = Field(
+        1024, gt=0, description="width of the value head's two hidden layers"
+    )
     bf16: bool | None = Field(
         None,
         description="bf16 autocast (None: the process's precision, $LLMRL_PRECISION: "
         "float32 unless set)",
     )
     device: Device = device_field("trains")
-    checkpoint_every: int = Field(1, gt=0, description="save a version every this many updates")
+    checkpoint_every: Updates = Field(1, gt=0, description="save a version every this many updates")
     resume: bool = Field(True, description="continue from the line's latest version, if any")
     seed: int = Field(0, ge=0, description="seed of the world, the sampling and the initialisation")
     address: str | None = Field(None, description="simulator address (None: an in-process world)")

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import Frames, Seed
 from llmrl.common.devices import Device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
@@ -73,7 +73,7 @@ class GlamTrainingJob(PpoSettings):
     # a gateway model name, or a local model directory (confined by the learner, as paths are)
     model: str = Field(..., description="gateway model name of the base LLM, or its directory")
     adapter: Name = Field(..., description="the adapter line's name (one folder name)")
-    total_timesteps: int = Field(..., ge=1, description="env steps to train for (all envs)")
+    total_timesteps: Frames = Field(..., ge=1, description="env steps to train for (all envs)")
     num_envs: int = Field(16, ge=1, le=256)
     num_steps: int = ppo_setting("num_steps")
     minibatch_size: int = ppo_setting("minibatch_size")
@@ -81,7 +81,7 @@ class GlamTrainingJob(PpoSettings):
     update_epochs: int = ppo_setting("update_epochs")
     learning_rate: float = ppo_setting("learning_rate")
     lora_layers: int | None = ppo_setting("lora_layers")
-    lora_r: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)", le=1024)
+    lora_r: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)")
     reduction: Reduction = ppo_setting("reduction")
     lora: bool = ppo_setting("lora")
     init: Literal["pretrained", "random"] = ppo_setting("init")

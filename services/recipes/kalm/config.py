@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Episodes, Seed, SeedOffset
+from llmrl.common.bounds import Batch, Episodes, Seed, SeedOffset, Updates, limit
+from llmrl.common.names import ModelName
 from llmrl.recipes.base import RecipeConfig
 from llmrl.recipes.kalm.training import grounding_setting, offline_setting
 
@@ -88,7 +89,9 @@ class KalmConfig(RecipeConfig):
         "simulator, an upper bound for better grounding, not a method). Every share is "
         "reported.",
     )
-    model: str = grounding_setting("base_model", "Base LLM grounded by SFT (gateway model name).")
+    model: ModelName = grounding_setting(
+        "base_model", "Base LLM grounded by SFT (gateway model name)."
+    )
     numbers: Literal["tokens", "text"] = grounding_setting(
         "numbers", "tokens: placeholder slots (KALM); text: numbers as text (ablation)."
     )
@@ -97,7 +100,7 @@ class KalmConfig(RecipeConfig):
         "What the grounded state head predicts: the next state (KALM) or its "
         "change from the state before it (delta; numbers=tokens only).",
     )
-    grounding_steps: int = Field(300, ge=1, description="Grounding SFT optimizer steps.")
+    grounding_steps: Updates = Field(300, ge=1, description="Grounding SFT optimizer steps.")
     grounding_from: str | None = Field(
         None,
         description="A grounded checkpoint to imagine with instead of training one: a "
@@ -134,7 +137,7 @@ class KalmConfig(RecipeConfig):
         description="Keep only the base LLM's first N decoder layers for grounding (a cheaper "
         "LM on a small CPU; None: all).",
     )
-    imagined_per_level: int = Field(
+    imagined_per_level: Annotated[int, limit("episodes")] = Field(
         400, ge=1, description="Imagined rollouts per level (from real initial states)."
     )
     imagine_max_steps: int = Field(10, ge=1, le=50, description="Steps per imagined rollout.")
@@ -146,8 +149,8 @@ class KalmConfig(RecipeConfig):
         "0 draws each action from its softmax at this temperature, seeded (discrete actions in "
         "slots only: ClevrRobot with numbers=tokens).",
     )
-    offline_steps: int = Field(5000, ge=1, description="Gradient steps of each offline policy.")
-    offline_batch_size: int = offline_setting("batch_size", "Transitions per offline RL step.")
+    offline_steps: Updates = Field(5000, ge=1, description="Gradient steps of each offline policy.")
+    offline_batch_size: Batch = offline_setting("batch_size", "Transitions per offline RL step.")
     offline_seeds: int = Field(
         1, ge=1, le=10, description="Offline policies trained per algorithm x data (seeds)."
     )
@@ -164,7 +167,7 @@ class KalmConfig(RecipeConfig):
     eval_seed_offset: SeedOffset = Field(
         1_000_000, description="Seed offset of the evaluation episodes."
     )
-    embed_model: str | None = Field(
+    embed_model: ModelName | None = Field(
         None, description="Gateway embedding model of the instructions (None: its default)."
     )
     seed: Seed = Field(0, description="Seed of data collection, SFT, imagination, RL.")

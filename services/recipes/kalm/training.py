@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import Seed, Updates
 from llmrl.common.names import Name
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
@@ -71,10 +71,10 @@ class KalmGroundingJob(BaseModel):
     model_path: str = Field(..., description="the grounded model's checkpoint line (directory)")
     version: Name = Field("1", description="version to write")
     base_model: str = grounding_setting("base_model", "gateway model name or model directory")
-    steps: int = Field(300, ge=1, le=1_000_000)
-    batch_size: int = grounding_setting("batch_size", le=1024)
-    learning_rate: float = grounding_setting("learning_rate", le=1)
-    lora_r: int = grounding_setting("lora_r", le=1024)
+    steps: Updates = Field(300, ge=1)
+    batch_size: int = grounding_setting("batch_size")
+    learning_rate: float = grounding_setting("learning_rate")
+    lora_r: int = grounding_setting("lora_r")
     lora_layers: int | None = grounding_setting("lora_layers")
     base_layers: int | None = grounding_setting("base_layers")
     numbers: Literal["tokens", "text"] = grounding_setting("numbers")

@@ -7,12 +7,13 @@ key. Stages are named "zero-shot", "bootstrap" (stage 0) and "round k" (`stage_n
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import MAX_EPISODES, Episodes, Seed
+from llmrl.common.bounds import Episodes, EpisodeSteps, Seed, Tokens, limit
 from llmrl.common.datasets import dataset_dir, missing_hint
+from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.recipes.base import RecipeConfig
@@ -23,6 +24,8 @@ HELD_OUT_SEED_OFFSET = 100_000  # procedural houses: held-out houses never meet 
 ZERO_SHOT = "zero-shot"
 # planner seeds stay below 2**31 after the planner's `seed * 1000 + query number`
 SAMPLING_SEEDS = 2_000_000
+# an OpenAI model id (`gpt-4o-mini-2024-07-18`, `ft:gpt-4o-mini:org::id`): never a path or URL
+OPENAI_MODEL_PATTERN = r"^[A-Za-z0-9_.:-]{1,256}$"
 
 
 def default_data_dir() -> str | None:
@@ -49,16 +52,15 @@ class LlmPersonalizeConfig(RecipeConfig):
     )
     train_episodes: Episodes = Field(10, description="Training episodes per scene.")
     eval_episodes: Episodes = Field(5, description="Evaluation episodes per scene and split.")
-    collect_samples: int = Field(
+    collect_samples: Annotated[int, limit("episodes")] = Field(
         4,
         ge=1,
         description="Sampled episodes per training episode in each self-training round (each "
         "with its own sampling seed, at collect_temperature).",
     )
-    collect_episodes: int | None = Field(
+    collect_episodes: Annotated[int | None, limit("episodes")] = Field(
         None,
         ge=1,
-        le=MAX_EPISODES,
         description="Training episodes per scene played while collecting in each round: the "
         "first N (null: all train_episodes). Fewer make the rounds cheaper after a bootstrap "
         "on many demonstrations.",
@@ -69,11 +71,11 @@ class LlmPersonalizeConfig(RecipeConfig):
         "whose plans raised the number of correctly placed objects; query: only the queries "
         "whose own steps did (the placing query alone).",
     )
-    min_placement_gain: int = Field(
+    min_placement_gain: EpisodeSteps = Field(
         1, ge=1, description="Correctly placed objects a kept episode (or query) must add."
     )
     rounds: int = Field(2, ge=0, le=20, description="Self-training rounds (K).")
-    model: str = Field(
+    model: ModelName = Field(
         "smollm2",
         description="Gateway model to personalise (hf backend; with finetune_backend=openai, "
         "openai_model is personalised instead).",
@@ -90,12 +92,14 @@ class LlmPersonalizeConfig(RecipeConfig):
         "names the agent knows (local models only; null: on unless finetune_backend=openai).",
     )
     guided_max_lines: int = Field(6, ge=1, le=64, description="Guided plans: lines per query.")
-    max_steps: int = Field(40, ge=1, description="Skill steps per episode (the env's limit).")
-    max_tokens: int = Field(96, ge=8, description="Tokens per planner answer.")
-    collect_temperature: float = Field(
-        0.7, ge=0, description="Sampling temperature while collecting self-training data."
+    max_steps: EpisodeSteps = Field(
+        40, ge=1, description="Skill steps per episode (the env's limit)."
     )
-    demo_plan_length: int = Field(
+    max_tokens: Tokens = Field(96, ge=8, description="Tokens per planner answer.")
+    collect_temperature: float = Field(
+        0.7, ge=0, le=10, description="Sampling temperature while collecting self-training data."
+    )
+    demo_plan_length: EpisodeSteps = Field(
         6, ge=1, description="Skills per demonstrator plan (the length of the SFT targets)."
     )
     demo_query_every_step: bool = Field(
@@ -116,7 +120,7 @@ class LlmPersonalizeConfig(RecipeConfig):
     replay_bootstrap: bool = Field(
         True, description="Self-training rounds also train on the bootstrap data."
     )
-    replay_bootstrap_examples: int | None = Field(
+    replay_bootstrap_examples: Annotated[int | None, limit("examples")] = Field(
         None,
         ge=1,
         description="With replay_bootstrap: replay at most this many bootstrap examples in "
@@ -133,16 +137,15 @@ class LlmPersonalizeConfig(RecipeConfig):
     sft_steps: int | None = setting_field(SftSettings, "steps", "SFT steps (default: sft_epochs).")
     sft_epochs: float = Field(2.0, gt=0, le=100, description="SFT passes over the data.")
     sft_batch_size: int = setting_field(SftSettings, "batch_size", "SFT batch size.", le=512)
-    sft_lr: float = setting_field(SftSettings, "learning_rate", "SFT learning rate.", le=1)
-    round_sft_lr: float | None = Field(
+    sft_lr: float = setting_field(SftSettings, "learning_rate", "SFT learning rate.")
+    round_sft_lr: Annotated[float | None, limit("learning_rate")] = Field(
         None,
         gt=0,
-        le=1,
         description="SFT learning rate of the self-training rounds, which continue from an "
         "adapter that already fits (null: sft_lr). At the bootstrap's lr 1e-3 a round's loss "
         "rose from 0.07 to 0.25 on data that was 95% the bootstrap's own.",
     )
-    lora_r: int = setting_field(SftSettings, "lora_r", "LoRA rank.", le=1024)
+    lora_r: int = setting_field(SftSettings, "lora_r", "LoRA rank.")
     lora_targets: list[str] = setting_field(
         SftSettings, "target_modules", "Modules that get LoRA weights."
     )
@@ -151,7 +154,7 @@ class LlmPersonalizeConfig(RecipeConfig):
         "lora_layers",
         "LoRA on the top N decoder layers only (null: all; fewer: faster SFT).",
     )
-    sft_max_length: int = Field(1536, ge=64, description="SFT examples longer are dropped.")
+    sft_max_length: Tokens = Field(1536, ge=64, description="SFT examples longer are dropped.")
     sft_bf16: bool | None = setting_field(
         SftSettings, "bf16", "bf16 autocast during SFT (null: the process's precision)."
     )
@@ -166,7 +169,10 @@ class LlmPersonalizeConfig(RecipeConfig):
         "openai_model (stages evaluated through the gateway's openai backend).",
     )
     openai_model: str = Field(
-        "gpt-4o-mini-2024-07-18", min_length=1, description="openai: the base model to tune."
+        "gpt-4o-mini-2024-07-18",
+        pattern=OPENAI_MODEL_PATTERN,
+        description="openai: the base model to tune (an OpenAI model id: letters, digits, "
+        "'_', '.', ':', '-').",
     )
     openai_base_url: str | None = Field(
         default_factory=lambda: os.environ.get("OPENAI_BASE_URL") or None,
@@ -190,8 +196,10 @@ class LlmPersonalizeConfig(RecipeConfig):
     def _data_dir(cls, value: str | None) -> str | None:
         if value in (None, "", PROCEDURAL, "none", "null"):
             return None
+        from llmrl.common.paths import confine
         from llmrl.simulator.envs.housekeep.data import check_data_dir
 
+        confine(value, "data_dir")  # under LLMRL_HOME or a data root, before anything is read
         try:
             return str(check_data_dir(value))
         except FileNotFoundError as exc:  # a config error, named by pydantic as data_dir
@@ -254,6 +262,17 @@ class LlmPersonalizeConfig(RecipeConfig):
                 "guided: remote OpenAI models cannot guide their decoding; leave guided unset "
                 "or set guided=false with finetune_backend=openai"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _openai_provider(self) -> LlmPersonalizeConfig:
+        """`openai_base_url` (with `openai_api_key_env`) picks a provider the server
+        configured, never an endpoint of its own: refused here when none matches, not when
+        the run reaches its fine-tuning."""
+        if self.finetune_backend == "openai" or "openai_base_url" in self.model_fields_set:
+            from llmrl.common.providers import provider_named_by
+
+            provider_named_by(self.openai_base_url, self.openai_api_key_env, "openai_base_url")
         return self
 
     @property

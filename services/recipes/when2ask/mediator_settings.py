@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmrl.common.bounds import Coefficient
+
 
 class MediatorSettings(BaseModel):
     """What a query costs the mediator and what it observes besides its base features (the
@@ -14,11 +16,11 @@ class MediatorSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    lam: float = Field(0.01, ge=0, description="Penalty per planner query (λ).")
-    same_plan_penalty: float = Field(
+    lam: Coefficient = Field(0.01, ge=0, description="Penalty per planner query (λ).")
+    same_plan_penalty: Coefficient = Field(
         0.01, ge=0, description="Extra penalty for asking and getting the same plan back."
     )
-    new_plan_bonus: float = Field(
+    new_plan_bonus: Coefficient = Field(
         0.0,
         ge=0,
         description="Reward for asking and getting another plan than the one in hand (the "

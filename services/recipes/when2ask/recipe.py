@@ -22,8 +22,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from llmrl.common.bounds import Episodes, Seed
+from llmrl.common.bounds import Episodes, EpisodeSteps, Frames, Seed
 from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.names import ModelName
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.recipes.base import (
@@ -111,7 +112,7 @@ class When2AskConfig(RecipeConfig, When2AskPpoSettings):
         description="planner=local/llm: sampling temperature (0: always the best plan; > 0: "
         "asking again may change it).",
     )
-    planner_model: str | None = Field(
+    planner_model: ModelName | None = Field(
         None, description="Gateway model for planner=local/llm (default: the gateway's)."
     )
     planner_mode: Literal["generate", "score"] | None = Field(
@@ -133,8 +134,8 @@ class When2AskConfig(RecipeConfig, When2AskPpoSettings):
         description="until-confident (a reference rule): asks until the plan in hand has at "
         "least this probability from the planner.",
     )
-    train_steps: int = Field(20_000, ge=0, description="PPO timesteps for the asking policy.")
-    never_ask_steps: int = Field(
+    train_steps: Frames = Field(20_000, ge=0, description="PPO timesteps for the asking policy.")
+    never_ask_steps: Frames = Field(
         20_000, ge=0, description="PPO timesteps for the never-ask baseline (0: skip it)."
     )
     eval_episodes: Episodes = Field(50, description="Evaluation episodes per method and task.")
@@ -146,7 +147,7 @@ class When2AskConfig(RecipeConfig, When2AskPpoSettings):
         "changed, then until confirmed) and until-confident (ask until the planner gave the "
         "plan in hand at least confident_at; needs mediator_sees_confidence), not defaults.",
     )
-    max_steps: int = Field(
+    max_steps: EpisodeSteps = Field(
         200,
         ge=1,
         description="Mediator step cap per episode, in training and evaluation (an episode "

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmrl.common.bounds import Seed
+from llmrl.common.bounds import Coefficient, EpisodeSteps, Frames, LearningRate, RolloutSteps, Seed
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import settings_of
 from llmrl.learner.algorithms.sb3 import LrSchedule, learning_rate_schedule
@@ -33,14 +33,14 @@ class When2AskPpoSettings(BaseModel):
     config's keys are these; the job passes them on unchanged)."""
 
     n_envs: int = Field(8, ge=1, le=256, description="Mediator envs trained in parallel.")
-    learning_rate: float = Field(3e-4, gt=0, description="PPO learning rate.")
+    learning_rate: LearningRate = Field(3e-4, gt=0, description="PPO learning rate.")
     lr_schedule: LrSchedule = Field(
         "constant",
         description="PPO learning rate over training: constant (SB3's default) or linear "
         "(annealed from learning_rate to 0 at the last step, as CleanRL's ppo.py does).",
     )
-    n_steps: int = Field(128, ge=8, description="PPO rollout length per env.")
-    ent_coef: float = Field(0.01, ge=0, description="PPO entropy bonus.")
+    n_steps: RolloutSteps = Field(128, ge=8, description="PPO rollout length per env.")
+    ent_coef: Coefficient = Field(0.01, ge=0, description="PPO entropy bonus.")
 
     def ppo_settings(self) -> dict[str, Any]:
         """These settings as the training job's keyword arguments."""
@@ -62,8 +62,8 @@ class PolicyTrainingJob(When2AskPpoSettings):
     mediator: MediatorSettings = Field(
         default_factory=MediatorSettings, description="what a query costs, what it observes"
     )
-    max_steps: int = Field(200, ge=1)
-    total_timesteps: int = Field(..., ge=1, description="PPO timesteps")
+    max_steps: EpisodeSteps = Field(200, ge=1)
+    total_timesteps: Frames = Field(..., ge=1, description="PPO timesteps")
     seed: Seed = 0
     model_path: str = Field(..., description="where the trained model (.zip) is written")
     tensorboard_dir: str | None = None

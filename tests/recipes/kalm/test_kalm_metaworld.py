@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from support.tiny_llm import tiny_gateway_settings
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
 import llmrl.llm_gateway.client as gateway_client
 from llmrl.common.offline_dataset import OfflineDataset
@@ -140,7 +140,7 @@ def test_the_recipe_imagines_and_trains_on_both_data_variants(
     monkeypatch.setattr(gateway_client, "_shared_gateway", None)
     dataset = random_reach_dataset().save(home / "real.npz")
     config = {
-        "env": "MetaWorld", "model": str(tiny_model_dir), "dataset": str(dataset),
+        "env": "MetaWorld", "model": TINY_MODEL, "dataset": str(dataset),
         "grounding_steps": 2, "grounding_batch_size": 2, "lora_r": 2,
         "imagined_per_level": 4, "imagine_max_steps": 3, "imagine_levels": ["unseen-easy"],
         "imagined_filter": "valid", "offline_steps": 10, "offline_batch_size": 8,

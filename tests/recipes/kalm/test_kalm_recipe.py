@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from support.tiny_llm import tiny_gateway_settings
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
 from llmrl.common.offline_dataset import OfflineDataset
 from llmrl.orchestrator.embedded import run_embedded
@@ -208,7 +208,7 @@ def test_a_run_killed_between_phases_resumes_and_reports(tiny_model_dir: Path, t
         LLMRL_LLM_GATEWAY_CONFIG=str(gateway_config),
         LLMRL_LOG_LEVEL="WARNING",
     )
-    config = [c.format(model=tiny_model_dir, dataset=dataset) for c in CONFIG]
+    config = [c.format(model=TINY_MODEL, dataset=dataset) for c in CONFIG]
     out = tmp_path / "run"
     db = out / "run.sqlite"
 

@@ -68,7 +68,9 @@ def test_a_data_dir_without_val_scenes_needs_scenes_named(tmp_path):
     assert validate_config("llm-personalize", named).scene_list() == ["Beechwood_0_int"]
 
 
-def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch):
+def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch, tmp_path):
+    from support.providers import configure_providers
+
     monkeypatch.delenv("NO_SUCH_OPENAI_KEY", raising=False)
     openai = {"data_dir": "procedural", "finetune_backend": "openai"}
     with pytest.raises(
@@ -82,6 +84,11 @@ def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch):
     with pytest.raises(ConfigError, match="planner_mode: finetune_backend=openai needs"):
         validate_config("llm-personalize", {**openai, "planner_mode": "score"})
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    # that URL with that key is a provider only once the server configures one
+    with pytest.raises(ConfigError, match=r"openai_base_url: no configured provider"):
+        validate_config("llm-personalize", openai)
+    mine = {"base_url": "http://127.0.0.1:9/v1", "api_key_env": "MY_OPENAI_KEY"}
+    configure_providers(monkeypatch, tmp_path, mine=mine)
     config = validate_config("llm-personalize", openai)
     assert config.openai_base_url == "http://127.0.0.1:9/v1"  # the official client's variable
     assert config.openai_model == "gpt-4o-mini-2024-07-18"
@@ -93,8 +100,12 @@ def test_openai_fine_tuning_needs_its_key_and_generate_mode(monkeypatch):
     )
 
 
-def test_guided_decoding_defaults_on_for_local_models_only(monkeypatch):
+def test_guided_decoding_defaults_on_for_local_models_only(monkeypatch, tmp_path):
+    from support.providers import configure_providers
+
     monkeypatch.setenv("MY_OPENAI_KEY", "sk-config-test")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    configure_providers(monkeypatch, tmp_path, mine={"api_key_env": "MY_OPENAI_KEY"})
     local = validate_config("llm-personalize", {"data_dir": "procedural"})
     assert local.guided_decoding
     assert not validate_config(

@@ -154,7 +154,7 @@ def test_the_embedded_gateway_gets_the_entry_unless_its_config_has_one():
 def test_run_configs_pick_configured_providers_never_their_own_endpoint(monkeypatch, tmp_path):
     from support.providers import configure_providers
 
-    from llmrl.recipes.base import validate_config
+    from llmrl.recipes.base import ConfigError, validate_config
     from llmrl.recipes.llm_personalize.train import openai_provider
 
     monkeypatch.setenv("MY_KEY", "sk-config")
@@ -171,9 +171,19 @@ def test_run_configs_pick_configured_providers_never_their_own_endpoint(monkeypa
         "llm-personalize", {**openai, "openai_base_url": "http://127.0.0.1:9/v1"}
     )
     assert openai_provider(configured) == "mine"
-    elsewhere = validate_config(
-        "llm-personalize", {**openai, "openai_base_url": "http://evil.example/v1"}
-    )
+    # an endpoint no provider has is refused when the run is submitted, naming the key
+    with pytest.raises(
+        ConfigError, match=r"openai_base_url: no configured provider .* mine, openai"
+    ):
+        validate_config("llm-personalize", {**openai, "openai_base_url": "http://evil.example/v1"})
+    # ... with the local backend too, where it would only be ignored
+    with pytest.raises(ConfigError, match=r"openai_base_url: no configured provider"):
+        validate_config(
+            "llm-personalize",
+            {"data_dir": "procedural", "openai_base_url": "http://evil.example/v1"},
+        )
+    # and a config that got past (stored before) still meets the check at run time
+    elsewhere = configured.model_copy(update={"openai_base_url": "http://evil.example/v1"})
     with pytest.raises(
         ValueError, match=r"openai_base_url: no configured provider .* mine, openai"
     ):
