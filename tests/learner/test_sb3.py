@@ -86,6 +86,9 @@ def test_a_version_every_checkpoint_every_timesteps(tmp_path: Path):
 def test_training_without_tensorboard_writes_nothing_outside_its_line(tmp_path, monkeypatch):
     """SB3's own logger would make an SB3-<time> folder in the temp dir at every learn call
     (one per version here); the algorithm's writes nothing but the line."""
+    import torch._dynamo  # noqa: F401 - torch makes its compile cache folder in the temp dir
+    # the first time this is imported (Adam's constructor does): not the algorithm's write
+
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
