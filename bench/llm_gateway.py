@@ -17,6 +17,14 @@ the raw model's batch-8 / batch-1 decoding throughput, the most that batching 8 
 give (goal: 8 clients >= 5x sequential). Measure on a shared machine as ratios within a run;
 the load average is printed beside them.
 
+Both settings of the `hf` model's `deterministic` (each request computed in passes of its own
+shape, so that its answer is bitwise the same alone or batched; the default) are measured side
+by side: the service serves the same weights as `smollm2` (deterministic) and
+`smollm2-batched` (`deterministic: false`, the batched path), and the figures under
+`deterministic` give, for both, scoring time as a ratio to one forward of the prompt (target
+<= 1.3x, in-process and through the service) and 8 concurrent clients' throughput as a ratio
+to one client's (generation and scoring; target >= 4x).
+
     python bench/llm_gateway.py [--hits 500] [--max-tokens 32] [--rounds 2] [--clients 1,4,8]
                                 [--torch-threads 1] [--limit-repeats 15] [--skip-service]
 
@@ -47,6 +55,9 @@ import yaml
 
 from llmrl.llm_gateway.client import connect
 
+DETERMINISTIC, BATCHED = "smollm2", "smollm2-batched"  # the service's two settings of one model
+BUILTIN_SMOLLM2 = {"backend": "hf", "path": "builtin:smollm2-135m-instruct", "dtype": "auto",
+                   "max_batch_size": 8, "max_wait_ms": 5}  # fmt: skip
 PROMPT_140 = (
     "You are an agent in a grid world. The room is 8 by 8 cells and surrounded by walls. "
     "You see a red key two cells to your left, a locked red door in the north wall, a blue "
@@ -96,7 +107,10 @@ def start_gateway(
         "backend": "sqlite", "sqlite_path": str(workdir / "cache.sqlite")}  # fmt: skip
     config = workdir / "gateway.yaml"
     ledger = {"backend": "redis", "redis_url": redis_url} if redis_url else {"backend": "memory"}
-    settings = {"cache": cache, "ledger": ledger, "torch_threads": torch_threads}
+    settings = {"cache": cache, "ledger": ledger, "torch_threads": torch_threads, "models": {
+        DETERMINISTIC: {"deterministic": True},  # the default, said here for the reader
+        BATCHED: {**BUILTIN_SMOLLM2, "deterministic": False},
+    }}  # fmt: skip
     config.write_text(yaml.safe_dump(settings))
     port, grpc_port = free_port(), free_port()
     process = subprocess.Popen(
@@ -137,7 +151,9 @@ def cache_hits(client, port: int, hits: int) -> dict[str, dict[str, float]]:
     return {"grpc": percentiles(grpc_times), "rest": percentiles(rest_times)}
 
 
-def throughput(client, clients: int, requests_per_client: int, max_tokens: int, tag: str) -> dict:
+def throughput(
+    client, clients: int, requests_per_client: int, max_tokens: int, tag: str, model: str = BATCHED
+) -> dict:
     """Completion tokens per second with `clients` threads each sending requests in turn."""
 
     def run(worker: int) -> int:
@@ -145,7 +161,7 @@ def throughput(client, clients: int, requests_per_client: int, max_tokens: int, 
         for i in range(requests_per_client):
             result = client.chat(
                 [{"role": "user", "content": f"Tell me a short story about robot {worker}-{i}."}],
-                max_tokens=max_tokens, cache=False, run_id="bench-gen", tag=tag,
+                max_tokens=max_tokens, cache=False, run_id="bench-gen", tag=tag, model=model,
             )  # fmt: skip
             tokens += result.completion_tokens
         return tokens
@@ -168,7 +184,9 @@ SITUATIONS = [
 ]
 
 
-def score_latency(client, repeats: int, shared_prefix: bool) -> dict[str, float]:
+def score_latency(
+    client, repeats: int, shared_prefix: bool, model: str = BATCHED
+) -> dict[str, float]:
     """Median latency of scoring 6 candidates after a ~140-token prompt.
 
     Cold (`shared_prefix=False`): every prompt differs from its first token, so nothing of an
@@ -181,15 +199,54 @@ def score_latency(client, repeats: int, shared_prefix: bool) -> dict[str, float]
             return f"{PROMPT_140} {SITUATIONS[i % len(SITUATIONS)]} (step {i})"
         return f"Episode {i}. {PROMPT_140}"
 
-    client.score(prompt(10_000), CANDIDATES, cache=False)  # warm-up
+    client.score(prompt(10_000), CANDIDATES, cache=False, model=model)  # warm-up
     times = []
     for i in range(repeats):
         started = time.perf_counter()
-        client.score(prompt(i), CANDIDATES, cache=False, run_id="bench-score")
+        client.score(prompt(i), CANDIDATES, cache=False, run_id="bench-score", model=model)
         times.append(time.perf_counter() - started)
     return {"prompt_tokens": client.count_tokens(prompt(0)), "candidates": len(CANDIDATES),
             "median_ms": round(median(times) * 1000, 1),
             "min_ms": round(min(times) * 1000, 1)}  # fmt: skip
+
+
+def score_throughput(client, clients: int, requests_per_client: int, model: str) -> dict:
+    """Score requests per second (6 candidates after a ~140-token prompt, every prompt
+    different) with `clients` threads each sending requests in turn."""
+
+    def run(worker: int) -> int:
+        for i in range(requests_per_client):
+            prompt = f"Episode {worker}-{i}. {PROMPT_140}"
+            client.score(prompt, CANDIDATES, cache=False, run_id="bench-score", model=model)
+        return requests_per_client
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        requests = sum(pool.map(run, range(clients)))
+    elapsed = time.perf_counter() - started
+    return {"clients": clients, "requests": requests, "seconds": round(elapsed, 2),
+            "requests_per_s": round(requests / elapsed, 2)}  # fmt: skip
+
+
+def concurrency(client, args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """Generation and scoring throughput of `model` at each client count, and their ratios
+    to one client's (sequential)."""
+    throughput(client, 1, 1, 4, "warmup", model)  # first-call costs (and loading the model)
+    runs = []
+    for count in [int(c) for c in args.clients.split(",")]:
+        runs.append(throughput(client, count, args.rounds, args.max_tokens, f"c{count}", model))
+        print(f"generation ({model}):", runs[-1], flush=True)
+    sequential = next((r for r in runs if r["clients"] == 1), runs[0])["tokens_per_s"]
+    generation = {
+        f"clients_{r['clients']}": {**r, "ratio_to_sequential":
+                                    round(r["tokens_per_s"] / sequential, 2)}
+        for r in runs
+    }  # fmt: skip
+    scores = [score_throughput(client, 1, 8, model), score_throughput(client, 8, 2, model)]
+    print(f"score throughput ({model}):", scores, flush=True)
+    score_ratio = round(scores[1]["requests_per_s"] / scores[0]["requests_per_s"], 2)
+    score = {"clients_1": scores[0], "clients_8": {**scores[1], "ratio_to_sequential": score_ratio}}
+    return {"generation": generation, "score": score}
 
 
 # -- in-process limits: the same weights run directly with transformers in this process ------
@@ -289,14 +346,18 @@ def lamorel_score(model: Any, prompt_ids: list[int], candidates: list[list[int]]
     return scores
 
 
-def gateway_core(model: Any, tokenizer: Any) -> Any:
-    """The gateway's own scorer (`LocalCausalLM`, its defaults on a CPU) on these weights."""
+def gateway_core(model: Any, tokenizer: Any, deterministic: bool = True) -> Any:
+    """The gateway's own scorer (`LocalCausalLM`, its defaults on a CPU) on these weights;
+    `deterministic=False`: its batched path."""
     from llmrl.llm_gateway.local_causal_lm import (
         LocalCausalLM,
         default_forward_tokens,
     )
 
-    return LocalCausalLM(model, tokenizer, score_forward_tokens=default_forward_tokens(_cpu()))
+    forward_tokens = default_forward_tokens(_cpu())
+    return LocalCausalLM(
+        model, tokenizer, score_forward_tokens=forward_tokens, deterministic=deterministic
+    )
 
 
 def gateway_score(core: Any, prompt_ids: list[int], candidates: list[list[int]]) -> list[float]:
@@ -314,8 +375,12 @@ def score_limits(
     """Median seconds, in this process, of: one forward of the ~140-token prompt (the limit),
     the gateway's scorer (cold prompts, and prompts sharing a prefix with the previous one),
     K naive forwards and Lamorel-style scoring, rounds interleaved so load drift hits all
-    alike; their ratios to the forward, and the forward passes each ran per score."""
-    core = gateway_core(model, tokenizer)
+    alike; their ratios to the forward, and the forward passes each ran per score. The
+    gateway's scorer is measured on its batched path (`gateway_*`) and, under
+    `deterministic`, with `deterministic: true` (the same passes for a lone request, except
+    that its prefix cache reuses only whole segments of `score_forward_tokens`)."""
+    core = gateway_core(model, tokenizer, deterministic=False)
+    steady = gateway_core(model, tokenizer, deterministic=True)
     cands = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in candidates]
 
     def cold(i: int) -> list[int]:
@@ -330,6 +395,8 @@ def score_limits(
         "gateway_shared_prefix": lambda i: gateway_score(core, shared(i), cands),
         "naive": lambda i: naive_score(model, cold(i), cands),
         "lamorel": lambda i: lamorel_score(model, cold(i), cands),
+        "deterministic_cold": lambda i: gateway_score(steady, cold(i), cands),
+        "deterministic_shared_prefix": lambda i: gateway_score(steady, shared(i), cands),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
     forwards: dict[str, int] = {}
@@ -348,14 +415,24 @@ def score_limits(
         counter.close()
     medians = {name: median(samples) for name, samples in times.items()}
     limit = medians["forward"]
+    steady_names = [name for name in medians if name.startswith("deterministic_")]
+    batched = {name: s for name, s in medians.items() if name not in steady_names}
     return {
         "prompt_tokens": len(cold(0)),
         "candidates": len(cands),
         "repeats": repeats,
-        "median_ms": {name: round(s * 1000, 2) for name, s in medians.items()},
-        "forwards_per_score": forwards,
+        "median_ms": {name: round(s * 1000, 2) for name, s in batched.items()},
+        "forwards_per_score": {name: forwards[name] for name in batched},
         "ratio_to_forward": {
-            name: round(s / limit, 2) for name, s in medians.items() if name != "forward"
+            name: round(s / limit, 2) for name, s in batched.items() if name != "forward"
+        },
+        "deterministic": {
+            name.removeprefix("deterministic_"): {
+                "median_ms": round(medians[name] * 1000, 2),
+                "forwards_per_score": forwards[name],
+                "ratio_to_forward": round(medians[name] / limit, 2),
+            }
+            for name in steady_names
         },
     }
 
@@ -496,11 +573,14 @@ def limits(args: argparse.Namespace, figures: dict[str, Any]) -> None:
                 ratio / batching["generate_ratio"], 2
             )
     figures["goals_issue_56"] = goals
+    figures["deterministic"] = determinism(figures)
+    print("deterministic vs batched:", figures["deterministic"], flush=True)
 
 
 def service(args: argparse.Namespace, figures: dict[str, Any]) -> None:
-    """The gateway as a service process: cache hits, scoring latency, generation throughput."""
-    client_counts = [int(c) for c in args.clients.split(",")]
+    """The gateway as a service process: cache hits, scoring latency, generation and scoring
+    throughput, on the batched path (`smollm2-batched`) and the deterministic one (`smollm2`,
+    under `deterministic_service`)."""
     with tempfile.TemporaryDirectory(prefix="llmrl-bench-gateway-") as tmp:
         workdir = Path(tmp)
         redis, redis_url = start_redis(workdir)
@@ -512,24 +592,23 @@ def service(args: argparse.Namespace, figures: dict[str, Any]) -> None:
             figures["cache"] = "redis" if redis_url else "sqlite"
             figures["cache_hit"] = cache_hits(client, port, args.hits)
             print("cache hit latency:", figures["cache_hit"], flush=True)
-            figures["score_6_candidates"] = score_latency(client, args.score_repeats, False)
-            print("score (cold prompts):", figures["score_6_candidates"], flush=True)
-            figures["score_6_candidates_shared_prefix"] = score_latency(
-                client, args.score_repeats, True
-            )
-            print("score (shared prefix):", figures["score_6_candidates_shared_prefix"], flush=True)
-            # warm-up generation (first-call costs), then 1 client = sequential baseline
-            throughput(client, 1, 1, 4, "warmup")
-            runs = []
-            for count in client_counts:
-                runs.append(throughput(client, count, args.rounds, args.max_tokens, f"c{count}"))
-                print("generation:", runs[-1], flush=True)
-            sequential = next((r for r in runs if r["clients"] == 1), runs[0])["tokens_per_s"]
-            figures["generation"] = {
-                f"clients_{r['clients']}": {**r, "ratio_to_sequential":
-                                            round(r["tokens_per_s"] / sequential, 2)}
-                for r in runs
-            }  # fmt: skip
+            steady: dict[str, Any] = {}
+            for model, into in ((BATCHED, figures), (DETERMINISTIC, steady)):
+                into["score_6_candidates"] = score_latency(client, args.score_repeats, False, model)
+                print(f"score (cold prompts, {model}):", into["score_6_candidates"], flush=True)
+                into["score_6_candidates_shared_prefix"] = score_latency(
+                    client, args.score_repeats, True, model
+                )
+                print(
+                    f"score (shared prefix, {model}):",
+                    into["score_6_candidates_shared_prefix"],
+                    flush=True,
+                )
+            batched = concurrency(client, args, BATCHED)
+            figures["generation"] = batched["generation"]
+            figures["score_throughput"] = batched["score"]
+            steady.update(concurrency(client, args, DETERMINISTIC))
+            figures["deterministic_service"] = steady
             client.close()
         finally:
             gateway.send_signal(signal.SIGTERM)
@@ -546,6 +625,61 @@ def service(args: argparse.Namespace, figures: dict[str, Any]) -> None:
             "ratio_to_sequential", best) >= 3.0,
         "score_le_150ms": score_ms <= 150.0,
     }  # fmt: skip
+
+
+def determinism(figures: dict[str, Any]) -> dict[str, Any]:
+    """`deterministic: true` beside the batched path: scoring as a ratio to one forward of
+    the prompt (in-process; through the service when it ran) and 8 clients' throughput as a
+    ratio to one client's, with their targets (score <= 1.3x, 8 clients >= 4x)."""
+    limit = figures["score_limits"]
+    ratios, steady = limit["ratio_to_forward"], limit["deterministic"]
+    score = {
+        "deterministic": {
+            "cold": steady["cold"]["ratio_to_forward"],
+            "shared_prefix": steady["shared_prefix"]["ratio_to_forward"],
+        },
+        "batched": {
+            "cold": ratios["gateway_cold"],
+            "shared_prefix": ratios["gateway_shared_prefix"],
+        },
+    }
+    summary: dict[str, Any] = {"score_ratio_to_forward": score}
+    targets: dict[str, Any] = {
+        "score_cold_le_1_3x_forward": {k: v["cold"] <= 1.3 for k, v in score.items()},
+    }
+    service_figures = figures.get("deterministic_service")
+    if service_figures:
+        forward_ms = limit["median_ms"]["forward"]
+
+        def over_forward(source: dict[str, Any]) -> dict[str, float]:
+            return {
+                "cold": round(source["score_6_candidates"]["median_ms"] / forward_ms, 2),
+                "shared_prefix": round(
+                    source["score_6_candidates_shared_prefix"]["median_ms"] / forward_ms, 2
+                ),
+            }
+
+        def clients_8(generation: dict[str, Any], scoring: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "generation": generation.get("clients_8", {}).get("ratio_to_sequential"),
+                "score": scoring["clients_8"]["ratio_to_sequential"],
+            }
+
+        summary["service_score_ratio_to_forward"] = {
+            "deterministic": over_forward(service_figures),
+            "batched": over_forward(figures),
+        }
+        concurrent = {
+            "deterministic": clients_8(service_figures["generation"], service_figures["score"]),
+            "batched": clients_8(figures["generation"], figures["score_throughput"]),
+        }
+        summary["clients_8_ratio_to_sequential"] = concurrent
+        for kind in ("generation", "score"):
+            targets[f"clients_8_{kind}_ge_4x_sequential"] = {
+                k: v[kind] is not None and v[kind] >= 4.0 for k, v in concurrent.items()
+            }
+    summary["targets"] = targets
+    return summary
 
 
 if __name__ == "__main__":

@@ -61,6 +61,21 @@ class HfModelConfig(ModelConfig):
             "8192 on a GPU"
         ),
     )
+    deterministic: bool = Field(
+        True,
+        description=(
+            "every request computed in forward passes shaped by it alone (a score's prompt "
+            "at batch 1 in segments at fixed offsets from its start, its candidates packed "
+            "into the pass of the prompt's last segment, or batched together on the prompt's "
+            "KV cache when they do not fit; each generated row at batch 1), so that its "
+            "log-probs and tokens are bitwise the same alone or in any batch the gateway "
+            "forms, and a run repeats at its seed. The batcher still groups concurrent "
+            "requests, but their rows no longer share passes, and the prefix cache reuses "
+            "only whole segments of score_forward_tokens. false: rows of concurrent requests "
+            "share passes (far more generation throughput with many clients; the last bits "
+            "of a row depend on what shares its batch)"
+        ),
+    )
     adapters: dict[str, dict[str, str]] = Field(
         default_factory=dict,
         description="LoRA adapters: name -> version -> directory (peft save_pretrained output)",
@@ -119,7 +134,9 @@ class TransformersBackend(Backend):
         dtype = resolve_dtype(config.dtype, device)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         forward_tokens = config.score_forward_tokens or default_forward_tokens(device)
-        self.lm = LocalCausalLM(model, tokenizer, config.score_chunk_tokens, forward_tokens)
+        self.lm = LocalCausalLM(
+            model, tokenizer, config.score_chunk_tokens, forward_tokens, config.deterministic
+        )
         self.adapters = Adapters(model, name, config.adapters)
         self.batcher = DynamicBatcher(
             self._run_group, config.max_batch_size, config.max_wait_ms / 1000, f"hf-{name}"
