@@ -108,7 +108,9 @@ def test_bounded_forward_passes_give_the_same_logprobs(make_gateway):
 def test_the_rows_of_an_abandoned_job_leave_a_shared_pass(make_gateway, monkeypatch):
     """Two jobs share candidate passes; when one's caller leaves mid-way its rows are dropped
     from the next pass on, and the other's scores are unchanged."""
-    lm = make_gateway(models=BOUNDED).backend("tiny").lm
+    # the batched path, where jobs share passes (deterministic scoring keeps each job apart)
+    batched = {"tiny": {**BOUNDED["tiny"], "deterministic": False}}
+    lm = make_gateway(models=batched).backend("tiny").lm
     candidates = [lm.encode(c) for c in LONG_CANDIDATES[:4]]
     expected = lm.score([ScoreJob(lm.encode("Go"), candidates)])[0]
     leaving, staying = (
