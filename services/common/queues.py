@@ -12,6 +12,13 @@ A `Broker` bundles what the orchestrator and the rollout workers share: the `job
 (group "workers"), the `results` queue (group "orchestrator"), a set of episodes already done
 (so that a re-delivered job is skipped instead of re-run) and the set of cancelled runs.
 `make_broker(None)` gives the in-memory broker, `make_broker("redis://...")` the Redis one.
+
+A queue can lose messages only when its Redis does (a crash that cut the AOF's last second, a
+restart without persistence, a flush, an eviction). `generation` names the queue's life so far
+in a constant number of calls, and changes after any of these; `missing` says which of a list
+of message ids the queue no longer holds. A producer that remembers the ids it put and the
+generation it put them in therefore finds its lost jobs by checking only its own ids, and only
+after the generation changed: never by walking the whole stream (every run's backlog).
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ import itertools
 import json
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +79,18 @@ class WorkQueue(ABC):
 
     @abstractmethod
     def payloads(self) -> Iterator[dict[str, Any]]:
-        """Every message not yet acknowledged (a scan: for recovery checks, not hot paths)."""
+        """Every message not yet acknowledged (a scan: for tests and tools, not hot paths)."""
+
+    def generation(self) -> str:
+        """A name for the queue's life so far: it changes whenever messages may have been lost
+        since (its Redis restarted, was flushed or evicted the stream); constant for a queue
+        that cannot lose them. A constant number of calls, whatever the backlog."""
+        return "in-process"
+
+    @abstractmethod
+    def missing(self, message_ids: Iterable[str]) -> set[str]:
+        """The ids among `message_ids` the queue no longer holds (acknowledged, or lost);
+        work in proportion to the ids asked about, not to the backlog."""
 
 
 class Broker(ABC):
@@ -162,6 +181,10 @@ class InMemoryQueue(WorkQueue):
             found = list(self._waiting.values()) + [p for p, _, _ in self._pending.values()]
         yield from found
 
+    def missing(self, message_ids: Iterable[str]) -> set[str]:
+        with self._cond:
+            return {i for i in message_ids if i not in self._waiting and i not in self._pending}
+
 
 class InMemoryBroker(Broker):
     def __init__(self, claim_idle_s: float = DEFAULT_CLAIM_IDLE_S) -> None:
@@ -202,6 +225,7 @@ class RedisStreamQueue(WorkQueue):
         self.client, self.stream, self.group = client, stream, group
         self.claim_idle_s = claim_idle_s
         self._group_ready = False
+        self._marker = f"{stream}:generation"  # gone with a flush or an eviction
 
     def _ensure_group(self) -> None:
         # Re-checked after connection errors: a Redis restarted without persistence has lost it.
@@ -233,14 +257,14 @@ class RedisStreamQueue(WorkQueue):
             raise
 
     def put(self, payload: dict[str, Any]) -> str:
-        return self._call(self.client.xadd, self.stream, {"data": json.dumps(payload)})
+        return _text(self._call(self.client.xadd, self.stream, {"data": json.dumps(payload)}))
 
     def put_many(self, payloads: list[dict[str, Any]]) -> list[str]:
         def send() -> list[str]:
             pipe = self.client.pipeline(transaction=False)
             for payload in payloads:
                 pipe.xadd(self.stream, {"data": json.dumps(payload)})
-            return pipe.execute()
+            return [_text(message_id) for message_id in pipe.execute()]
 
         return self._call(send) if payloads else []
 
@@ -300,6 +324,43 @@ class RedisStreamQueue(WorkQueue):
                 return
             last = batch[-1][0]
             start = "(" + (last.decode() if isinstance(last, bytes) else last)
+
+    def generation(self) -> str:
+        """The Redis server's `run_id` (new at every start: a crash, a restart, a failover)
+        and a marker key beside the stream (new after a flush or an eviction): three calls."""
+        import redis
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(self._marker, uuid.uuid4().hex, nx=True)
+            pipe.get(self._marker)
+            pipe.info("server")
+            return pipe.execute()
+
+        try:
+            _, marker, server = self._call(read)
+        except redis.ResponseError:  # INFO refused (a managed Redis): assume the worst
+            return f"unknown-{uuid.uuid4().hex}"
+        return f"{server.get('run_id', 'unknown')}/{_text(marker)}"
+
+    def missing(self, message_ids: Iterable[str]) -> set[str]:
+        ids, gone = list(message_ids), set()
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+
+            def look(chunk: list[str] = chunk) -> list[Any]:
+                pipe = self.client.pipeline(transaction=False)
+                for message_id in chunk:
+                    pipe.xrange(self.stream, message_id, message_id, count=1)
+                return pipe.execute()
+
+            found = self._call(look)
+            gone.update(i for i, entries in zip(chunk, found, strict=True) if not entries)
+        return gone
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _deliveries(messages: list[Any]) -> list[Delivery]:

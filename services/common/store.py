@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS runs (
     out_dir TEXT NOT NULL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    tenant TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS phases (
     run_id TEXT NOT NULL,
@@ -123,6 +124,7 @@ class RunRow:
     created: float
     updated: float
     phases: list[dict[str, Any]] = field(default_factory=list)
+    tenant: str = ""  # who submitted it, as the orchestrator's auth tells callers apart
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -167,6 +169,18 @@ class RunStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._add_column("runs", "tenant", "TEXT NOT NULL DEFAULT ''")  # stores made before it
+
+    def _add_column(self, table: str, column: str, declaration: str) -> None:
+        with self._lock:
+            names = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if column in names:
+                return
+            try:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
 
     def close(self) -> None:
         with self._lock:
@@ -179,15 +193,21 @@ class RunStore:
 
     # -- runs ---------------------------------------------------------------------------
     def create_run(
-        self, recipe: str, config: dict[str, Any], out_dir: str | Path, run_id: str | None = None
+        self,
+        recipe: str,
+        config: dict[str, Any],
+        out_dir: str | Path,
+        run_id: str | None = None,
+        tenant: str = "",
     ) -> str:
         run_id = run_id or new_run_id(recipe)
         now = time.time()
         with self._tx() as db:
             db.execute(
-                "INSERT INTO runs (run_id, recipe, config, status, out_dir, created, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, recipe, json.dumps(config), PENDING, str(out_dir), now, now),
+                "INSERT INTO runs"
+                " (run_id, recipe, config, status, out_dir, created, updated, tenant)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, recipe, json.dumps(config), PENDING, str(out_dir), now, now, tenant),
             )
         return run_id
 
@@ -492,6 +512,7 @@ def _run_from_row(row: sqlite3.Row) -> RunRow:
         cancel_requested=bool(row["cancel_requested"]),
         created=row["created"],
         updated=row["updated"],
+        tenant=row["tenant"],
     )
 
 

@@ -118,10 +118,19 @@ class QueueExecutor:
         pump: Callable[[], None] | None = None,
         interrupted: Callable[[], bool] = lambda: False,
         resubmit_after_s: float = DEFAULT_RESUBMIT_AFTER_S,
+        max_queued: int | None = None,
+        admission: threading.Lock | None = None,
     ) -> None:
         self.broker, self.collector, self.pump = broker, collector, pump
         self.interrupted = interrupted
         self.resubmit_after_s = resubmit_after_s
+        # at most this many jobs on the queue, every run's together: a run puts its jobs as
+        # room frees up (one `admission` lock, shared by the runs, so they never overshoot)
+        self.max_queued = max_queued
+        self.admission = admission or threading.Lock()
+        # per run: episode id -> message id of the jobs put, and the queue's generation then
+        self._sent: dict[str, dict[str, str]] = {}
+        self._generation: dict[str, str] = {}
 
     def run_jobs(
         self,
@@ -142,10 +151,21 @@ class QueueExecutor:
         should_stop: Callable[[], bool],
     ) -> None:
         run_id = jobs[0].run_id
-        retry_on_disconnect(
-            lambda: self.broker.jobs.put_many([{"job": job.to_dict()} for job in jobs]),
-            give_up=self.interrupted,
-        )
+        self._sent[run_id], self._generation[run_id] = {}, ""
+        try:
+            self._wait_for_jobs(run_id, jobs, on_record, should_stop)
+        finally:
+            self._sent.pop(run_id, None)
+            self._generation.pop(run_id, None)
+
+    def _wait_for_jobs(
+        self,
+        run_id: str,
+        jobs: Sequence[EpisodeJob],
+        on_record: Callable[[EpisodeRecord], None],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        unsent = self._send(run_id, list(jobs))
         remaining = {job.episode_id for job in jobs}
         by_id = {job.episode_id: job for job in jobs}
         store = self.collector.store
@@ -155,6 +175,8 @@ class QueueExecutor:
                 raise RunInterrupted(run_id)
             if should_stop():
                 raise RunCancelled(run_id)
+            if unsent:
+                unsent = self._send(run_id, unsent)
             if self.pump is not None:
                 self.pump()
             stored, errors = self.collector.take(run_id, 0.0 if self.pump else 0.5)
@@ -168,25 +190,59 @@ class QueueExecutor:
                 for record in store.episodes(run_id, episode_ids=new):
                     on_record(record)
             elif time.monotonic() - last_progress > self.resubmit_after_s:
-                self._resubmit_lost(run_id, [by_id[i] for i in remaining])
+                sent = self._sent[run_id]
+                self._resubmit_lost(run_id, [by_id[i] for i in remaining if i in sent])
                 last_progress = time.monotonic()
+
+    def _send(self, run_id: str, unsent: list[EpisodeJob]) -> list[EpisodeJob]:
+        """Put as many of `unsent` on the queue as `max_queued` leaves room for (all of them
+        without a limit); returns the rest."""
+        if not unsent:
+            return unsent
+
+        def put() -> list[EpisodeJob]:
+            with self.admission:
+                room = len(unsent)
+                if self.max_queued is not None:
+                    room = min(room, max(0, self.max_queued - self.broker.jobs.backlog()))
+                if room:
+                    self._put(run_id, unsent[:room])
+                return unsent[room:]
+
+        return retry_on_disconnect(put, give_up=self.interrupted)
+
+    def _put(self, run_id: str, jobs: Sequence[EpisodeJob]) -> None:
+        """Put `jobs` and remember their message ids, and the queue's generation read before
+        (a Redis that restarts after the read changes it, so a loss is never missed)."""
+        generation = self.broker.jobs.generation()
+        ids = self.broker.jobs.put_many([{"job": job.to_dict()} for job in jobs])
+        sent = self._sent.setdefault(run_id, {})
+        sent.update(zip((job.episode_id for job in jobs), ids, strict=True))
+        self._generation[run_id] = generation
 
     def _resubmit_lost(self, run_id: str, waiting: list[EpisodeJob]) -> None:
         """No progress for a while: put back the jobs the queue no longer holds.
 
         A Redis that crashed (rather than shut down) may lose its last writes: jobs, or the
-        results of jobs already acknowledged. Whatever is missing is submitted again; a job
-        that was not lost after all only runs twice and is stored once.
+        results of jobs already acknowledged. Only a queue whose generation changed since the
+        jobs were put can have lost them, so the check costs a constant number of calls while
+        nothing happened to Redis; after a change, it asks the queue about this run's own
+        waiting jobs (by message id), never walks the backlog of every run. Whatever is
+        missing is submitted again; a job that was not lost after all (its result not stored
+        yet) only runs twice and is stored once.
         """
         try:
-            queued = {
-                payload["job"]["episode_id"]
-                for payload in self.broker.jobs.payloads()
-                if payload.get("job", {}).get("run_id") == run_id
-            }
-            lost = [job for job in waiting if job.episode_id not in queued]
+            generation = self.broker.jobs.generation()
+            if generation == self._generation.get(run_id):
+                return  # the queue lost nothing since the jobs were put
+            sent = self._sent.get(run_id, {})
+            gone = self.broker.jobs.missing(sent[job.episode_id] for job in waiting)
+            lost = [job for job in waiting if sent[job.episode_id] in gone]
+            with self.admission:  # lost jobs go back at once: they were counted before
+                if lost:
+                    self._put(run_id, lost)
+                self._generation[run_id] = generation
             if lost:
-                self.broker.jobs.put_many([{"job": job.to_dict()} for job in lost])
                 log_event(
                     log, "resubmitted lost jobs", logging.WARNING, run_id=run_id, jobs=len(lost)
                 )

@@ -2,7 +2,8 @@
 
 Episodes of every run go through the Redis jobs stream to rollout workers; one collector
 thread stores what comes back. Runs left unfinished by a previous orchestrator process
-(killed, restarted, crashed) are picked up again by `start()`.
+(killed, restarted, crashed) are picked up again by `start()`. A submission past the limits
+on active runs or queued jobs is refused (`llmrl.orchestrator.limits`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ from llmrl.orchestrator.executors import (
     DEFAULT_RESUBMIT_AFTER_S,
     QueueExecutor,
     ResultCollector,
+)
+from llmrl.orchestrator.limits import (
+    ACTIVE_RUNS,
+    ACTIVE_RUNS_PER_TENANT,
+    DEFAULT_TENANT,
+    QUEUED_EPISODES,
+    AtCapacity,
+    RunLimits,
 )
 from llmrl.orchestrator.runner import execute_run
 from llmrl.recipes.base import NullProgress, validate_config
@@ -48,9 +57,14 @@ class RunManager:
         llm_gateway: str | None,
         resubmit_after_s: float = DEFAULT_RESUBMIT_AFTER_S,
         learner: str | None = None,
+        limits: RunLimits | None = None,
     ) -> None:
         self.store, self.broker, self.home = store, broker, Path(home)
         self.resubmit_after_s = resubmit_after_s
+        self.limits = limits or RunLimits()
+        self._admission = threading.Lock()  # one submission checked and started at a time
+        self._queue_admission = threading.Lock()  # one run puts jobs at a time (the limit)
+        self._tenants: dict[str, str] = {}  # active run -> its tenant
         self.simulator, self.llm_gateway = simulator, llm_gateway
         self.learner = learner  # None: recipes train in the orchestrator's process
         self.collector = ResultCollector(store, broker)
@@ -69,11 +83,11 @@ class RunManager:
             target=self.collector.run_forever, args=(self._stopping,), name="collector", daemon=True
         )
         self._collector_thread.start()
-        resumed = [run.run_id for run in self.store.unfinished_runs()]
-        for run_id in resumed:
-            log_event(log, "resuming run", run_id=run_id)
-            self._launch(run_id)
-        return resumed
+        unfinished = self.store.unfinished_runs()
+        for run in unfinished:
+            log_event(log, "resuming run", run_id=run.run_id)
+            self._launch(run.run_id, run.tenant or DEFAULT_TENANT)
+        return [run.run_id for run in unfinished]
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every run where it is (they stay unfinished and resume at the next start)."""
@@ -89,23 +103,52 @@ class RunManager:
 
     # -- runs -------------------------------------------------------------------------------
     def submit(
-        self, recipe: str, config: dict[str, Any] | None, run_id: str | None = None
+        self,
+        recipe: str,
+        config: dict[str, Any] | None,
+        run_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> RunRow:
-        """Validate and start a run; ConfigError for a bad recipe or config."""
+        """Validate and start a run; ConfigError for a bad recipe or config, AtCapacity (and
+        nothing stored) when a limit is reached."""
         validated = validate_config(recipe, config)
-        run_id = run_id or new_run_id(recipe)
-        out_dir = self.home / "runs" / run_id
-        self.store.create_run(recipe, validated.model_dump(mode="json"), out_dir, run_id=run_id)
-        self._launch(run_id)
+        with self._admission:
+            self._check_capacity(tenant)
+            run_id = run_id or new_run_id(recipe)
+            out_dir = self.home / "runs" / run_id
+            config_json = validated.model_dump(mode="json")
+            self.store.create_run(recipe, config_json, out_dir, run_id=run_id, tenant=tenant)
+            self._launch(run_id, tenant)
         return self.get(run_id)
 
-    def _launch(self, run_id: str) -> None:
+    def _check_capacity(self, tenant: str) -> None:
+        """AtCapacity when one more active run (of `tenant`) or the queue's backlog is past
+        its limit. A Redis that cannot be asked does not refuse: the run waits for it."""
+        with self._lock:
+            active = len(self._threads)
+            of_tenant = sum(1 for t in self._tenants.values() if t == tenant)
+        if active >= self.limits.max_active_runs:
+            raise AtCapacity(ACTIVE_RUNS, active, self.limits.max_active_runs)
+        if of_tenant >= self.limits.max_active_runs_per_tenant:
+            allowed = self.limits.max_active_runs_per_tenant
+            raise AtCapacity(ACTIVE_RUNS_PER_TENANT, of_tenant, allowed, tenant=tenant)
+        try:
+            queued = self.broker.jobs.backlog()
+        except Exception as exc:  # Redis restarting
+            log_event(log, "queue backlog unknown", logging.WARNING, error=str(exc))
+            return
+        if queued >= self.limits.max_queued_episodes:
+            raise AtCapacity(QUEUED_EPISODES, queued, self.limits.max_queued_episodes)
+
+    def _launch(self, run_id: str, tenant: str = DEFAULT_TENANT) -> None:
         progress = NullProgress()
         executor = QueueExecutor(
             self.broker,
             self.collector,
             interrupted=self._stopping.is_set,
             resubmit_after_s=self.resubmit_after_s,
+            max_queued=self.limits.max_queued_episodes,
+            admission=self._queue_admission,
         )
 
         def work() -> None:
@@ -130,12 +173,14 @@ class RunManager:
                         log_event(log, "could not drop done-set", logging.WARNING, error=str(exc))
                 with self._lock:
                     self._threads.pop(run_id, None)
+                    self._tenants.pop(run_id, None)
                 for hook in self.run_end_hooks:
                     hook(run_id)
 
         thread = threading.Thread(target=work, name=f"run-{run_id}", daemon=True)
         with self._lock:
             self._threads[run_id] = thread
+            self._tenants[run_id] = tenant
             self._progress[run_id] = progress
         thread.start()
 

@@ -13,7 +13,7 @@ from llmrl.common.bounds import MAX_INT64
 from llmrl.common.server_paths import redact_server_paths
 from llmrl.common.store import RunRow
 from llmrl.orchestrator.manager import RunManager
-from llmrl.orchestrator.rest_access import GUARDED, ManagerDep
+from llmrl.orchestrator.rest_access import GUARDED, ManagerDep, TenantDep
 
 router = APIRouter(tags=["runs"], dependencies=GUARDED)
 
@@ -62,10 +62,15 @@ def _ledger(manager: RunManager, run_id: str) -> dict[str, Any] | None:
         return {"error": f"gateway ledger unavailable: {type(exc).__name__}"}
 
 
-@router.post("/runs", status_code=201)
-def start_run(request: RunRequest, manager: ManagerDep) -> dict[str, Any]:
-    """Start a run of `recipe` with `config`; returns its id (201)."""
-    run = manager.submit(request.recipe, request.config)
+@router.post(
+    "/runs",
+    status_code=201,
+    responses={429: {"description": "a limit on active runs or queued episodes is reached"}},
+)
+def start_run(request: RunRequest, manager: ManagerDep, tenant: TenantDep) -> dict[str, Any]:
+    """Start a run of `recipe` with `config`; returns its id (201). A 429 (with `Retry-After`)
+    when the orchestrator runs as many runs, or holds as many queued episodes, as it may."""
+    run = manager.submit(request.recipe, request.config, tenant=tenant)
     return run_view(run, manager, full=False)
 
 

@@ -28,6 +28,7 @@ from llmrl.orchestrator.experiments import (
     new_experiment_id,
     plan_experiment,
 )
+from llmrl.orchestrator.limits import AtCapacity
 from llmrl.orchestrator.manager import RunManager, RunNotActive
 from llmrl.orchestrator.sources import experiment_runs
 
@@ -131,7 +132,10 @@ class ExperimentScheduler:
         for run in queued[: max(free, 0)]:
             if self._stopping.is_set():
                 return
-            active += self._start(experiment, run)
+            try:
+                active += self._start(experiment, run)
+            except AtCapacity:  # the orchestrator is full: the run stays queued till one ends
+                break
         if experiment.status == states.PENDING and active:
             self.store.update_experiment(experiment.experiment_id, status=states.RUNNING)
         if active or (queued and not experiment.cancel_requested):
@@ -148,10 +152,13 @@ class ExperimentScheduler:
         log_event(log, "experiment ended", experiment_id=experiment.experiment_id, status=final)
 
     def _start(self, experiment: ExperimentRow, run: dict[str, Any]) -> int:
-        """Start one planned run; 1 if it runs, 0 if it failed to start (it is marked failed)."""
+        """Start one planned run; 1 if it runs, 0 if it failed to start (it is marked failed);
+        AtCapacity (nothing stored) when the orchestrator's limits leave no room for it."""
         try:
             self.manager.submit(run["recipe"], run["config"], run_id=run["run_id"])
             return 1
+        except AtCapacity:
+            raise
         except Exception as exc:  # e.g. a plugin gone since submission: fail this run only
             if self.store.get_run(run["run_id"], with_phases=False) is None:
                 out_dir = self.manager.home / "runs" / run["run_id"]

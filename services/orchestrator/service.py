@@ -14,7 +14,9 @@ When a token is configured (setting `token`, LLMRL_TOKEN or its alias LLMRL_ORCH
 every endpoint but /health needs `Authorization: Bearer <token>` (/metrics and the docs too,
 unless LLMRL_AUTH_OPEN opens them: common/auth.py). Bad input gets a 4xx
 whose `detail` names the problem (unknown recipe, config field and why, unknown run id,
-malformed JSON, body over `max_body_bytes`); the service keeps serving.
+malformed JSON, body over `max_body_bytes`); the service keeps serving. A run past the limits
+on active runs (in total, per tenant) or queued episode jobs is a 429 with `Retry-After`, naming
+the limit, its use and the setting that raises it (llmrl.orchestrator.limits).
 
 The routes live in one router per resource (routes_runs, routes_artifacts, routes_recipes;
 their shared manager and token dependencies in rest_access); `create_app` puts the manager and
@@ -42,7 +44,7 @@ from llmrl.common.plugins import load_plugins
 from llmrl.common.queues import DEFAULT_CLAIM_IDLE_S, make_broker
 from llmrl.common.server_paths import redact_server_paths
 from llmrl.common.store import RunStore
-from llmrl.orchestrator import routes_artifacts, routes_recipes, routes_runs
+from llmrl.orchestrator import limits, routes_artifacts, routes_recipes, routes_runs
 from llmrl.orchestrator.executors import DEFAULT_RESUBMIT_AFTER_S
 from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
 from llmrl.orchestrator.rest_access import GUARDED
@@ -63,6 +65,7 @@ SETTINGS = {
     "max_body_bytes": "largest accepted request body (default LLMRL_MAX_BODY_BYTES, else 1 MiB)",
     "claim_idle_s": "seconds before a silent worker's job is handed to another (default 30)",
     "resubmit_after_s": "seconds without results before a run re-queues lost jobs (default 60)",
+    **limits.SETTINGS,
 }
 
 
@@ -83,6 +86,11 @@ async def _run_not_found(_request: Request, exc: RunNotFound) -> JSONResponse:
 
 async def _run_not_active(_request: Request, exc: RunNotActive) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+async def _at_capacity(_request: Request, exc: limits.AtCapacity) -> JSONResponse:
+    headers = {"Retry-After": str(exc.retry_after_s)}
+    return JSONResponse(exc.body(), status_code=429, headers=headers)
 
 
 @asynccontextmanager
@@ -109,6 +117,7 @@ def create_app(manager: RunManager, token: str | None, max_body_bytes: int) -> F
             ConfigError: _config_error,
             RunNotFound: _run_not_found,
             RunNotActive: _run_not_active,
+            limits.AtCapacity: _at_capacity,
         },
     )
     app.state.manager = manager
@@ -158,6 +167,7 @@ def build_manager(settings: dict[str, Any]) -> RunManager:
         llm_gateway=_address(settings.get("llm_gateway"), "llm_gateway"),
         resubmit_after_s=resubmit_after,
         learner=_learner_url(settings.get("learner"), simulator),
+        limits=limits.RunLimits.configured(settings),
     )
 
 

@@ -80,6 +80,27 @@ def test_payloads_lists_every_unacknowledged_message(broker):
     assert sorted(p["n"] for p in broker.jobs.payloads()) == list(range(1, 1005))
 
 
+def test_missing_names_the_messages_no_longer_held_and_the_generation_holds(broker):
+    ids = broker.jobs.put_many([{"n": i} for i in range(3)])
+    generation = broker.jobs.generation()
+    (taken,) = broker.jobs.get("a", block_s=0.5)
+    assert broker.jobs.missing(ids) == set()  # pending still counts as held
+    broker.jobs.ack(taken)
+    assert broker.jobs.missing(ids) == {taken.message_id}
+    assert broker.jobs.generation() == generation  # nothing was lost
+
+
+def test_a_flushed_redis_changes_the_generation(redis_server):
+    broker = RedisBroker(redis_server.url, prefix=f"t{time.monotonic_ns()}")
+    ids = broker.jobs.put_many([{"n": 1}])
+    generation = broker.jobs.generation()
+    with redis_server.client() as client:
+        client.delete(broker.jobs.stream, f"{broker.jobs.stream}:generation")  # as a flush
+    assert broker.jobs.generation() != generation
+    assert broker.jobs.missing(ids) == set(ids)
+    broker.close()
+
+
 def test_done_and_cancelled_flags(broker):
     assert not broker.is_done("r", "evaluate/0")
     broker.mark_done("r", "evaluate/0")
