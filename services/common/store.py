@@ -299,6 +299,15 @@ class RunStore:
                 (COMPLETED, json.dumps(outputs), time.time(), run_id, phase),
             )
 
+    def end_phase(self, run_id: str, phase: str, status: str) -> None:
+        """A phase that ended without completing (failed, cancelled): its status says so."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE phases SET status = ?, finished = ? WHERE run_id = ? AND phase = ?"
+                " AND status = ?",
+                (status, time.time(), run_id, phase, RUNNING),
+            )
+
     # -- episodes -----------------------------------------------------------------------
     def store_episode(self, record: EpisodeRecord) -> bool:
         """Store one episode; False (and nothing changes) when it was already stored."""

@@ -2,16 +2,72 @@
 
 Recipe phases call this in service mode (`POST /jobs` for fine-tuning, `POST /policy-jobs` for
 RL policies); in embedded mode they call the same training functions in-process.
+
+A learner that restarts meanwhile is waited for: while it refuses connections, drops them or
+answers 5xx, the client tries again with a growing pause (0.5 s up to 5 s) for up to
+`LLMRL_LEARNER_RETRY_S` seconds of outage (default 300), then fails naming the learner, the
+job and the last error. The restarted learner runs the job again (`llmrl.learner.jobs`), so the
+waiting phase gets its result as if nothing had happened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 POLL_S = 0.5
+RETRY_VAR = "LLMRL_LEARNER_RETRY_S"
+DEFAULT_RETRY_S = 300.0  # long enough for a learner to restart and load its job kinds
+BACKOFF_S = (0.5, 5.0)  # the first pause between tries, and the longest
+# a POST answered with these never started a job: sending it again starts it once
+RETRY_POST_STATUS = frozenset({502, 503, 504})
+
+
+def retry_window_s() -> float:
+    """How long an unreachable learner is waited for (LLMRL_LEARNER_RETRY_S)."""
+    raw = os.environ.get(RETRY_VAR)
+    if not raw:
+        return DEFAULT_RETRY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise ValueError(f"{RETRY_VAR}: expected seconds in [0, 86400], got {raw[:50]!r}")
+    return value
+
+
+class LearnerUnreachable(RuntimeError):
+    """The learner did not answer for longer than the retry window."""
+
+
+class _Outage:
+    """The clock of one outage: pauses that grow, and the end of the patience."""
+
+    def __init__(self, base: str, window_s: float) -> None:
+        self.base, self.window_s = base, window_s
+        self.since: float | None = None
+        self.pause = BACKOFF_S[0]
+
+    def over(self) -> None:
+        self.since, self.pause = None, BACKOFF_S[0]
+
+    def wait(self, what: str, error: str) -> None:
+        """Sleep before the next try, or raise once the outage lasted past the window."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        if now - self.since >= self.window_s:
+            raise LearnerUnreachable(
+                f"the learner at {self.base} has not answered {what} for {self.window_s:g} s "
+                f"(last: {error}); a restarted learner goes on with the job, but none came "
+                f"back ({RETRY_VAR} sets how long to wait)"
+            )
+        time.sleep(min(self.pause, max(0.0, self.since + self.window_s - now)))
+        self.pause = min(self.pause * 2, BACKOFF_S[1])
 
 
 def run_learner_job(
@@ -23,32 +79,63 @@ def run_learner_job(
 ) -> dict[str, Any]:
     """Start a job at `endpoint` ("/jobs", "/policy-jobs") and wait; returns its result.
     Whatever stops the waiting (`on_progress` raising when the run is cancelled, the timeout,
-    an interrupt) cancels the job on the learner too, so it does not train on for nobody."""
+    an interrupt) cancels the job on the learner too, so it does not train on for nobody.
+    A learner that restarts meanwhile is waited for (module docstring)."""
     import httpx
 
     from llmrl.common.auth import auth_headers
     from llmrl.common.config import http_url
 
     base = (url or http_url("learner")).rstrip("/")
+    outage = _Outage(base, retry_window_s())
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def still_waiting(what: str, error: str) -> None:
+        """During an outage: the run's cancel is still heard (`on_progress` raises), the
+        timeout still holds, and the outage's patience."""
+        if on_progress is not None:
+            on_progress(0)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"the learner at {base} did not answer {what} in time: {error}")
+        outage.wait(what, error)
+
     with httpx.Client(base_url=base, headers=auth_headers(), timeout=30.0) as client:
-        response = client.post(endpoint, json=payload)
+        while True:
+            try:
+                response = client.post(endpoint, json=payload)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent
+                still_waiting("the job's submission", f"{type(exc).__name__}: {exc}")
+                continue
+            if response.status_code in RETRY_POST_STATUS:
+                still_waiting("the job's submission", f"HTTP {response.status_code}")
+                continue
+            break
+        outage.over()
         if response.status_code != 202:
             raise RuntimeError(
                 f"the learner at {base} refused the job ({response.status_code}): "
                 f"{response.text[:500]}"
             )
         job_id = response.json()["job_id"]
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         reported = 0
         try:
             while True:
-                response = client.get(f"{endpoint}/{job_id}")
+                try:
+                    response = client.get(f"{endpoint}/{job_id}")
+                except httpx.TransportError as exc:  # refused, reset, timed out: restarting
+                    still_waiting(f"about job {job_id}", f"{type(exc).__name__}: {exc}")
+                    continue
+                if response.status_code >= 500:
+                    still_waiting(f"about job {job_id}", f"HTTP {response.status_code}")
+                    continue
+                outage.over()
                 if response.status_code != 200:  # e.g. a learner restarted on another jobs_dir
                     raise RuntimeError(
                         f"the learner at {base} lost job {job_id} ({response.status_code}): "
                         f"{response.text[:500]}"
                     )
                 state = response.json()
+                # a restarted job's progress goes on from its record: never counted twice
                 done = int(state.get("progress", 0))
                 if on_progress is not None and done > reported:
                     on_progress(done - reported)

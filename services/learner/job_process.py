@@ -45,7 +45,7 @@ class JobCancelled(Exception):
 
 @dataclass
 class Outcome:
-    status: str  # "succeeded", "failed" or "cancelled"
+    status: str  # "succeeded", "failed", "cancelled", or "interrupted" (the service stopped)
     result: dict[str, Any] | None = None
     error: str | None = None
 
@@ -102,7 +102,8 @@ def run_in_child(
 ) -> Outcome:
     """Run `run_fn(request, report)` in a spawned child and wait for it. `on_progress(n)` gets
     each report; once `cancelled()` the child is asked to stop, and killed after `grace_s`
-    seconds if it has not; once `stopping()` (the service shuts down) it is killed at once."""
+    seconds if it has not; once `stopping()` (the service shuts down) it is killed at once
+    (outcome "interrupted": the job did not end, the next service runs it again)."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     cancel = context.Event()
@@ -120,7 +121,7 @@ def run_in_child(
         while outcome is None:
             if stopping():
                 _kill(process)
-                return Outcome("failed", error="interrupted: the service stopped")
+                return Outcome("interrupted", error="interrupted: the service stopped")
             if cancelled_at is None and cancelled():
                 cancel.set()
                 cancelled_at = time.monotonic()

@@ -7,7 +7,17 @@ a child process of its own (`job_process.py`: a cancelled job that does not stop
 one job at a time (training takes the machine); `get`/`list` report status (`queued`,
 `running`, `succeeded`, `failed`, `cancelled`), progress (local training steps), the result
 (adapter directory and the gateway model name, or the OpenAI model id) or the error. Jobs are
-also written as JSON under `<jobs_dir>/<job_id>.json`, so their outcome survives a restart.
+also written as JSON under `<jobs_dir>/<job_id>.json` (progress at most every second), so their
+outcome survives a restart.
+
+A job the service did not finish (it was killed, or stopped, while the job was queued or
+running) is run again by the next service on the same `jobs_dir`, from its recorded request,
+checked again as when it was submitted: an algorithm that saves versions goes on from its
+line's latest one (SB3's `resume`, GLAM's and ELLM's checkpoints), any other job starts afresh.
+Its record keeps its id, and `restarts` lists each restart (when, and the progress it had);
+`progress` goes on counting from there. A job restarted `max_restarts` times (default 3), or
+whose request no longer passes, fails naming why; a job cancelled before the stop stays
+cancelled.
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ from llmrl.learner.algorithms.sft import SftSettings
 from llmrl.learner.job_process import JobCancelled, Outcome, run_in_child
 
 log = logging.getLogger("llmrl.learner.jobs")
+MAX_RESTARTS = 3  # a job the service stopped under is run again at most this many times
+PROGRESS_SAVE_S = 1.0  # a running job's record is written at most this often
 
 
 def sft_setting(name: str, description: str | None = None, **bounds: float) -> Any:
@@ -143,8 +155,13 @@ class BackgroundJobs:
         cancel_grace_s: float = 5.0,
         isolated: bool = True,
         runner: Callable[[Any], Callable[..., dict[str, Any]]] | None = None,
+        restore: Callable[[Any], BaseModel] | None = None,
+        max_restarts: int = MAX_RESTARTS,
     ) -> None:
         self.run_fn = run or run_finetune
+        # the request of a recorded job, checked again (None: an unfinished job cannot restart)
+        self.restore = restore or (FineTuneRequest.model_validate if run is None else None)
+        self.max_restarts = max_restarts
         # what an isolated job's child runs for a request (default: `run`); the parent resolves
         # it so that the child imports only that function's module
         self.runner = runner or (lambda _request: self.run_fn)
@@ -155,8 +172,10 @@ class BackgroundJobs:
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self._jobs: dict[str, dict[str, Any]] = {}
+        self._saved_at: dict[str, float] = {}  # job id -> when its record was last written
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finetune")
+        unfinished = []
         for path in sorted(self.jobs_dir.glob("*.json")):  # jobs of an earlier process
             try:
                 job = json.loads(path.read_text())
@@ -166,8 +185,10 @@ class BackgroundJobs:
                 log.warning("skipping %s: not a job record (%s)", path, exc)
                 continue
             if job["status"] in ("queued", "running"):
-                job.update(status="failed", error="interrupted: the service stopped")
+                unfinished.append(job)
             self._jobs[job["job_id"]] = job
+        for job in sorted(unfinished, key=lambda job: job.get("created") or 0):
+            self._restart(job)
 
     def submit(self, request: BaseModel) -> dict[str, Any]:
         job_id = f"{self.id_prefix}-{uuid.uuid4().hex[:12]}"
@@ -204,15 +225,59 @@ class BackgroundJobs:
             return dict(job)
 
     def close(self) -> None:
-        """Start no more jobs; a running job's process is killed (its record: interrupted)."""
+        """Start no more jobs; a running job's process is killed. Both it and the queued jobs
+        stay unfinished on disk: the next service on this `jobs_dir` runs them again."""
         self._closing.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- restarts ----------------------------------------------------------------------------
+    def _restart(self, job: dict[str, Any]) -> None:
+        """Queue again a job an earlier service left unfinished, or end it saying why not."""
+        restarts = list(job.get("restarts") or [])
+        why = None
+        if job.get("cancel_requested"):
+            job.update(status="cancelled", error="cancelled; the service stopped before it ended")
+        elif self.restore is None:
+            why = "jobs of this kind are not restarted"
+        elif len(restarts) >= self.max_restarts:
+            why = f"it was restarted {len(restarts)} times already (max_restarts)"
+        if why is not None:
+            job.update(status="failed", error=f"interrupted: the service stopped; {why}")
+        if job["status"] in ("cancelled", "failed"):
+            job["finished"] = time.time()
+            self._update(job)
+            return
+        restarts.append(
+            {"at": time.time(), "progress": int(job.get("progress") or 0), "was": job["status"]}
+        )
+        job.update(status="queued", restarts=restarts)
+        log.warning("restarting job %s (restart %d)", job["job_id"], len(restarts))
+        self._update(job)
+        self._pool.submit(self._run_restored, job["job_id"])
+
+    def _run_restored(self, job_id: str) -> None:
+        with self._lock:
+            job = self._jobs[job_id]
+        assert self.restore is not None
+        try:
+            request = self.restore(job["request"])
+        except Exception as exc:  # its kind gone, a path no longer allowed...
+            job.update(
+                status="failed",
+                error="interrupted: the service stopped, and its request no longer passes: "
+                f"{type(exc).__name__}: {exc}",
+                finished=time.time(),
+            )
+            self._update(job)
+            return
+        self._run(job_id, request)
 
     # -- the worker --------------------------------------------------------------------------
     def _update(self, job: dict[str, Any]) -> None:
         with self._lock:
             self._jobs[job["job_id"]] = job
             snapshot = json.dumps(job, indent=2, default=str)
+            self._saved_at[job["job_id"]] = time.monotonic()
         path = self.jobs_dir / f"{job['job_id']}.json"
         path.with_suffix(".tmp").write_text(snapshot + "\n")
         path.with_suffix(".tmp").replace(path)
@@ -231,7 +296,10 @@ class BackgroundJobs:
 
         def add_progress(n: int) -> None:
             with self._lock:
-                job["progress"] = job.get("progress", 0) + n  # read by get(); saved at the end
+                job["progress"] = job.get("progress", 0) + n  # read by get()
+                due = time.monotonic() - self._saved_at.get(job_id, 0.0) >= PROGRESS_SAVE_S
+            if due:  # what a restart goes on from
+                self._update(job)
 
         def report(n: int) -> None:
             add_progress(n)
@@ -252,6 +320,10 @@ class BackgroundJobs:
             except Exception as exc:  # no child started (a kind that cannot load, no pickle)
                 outcome = Outcome("failed", error=f"{type(exc).__name__}: {exc}")
             log.info("job %s %s at progress %s", job_id, outcome.status, job.get("progress"))
+            if outcome.status == "interrupted":  # the service stops: the next one restarts it
+                job.update(status="running")
+                self._update(job)
+                return
             job.update(status=outcome.status, result=outcome.result, error=outcome.error)
             job["finished"] = time.time()
             self._update(job)

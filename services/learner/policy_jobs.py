@@ -39,6 +39,7 @@ def policy_jobs(jobs_dir: Any, cancel_grace_s: float = 5.0) -> BackgroundJobs:
         id_prefix="rl",
         cancel_grace_s=cancel_grace_s,
         runner=policy_job_runner,
+        restore=parse_policy_job,  # a restarted job's request passes the same checks again
     )
 
 

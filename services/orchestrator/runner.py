@@ -3,6 +3,8 @@
 Used by the embedded runner (`llmrl run`) and by the orchestrator service (one thread per run).
 A run interrupted by a shutdown keeps its "running" status and its completed phases, so
 calling `execute_run` again on it (after a restart) resumes from the first unfinished phase.
+A run that fails or is cancelled ends its phase under way the same way (its status "failed" or
+"cancelled"), so no phase of an ended run reads "running".
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def execute_run(
     log_event(log, "run started", run_id=run_id, recipe=run.recipe)
     metrics.RUNS_ACTIVE.inc()
     final: str | None = None
+    current: str | None = None  # the phase under way
     try:
         for phase in recipe.phases():
             if store.phase_outputs(run_id, phase.name) is not None:
@@ -81,21 +84,27 @@ def execute_run(
             if cancelled():
                 raise RunCancelled(run_id)
             store.start_phase(run_id, phase.name)
+            current = phase.name
             log_event(log, "phase started", run_id=run_id, phase=phase.name)
             outputs = phase.run(ctx) or {}
             store.complete_phase(run_id, phase.name, outputs)
+            current = None
         final = states.COMPLETED
         store.update_run(run_id, status=final, current_phase=None)
     except RunInterrupted:
         log_event(log, "run interrupted; it resumes at restart", run_id=run_id)
     except RunCancelled:
         final = states.CANCELLED
+        if current is not None:
+            store.end_phase(run_id, current, final)
         store.update_run(run_id, status=final)
     except Exception as exc:  # the run fails, the orchestrator keeps serving
         if interrupted():  # a shutdown that surfaced as another error: resume later
             log_event(log, "run interrupted; it resumes at restart", run_id=run_id)
         else:
             final = states.FAILED
+            if current is not None:
+                store.end_phase(run_id, current, final)
             store.update_run(run_id, status=final, error=f"{type(exc).__name__}: {exc}")
             log_event(
                 log,

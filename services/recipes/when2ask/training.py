@@ -64,6 +64,12 @@ class PolicyTrainingJob(When2AskPpoSettings):
     )
     max_steps: EpisodeSteps = Field(200, ge=1)
     total_timesteps: Frames = Field(..., ge=1, description="PPO timesteps")
+    checkpoint_every: Frames | None = Field(
+        None,
+        ge=1,
+        description="timesteps between saved versions (None: one, at the end); a job the "
+        "learner restarts after a stop goes on from the latest",
+    )
     seed: Seed = 0
     model_path: str = Field(..., description="where the trained model (.zip) is written")
     tensorboard_dir: str | None = None
@@ -138,6 +144,7 @@ def train_policy(
             on_progress=on_progress,
             on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
             total_timesteps=job.total_timesteps,
+            checkpoint_every=job.checkpoint_every,
             seed=job.seed,
             tensorboard_dir=job.tensorboard_dir,
             policy=policy,
