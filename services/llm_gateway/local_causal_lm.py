@@ -114,6 +114,9 @@ class LocalCausalLM:
         # tokens per scoring forward pass: a cancelled job stops after the pass in progress
         self.score_forward_tokens = score_forward_tokens
         self.score_forwards = 0  # forward passes scoring has run (tests, bench)
+        # forward passes of generation's chunked prefill (`_prefill`; tests, bench): a prompt
+        # longer than `score_forward_tokens` runs in chunks of its own before `model.generate`
+        self.prefill_forwards = 0
         self.closing = threading.Event()  # set on close: every generation stops at its next step
         eos = model.generation_config.eos_token_id
         if eos is None:
@@ -153,6 +156,12 @@ class LocalCausalLM:
         near a boundary could change with what shared the batch; alone, a row's shapes are
         those of its own prompt and tokens. Rows of a job already abandoned (or of a closing
         model) are not started; their texts are left empty (nobody reads them).
+
+        A prompt (or left-padded batch) wider than one forward pass of `score_forward_tokens`
+        tokens is prefilled in chunks on its KV cache first (`_prefill`), so that a row whose
+        caller left, whose deadline passed (the backend abandons its job) or whose model is
+        closing stops within one chunk, as a score does, not after its whole prompt; decoding
+        then goes on from that cache.
         """
         rows = [(job, index) for job in jobs for index in range(job.n)]
         if self.deterministic:
@@ -179,11 +188,87 @@ class LocalCausalLM:
     def _generate_rows(
         self, rows: list[tuple[GenJob, int]], stops: tuple[str, ...]
     ) -> list[list[int]]:
-        """One `generate` call for `rows` ((job, index of the row among its job's n)), as one
-        left-padded batch: the new tokens of each row (past its end: padding)."""
+        """`rows` ((job, index of the row among its job's n)) as one left-padded batch: the
+        new tokens of each row (past its end: padding; none for a row whose job was abandoned,
+        or for every row once the model is closing, before its decoding began)."""
+        input_ids, mask = pad([job.prompt_ids for job, _ in rows], self.pad_id)
+        prefilled = self._prefill(rows, input_ids, mask)
+        tokens: list[list[int]] = [[] for _ in rows]
+        if prefilled is None:
+            return tokens
+        alive, cache = prefilled
+        keep = torch.tensor(alive)
+        decoded = self._decode([rows[i] for i in alive], input_ids[keep], mask[keep], cache, stops)
+        for i, row_tokens in zip(alive, decoded, strict=True):
+            tokens[i] = row_tokens
+        return tokens
+
+    def _prefill(
+        self, rows: list[tuple[GenJob, int]], input_ids: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[list[int], Any] | None:
+        """The prompts' columns up to their last chunk, in forward passes of at most
+        `score_forward_tokens` tokens (rows x columns) on their growing KV cache: (the rows
+        still wanted, that cache: None when the prompts fit one pass). `model.generate` then
+        computes the last chunk (at most one pass too) and decodes on the cache.
+
+        Between passes it checks the jobs' `abandoned` and the model's `closing` events: the
+        rows of an abandoned job leave the cache, and None means that no row is left. A
+        prompt that fits one pass has no chunk here, so it runs exactly as without chunking;
+        chunks start at multiples of the step counted from the first column (at batch 1: of
+        `score_forward_tokens` from the prompt's first token), so a row's passes depend on its
+        own prompt only on the deterministic path. Positions follow the attention mask as in
+        `generate` (left padding never shifts them)."""
+        step = max(1, self.score_forward_tokens // len(rows))
+        last = (input_ids.shape[1] - 1) // step * step  # where the last chunk starts
+        alive, cache = list(range(len(rows))), None
+        for begin in range(0, last, step):
+            if begin:
+                alive = self._rows_wanted(alive, rows, cache)
+                if not alive:
+                    return None
+            keep = torch.tensor(alive)
+            seen = mask[keep, : begin + step]
+            positions = (seen.cumsum(-1) - 1).clamp(min=0)[:, begin:]
+            out = self.model(
+                input_ids=input_ids[keep, begin : begin + step].to(self.device),
+                attention_mask=seen.to(self.device),
+                position_ids=positions.to(self.device),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            self.prefill_forwards += 1
+            cache = out.past_key_values
+        if last:
+            alive = self._rows_wanted(alive, rows, cache)
+            if not alive:
+                return None
+        return alive, cache
+
+    def _rows_wanted(
+        self, alive: list[int], rows: list[tuple[GenJob, int]], cache: Any
+    ) -> list[int]:
+        """The rows of `alive` whose jobs are still wanted (none once the model is closing);
+        the others leave `cache`."""
+        if self.closing.is_set():
+            return []
+        keep = [k for k, i in enumerate(alive) if not rows[i][0].abandoned.is_set()]
+        if keep and len(keep) < len(alive):
+            cache.reorder_cache(torch.tensor(keep, device=self.device))
+        return [alive[k] for k in keep]
+
+    def _decode(
+        self,
+        rows: list[tuple[GenJob, int]],
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Any,
+        stops: tuple[str, ...],
+    ) -> list[list[int]]:
+        """One `generate` call for `rows`, left-padded as `input_ids` and `mask`, on `cache`
+        (their KV up to the last chunk; None: none): the new tokens of each row."""
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
-        input_ids, mask = pad([job.prompt_ids for job, _ in rows], self.pad_id)
         width = input_ids.shape[1]
         config = GenerationConfig(
             max_new_tokens=max(job.max_tokens for job, _ in rows),
@@ -195,6 +280,8 @@ class LocalCausalLM:
             eos_token_id=sorted(self.eos_ids),
         )
         extra: dict[str, Any] = {}
+        if cache is not None:  # generate computes the columns the cache lacks, then decodes
+            extra["past_key_values"] = cache
         if stops:  # stop each row as soon as it ends with a stop string (cut again later)
             config.stop_strings = list(stops)
             extra["tokenizer"] = self.tokenizer
