@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from llmrl.llm_gateway.api_types import GenerateRequest
+from llmrl.llm_gateway.api_types import GenerateRequest, GuidedLines
 from llmrl.llm_gateway.errors import GatewayTimeoutError
 from llmrl.llm_gateway.local_causal_lm import GenJob, LocalCausalLM
 
@@ -27,6 +27,7 @@ FORWARD = 32  # score_forward_tokens: the most tokens one forward pass computes
 LONG_PROMPT = "The door is locked. " * 120  # 601 tokens with SmolLM2's tokenizer
 SHORT_PROMPT = "Next:"  # 2 tokens: with its max_tokens, every pass ends before position 16
 SHORT_END = 16
+GUIDED = GuidedLines(["go north", "open the door", "pick up the key"], numbered=True, max_lines=2)
 WAIT_S = 30.0  # an upper bound for events that happen at once; never reached when all is well
 
 
@@ -202,6 +203,7 @@ def test_a_chunked_prefill_gives_the_tokens_of_a_whole_one(tiny, deterministic):
         GenJob(encode("The key is red. " * 20), 1, 6, None),
         GenJob(encode(SHORT_PROMPT), 1, 5, None),
         GenJob(encode("Pick a colour. " * 9), 2, 6, None, temperature=0.9, seed=3),
+        GenJob(encode("The door is locked. " * 30), 1, 20, None, GUIDED),
     ]
     spy = ForwardSpy(chunked.model)
     try:
@@ -212,6 +214,7 @@ def test_a_chunked_prefill_gives_the_tokens_of_a_whole_one(tiny, deterministic):
     assert chunked.prefill_forwards > 0 and whole.prefill_forwards == 0
     assert max(call.tokens for call in spy.calls) <= FORWARD
     assert sum(len(g.texts[0]) for g in got) > 0
+    assert got[-1].texts[0].startswith("1. ")  # the guided row kept its grammar
 
 
 def test_a_prompt_that_fits_one_chunk_runs_as_before(tiny):
