@@ -179,6 +179,9 @@ class GenerateRequest:
     # whose cached answers this request may see (set by the REST layer from an issued key;
     # "": the shared namespace of service-token and in-process callers)
     cache_namespace: str = ""
+    # whose limits and fair share the request counts against (set by the REST layer from an
+    # issued key: "key:<id>"; "": the service token's and in-process callers)
+    tenant: str = ""
     # set when the caller is gone (a REST client disconnected): local generation stops
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
@@ -249,6 +252,7 @@ class ScoreRequest:
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
     cache_namespace: str = ""  # as GenerateRequest's
+    tenant: str = ""  # as GenerateRequest's
     # set when the caller is gone (disconnect, cancelled RPC, timeout): local scoring stops
     # after its forward pass in progress, or never starts
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
@@ -291,6 +295,7 @@ class EmbedRequest:
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
     cache_namespace: str = ""  # as GenerateRequest's
+    tenant: str = ""  # as GenerateRequest's
 
     def validate(self, max_texts: int) -> EmbedRequest:
         if isinstance(self.texts, str):

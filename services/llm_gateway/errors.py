@@ -80,6 +80,20 @@ class BudgetExceededError(GatewayError):
     kind = "budget_exceeded"
 
 
+class RateLimitedError(GatewayError):
+    """A tenant's rate limit (requests in flight, tokens per minute) refuses this request for
+    now: unlike a spent budget it passes, so `retry_after_s` says when to try again (REST: the
+    `Retry-After` header). `field` names the setting that set the limit."""
+
+    http_status = 429
+    grpc_code = "RESOURCE_EXHAUSTED"
+    kind = "rate_limit_exceeded"
+
+    def __init__(self, message: str, field: str = "", retry_after_s: int = 1) -> None:
+        super().__init__(message, field)
+        self.retry_after_s = max(1, int(retry_after_s))
+
+
 class GatewayTimeoutError(GatewayError, TimeoutError):
     """The request did not finish within its timeout (retries included)."""
 
@@ -131,6 +145,7 @@ ERRORS_BY_KIND: dict[str, type[GatewayError]] = {
         InvalidRequestError,
         UnknownModelError,
         BudgetExceededError,
+        RateLimitedError,
         GatewayTimeoutError,
         UpstreamError,
         ReplayMissError,
@@ -141,3 +156,19 @@ ERRORS_BY_KIND: dict[str, type[GatewayError]] = {
 def error_from_kind(kind: str, message: str, field: str = "") -> GatewayError:
     """Rebuild an error on the client side from its wire form (kind, message, field)."""
     return ERRORS_BY_KIND.get(kind, GatewayError)(message, field)
+
+
+def error_body(exc: GatewayError) -> dict[str, dict[str, str | None]]:
+    """`exc` in OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
+    return {
+        "error": {"message": exc.message, "type": exc.kind, "param": exc.field or None,
+                  "code": exc.kind}
+    }  # fmt: skip
+
+
+def error_headers(exc: GatewayError) -> dict[str, str]:
+    """The headers of `exc`'s HTTP answer: `Retry-After` (seconds) where waiting helps, else
+    `x-should-retry: false` where retrying cannot help (none for 502/504: it may)."""
+    if isinstance(exc, RateLimitedError):
+        return {"retry-after": str(exc.retry_after_s)}
+    return {} if exc.http_status in (502, 504) else {"x-should-retry": "false"}

@@ -22,10 +22,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from llmrl.common.bounds import MAX_USD
+from llmrl.common.bounds import MAX_INT64, MAX_USD
 from llmrl.common.config import home_dir, redis_url
 from llmrl.common.logs import log_event, redact
 from llmrl.common.registry import registry
+from llmrl.llm_gateway.admission import Admission
 from llmrl.llm_gateway.api_types import (
     ChatResult,
     EmbedRequest,
@@ -68,6 +69,7 @@ from llmrl.llm_gateway.ledger_store import LedgerStore, RedisLedgerStore, Sqlite
 from llmrl.llm_gateway.metrics import GatewayMetrics
 from llmrl.llm_gateway.names import check_adapter
 from llmrl.llm_gateway.settings import (
+    MAX_CONCURRENT,
     CacheSettings,
     GatewaySettings,
     LedgerSettings,
@@ -129,6 +131,18 @@ def make_key_store(settings: LedgerSettings, mode: Mode) -> KeyStore:
 MAX_KEY_LIFETIME_S = 10 * 365 * 24 * 3600.0
 
 
+def _check_key_limit(field: str, value: Any, most: int) -> None:
+    """A key's own limit: None (the gateway's default) or a whole number in [1, most]."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise InvalidRequestError(
+            f"{field} must be a whole number in [1, {most}] or null (the gateway's "
+            f"limits.key_{field}); got {value!r}",
+            field,
+        )
+
+
 @dataclass
 class _Outcome:
     payload: dict[str, Any]
@@ -154,6 +168,7 @@ class Gateway:
         self.metrics = GatewayMetrics(self.ledger)
         self.cache = make_cache(self.settings.cache, mode)
         self.keys = make_key_store(self.settings.ledger, mode)
+        self.admission = Admission(self.settings, self.metrics, self.ledger)
         self._backends: dict[str, Backend] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -252,6 +267,10 @@ class Gateway:
     def _generate(self, request: GenerateRequest) -> ChatResult:
         request.validate()
         op = request.op
+        if request.messages is not None:
+            self._check_prompt_chars([m["content"] for m in request.messages], "messages")
+        else:
+            self._check_prompt_chars([request.prompt or ""], "prompt")
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, op)
         if request.guided_lines is not None and not backend.guided_decoding:
             raise InvalidRequestError(
@@ -293,6 +312,9 @@ class Gateway:
 
     def _score(self, request: ScoreRequest) -> ScoreResult:
         request.validate(self.settings.limits.max_candidates)
+        prompt = request.prompt
+        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        self._check_prompt_chars([*texts, *request.candidates], "candidates")
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, "score")
         self._check_prompt_size(request, backend, "candidates")
         self._check_score_work(request, backend)
@@ -362,6 +384,19 @@ class Gateway:
             latency_s=outcome.latency_s,
         )
 
+    def _check_prompt_chars(self, texts: list[Any], field: str) -> None:
+        """Refuse (413) a prompt over `limits.max_prompt_chars` characters before it is
+        tokenized (a 4 MiB string is a lot of tokenizer time and memory to learn it is too
+        long)."""
+        limit = self.settings.limits.max_prompt_chars
+        size = sum(len(text) for text in texts if isinstance(text, str))
+        if size > limit:
+            raise RequestTooLargeError(
+                f"{field}: the request's prompt has {size} characters (candidates included) "
+                f"over the gateway's limit of {limit} (limits.max_prompt_chars)",
+                field,
+            )
+
     def _check_prompt_size(
         self, request: GenerateRequest | ScoreRequest, backend: Backend, field: str
     ) -> None:
@@ -394,6 +429,11 @@ class Gateway:
 
     def count_tokens(self, text: str | list[dict[str, str]], model: str | None = None) -> int:
         """Tokens of a text, or of a chat prompt as the model would see it."""
+        if isinstance(text, str):
+            self._check_prompt_chars([text], "input")
+        elif isinstance(text, list):
+            contents = [m.get("content") for m in text if isinstance(m, dict)]
+            self._check_prompt_chars(contents, "messages")
         _, _, backend = self._resolve(model, self.settings.default_model, None)
         if isinstance(text, str):
             return backend.count_tokens(text)
@@ -415,9 +455,12 @@ class Gateway:
         expires_in_s: float | None = None,
         models: list[str] | None = None,
         name: str = "",
+        max_concurrent: int | None = None,
+        tokens_per_minute: int | None = None,
     ) -> tuple[KeyRecord, str]:
         """Issue a key that may spend `budget_usd` (on `models` only, when given) until it
-        expires: (its record, the key, which is not kept and cannot be shown again)."""
+        expires, with its own rate limits when given (else the gateway's `limits.key_*`):
+        (its record, the key, which is not kept and cannot be shown again)."""
         if isinstance(budget_usd, bool) or not isinstance(budget_usd, int | float):
             raise InvalidRequestError("budget_usd must be a number of USD ≥ 0", "budget_usd")
         if not 0 <= budget_usd <= MAX_USD:
@@ -444,6 +487,8 @@ class Gateway:
                 )
         if not isinstance(name, str) or len(name) > 200:
             raise InvalidRequestError("name must be a string of at most 200 characters", "name")
+        _check_key_limit("max_concurrent", max_concurrent, MAX_CONCURRENT)
+        _check_key_limit("tokens_per_minute", tokens_per_minute, MAX_INT64)
         key_id, key = new_key()
         now = time.time()
         record = KeyRecord(
@@ -454,6 +499,8 @@ class Gateway:
             models=None if models is None else list(dict.fromkeys(models)),
             name=name,
             created_at=now,
+            max_concurrent=max_concurrent,
+            tokens_per_minute=tokens_per_minute,
         )
         self.ledger.set_budget(record.run_id, usd=record.budget_usd)
         self.keys.put(record)
@@ -471,6 +518,7 @@ class Gateway:
                     "remaining_usd": usage["budget"]["usd_remaining"],
                     "requests": usage["requests"],
                     "usable": record.usable(),
+                    "limits": self.admission.key_limits(record),  # its own, else the defaults
                 }
             )
         return rows
@@ -528,7 +576,7 @@ class Gateway:
         estimate = self._estimate_usd(request, name, backend, completion_tokens)
         reservation = self.ledger.reserve(run_id, estimate)
         try:
-            payload, used = self._call_with_retries(name, request.timeout_s, call)
+            payload, used = self._fair_call(name, backend, request, call)
         except GatewayError:
             self.ledger.release(reservation)
             raise
@@ -546,6 +594,9 @@ class Gateway:
             reservation=reservation,
         )  # fmt: skip
         keep(payload, cached=False)
+        self.admission.record_tokens(
+            request.tenant, payload["prompt_tokens"] + payload["completion_tokens"]
+        )
         used_backend = self.settings.models[used].backend
         self._observe(
             op, used_backend, label if used == name else used,
@@ -585,13 +636,35 @@ class Gateway:
                 prompt_tokens = max(prompt_tokens, utf8_token_bound(texts))
         return max(p.cost(prompt_tokens, completion_tokens) for p in prices)
 
+    def _fair_call(
+        self,
+        name: str,
+        backend: Backend,
+        request: GenerateRequest | ScoreRequest | EmbedRequest,
+        call: Callable[[Backend, float], dict[str, Any]],
+    ) -> tuple[dict[str, Any], str]:
+        """`_call_with_retries`, through the model's fair gate when it has one (a local
+        model: its tenants take turns at its first-come queue; `admission.FairGate`). The
+        wait there counts against the request's timeout."""
+        gate = self.admission.gate(name, backend)
+        if gate is None:
+            return self._call_with_retries(name, request.timeout_s, call)
+        timeout = self._timeout(name, request.timeout_s)
+        started = time.monotonic()
+        with gate.slot(request.tenant, timeout, getattr(request, "abandoned", None), name):
+            remaining = max(timeout - (time.monotonic() - started), 0.001)
+            return self._call_with_retries(name, remaining, call)
+
+    def _timeout(self, name: str, timeout_s: float | None) -> float:
+        # a caller may shorten the model's timeout, and lengthen it up to limits.max_timeout_s
+        return min(timeout_s or self.settings.models[name].timeout_s,
+                   self.settings.limits.max_timeout_s)  # fmt: skip
+
     def _call_with_retries(
         self, name: str, timeout_s: float | None, call: Callable[[Backend, float], dict[str, Any]]
     ) -> tuple[dict[str, Any], str]:
         """Call model `name`; retry remote failures with backoff, then try its fallbacks."""
-        # a caller may shorten the model's timeout, and lengthen it up to limits.max_timeout_s
-        timeout = min(timeout_s or self.settings.models[name].timeout_s,
-                      self.settings.limits.max_timeout_s)  # fmt: skip
+        timeout = self._timeout(name, timeout_s)
         deadline = time.monotonic() + timeout
         last: RetryableUpstreamError | None = None
         chain = self._fallback_chain(name)

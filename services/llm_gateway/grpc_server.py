@@ -16,7 +16,7 @@ from llmrl.common.logs import log_event
 from llmrl.common.tls import add_grpc_port
 from llmrl.llm_gateway import wire
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
-from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError
+from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError, RateLimitedError
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
 from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
@@ -24,6 +24,9 @@ from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 log = logging.getLogger("llmrl.llm_gateway.grpc")
 ERROR_KIND_KEY = "llmrl-error-kind"
 ERROR_FIELD_KEY = "llmrl-error-field"
+RETRY_AFTER_KEY = "retry-after"  # seconds, on a rate limit's RESOURCE_EXHAUSTED
+# what is admitted against the service token's rate limits (`limits.service_*`, if set)
+MODEL_KINDS = frozenset({"chat", "completion", "score", "embed", "count_tokens"})
 MAX_DEADLINE_S = 3600.0  # a longer time remaining means no deadline worth honouring
 ModelRequest = TypeVar("ModelRequest", GenerateRequest, ScoreRequest)
 
@@ -97,7 +100,12 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
                     + ", ".join(self._handlers),
                     "payload",
                 )
-            return self._handlers[kind](getattr(request, kind), context)
+            release = self.gateway.admission.admit(None) if kind in MODEL_KINDS else None
+            try:
+                return self._handlers[kind](getattr(request, kind), context)
+            finally:
+                if release is not None:
+                    release()
         except GatewayError as exc:
             self._abort(context, exc)
         except Exception as exc:  # a bug must not take the server down
@@ -110,7 +118,10 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
         if exc.http_status >= 500:
             log_event(log, "request failed", logging.WARNING, kind=exc.kind, error=exc.message)
         code = getattr(grpc.StatusCode, exc.grpc_code)
-        context.set_trailing_metadata(((ERROR_KIND_KEY, exc.kind), (ERROR_FIELD_KEY, exc.field)))
+        metadata = [(ERROR_KIND_KEY, exc.kind), (ERROR_FIELD_KEY, exc.field)]
+        if isinstance(exc, RateLimitedError):
+            metadata.append((RETRY_AFTER_KEY, str(exc.retry_after_s)))
+        context.set_trailing_metadata(tuple(metadata))
         context.abort(code, exc.message)
 
 

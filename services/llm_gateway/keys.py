@@ -3,7 +3,8 @@ only spend its own budget.
 
 A key is `sk-llmrl-<id>-<secret>`. The gateway keeps only its SHA-256 (the secret is 256
 random bits, so a fast hash is enough) and compares digests in constant time; the key itself
-is shown once, when it is created. What a key spends is recorded in the ledger under the run
+is shown once, when it is created. A key may carry its own rate limits (requests in flight,
+tokens per minute: `admission`). What a key spends is recorded in the ledger under the run
 `key:<id>`, whose USD budget is the key's, so it is enforced as any run's budget is (429 when
 spent). An expired, revoked or unknown key is refused the same way (401).
 
@@ -41,6 +42,10 @@ class KeyRecord:
     name: str
     created_at: float
     revoked: bool = False
+    # this key's own rate limits (None: the gateway's limits.key_max_concurrent and
+    # limits.key_tokens_per_minute, read at each request)
+    max_concurrent: int | None = None
+    tokens_per_minute: int | None = None
 
     @property
     def run_id(self) -> str:
@@ -99,8 +104,12 @@ class KeyStore(ABC):
         return record if matches and record is not None and record.usable() else None
 
 
+_FIELDS = frozenset(KeyRecord.__dataclass_fields__)
+
+
 def _from_json(raw: str | bytes) -> KeyRecord:
-    return KeyRecord(**json.loads(raw))
+    """A stored record; fields a newer gateway added are left out (replicas may differ)."""
+    return KeyRecord(**{k: v for k, v in json.loads(raw).items() if k in _FIELDS})
 
 
 class MemoryKeyStore(KeyStore):

@@ -72,6 +72,13 @@ class GatewayMetrics:
             ["backend", "model"],
             registry=self.registry,
         )
+        self.rejected = Counter(
+            "llmrl_gateway_rejected_requests",
+            "Requests refused by a per-tenant or per-route limit before any model work, by "
+            "reason (concurrency, tokens_per_minute, body_size) and caller (key, service)",
+            ["reason", "caller"],
+            registry=self.registry,
+        )
         self.retries = Counter(
             "llmrl_gateway_retries",
             "Retries of remote calls, by model and reason",

@@ -17,10 +17,13 @@ spends only its budget, under the run `key:<id>`).
 
 Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}: 400 for a malformed
 request (param names the field), 404 for an unknown model, 429 when the run's budget is spent
-(with `x-should-retry: false`, so clients do not retry what cannot succeed), 504 on timeout,
-502 when a remote provider failed; 413 for a body over `limits.max_body_bytes` or a prompt
-over `limits.max_prompt_tokens`, 422 for a field of the wrong type or range, and a 400 naming
-the field for a lone surrogate in any JSON string (`llmrl.common.http`).
+(with `x-should-retry: false`, so clients do not retry what cannot succeed) or a rate limit
+is reached (type `rate_limit_exceeded`, param the setting, with `Retry-After`: `admission`),
+504 on timeout, 502 when a remote provider failed; 413 for a body over
+`limits.max_body_bytes` (or its route's `limits.route_max_body_bytes`) or a prompt over
+`limits.max_prompt_chars` or `limits.max_prompt_tokens`, 422 for a field of the wrong type or
+range, and a 400 naming the field for a lone surrogate in any JSON string
+(`llmrl.common.http`).
 
 The routes live in one router per group (routes_openai, routes_scoring, routes_accounting,
 routes_service); `create_app` puts the gateway in the app's state and includes them.
@@ -42,24 +45,17 @@ from llmrl.llm_gateway import (
     routes_scoring,
     routes_service,
 )
-from llmrl.llm_gateway.errors import GatewayError
+from llmrl.llm_gateway.admission import RouteBodyLimit
+from llmrl.llm_gateway.errors import GatewayError, error_body, error_headers
 from llmrl.llm_gateway.gateway import Gateway
 from llmrl.llm_gateway.key_auth import GatewayKeyAuth
 from llmrl.llm_gateway.keys import looks_like_key
 
 
 def error_response(exc: GatewayError) -> JSONResponse:
-    """OpenAI's error shape; no retry hint where retrying cannot help."""
-    body = {
-        "error": {
-            "message": exc.message,
-            "type": exc.kind,
-            "param": exc.field or None,
-            "code": exc.kind,
-        }
-    }
-    headers = {} if exc.http_status in (502, 504) else {"x-should-retry": "false"}
-    return JSONResponse(body, status_code=exc.http_status, headers=headers)
+    """OpenAI's error shape; `Retry-After` where waiting helps (a rate limit), a no-retry hint
+    where retrying cannot help."""
+    return JSONResponse(error_body(exc), status_code=exc.http_status, headers=error_headers(exc))
 
 
 async def _gateway_error(_: Request, exc: GatewayError) -> JSONResponse:
@@ -85,11 +81,17 @@ def create_app(gateway: Gateway, token: str | None = None) -> FastAPI:
         },
         exception_handlers={GatewayError: _gateway_error},
     )
-    guard_app(app, gateway.settings.limits.max_body_bytes, openai_error_body)
+    limits = gateway.settings.limits
+    guard_app(app, limits.max_body_bytes, openai_error_body)
     app.state.gateway = gateway  # what the routers' GatewayDep reads
     for routes in (routes_service, routes_openai, routes_scoring, routes_accounting, routes_keys):
         app.include_router(routes.router)
-    # outermost first: the shared token (keys left to the next), the issued keys, the body guard
-    app.add_middleware(GatewayKeyAuth, keys=gateway.keys)
+    # outermost first: the shared token (keys left to the next), the issued keys and every
+    # caller's rate limits (before a body is read), a route's own body limit, the body guard
+    app.add_middleware(
+        RouteBodyLimit, limits=limits.route_max_body_bytes, error_body=openai_error_body,
+        admission=gateway.admission,
+    )  # fmt: skip
+    app.add_middleware(GatewayKeyAuth, keys=gateway.keys, admission=gateway.admission)
     add_bearer_auth(app, token, delegate=looks_like_key)
     return app

@@ -91,6 +91,8 @@ def request_context(
         "timeout_s": timeout,
         # never from the request itself: a caller cannot read another tenant's answers
         "cache_namespace": cache_namespace(None if key is None else key.id, share),
+        # whose rate limits and fair share at a model: the key's (never from the request)
+        "tenant": "" if key is None else key.run_id,
     }
 
 

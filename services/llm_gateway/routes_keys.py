@@ -1,5 +1,7 @@
-"""Issued keys: POST /v1/keys (a budget in USD, an optional expiry and models; the answer holds
-the key, shown this once), GET /v1/keys (ids, budgets, spend, expiry, revoked; never a key),
+"""Issued keys: POST /v1/keys (a budget in USD, an optional expiry and models, its own rate
+limits `max_concurrent` and `tokens_per_minute` (else the gateway's `limits.key_*`); the answer
+holds the key, shown this once), GET /v1/keys (ids, budgets, spend, expiry, revoked, the
+limits in force; never a key),
 DELETE /v1/keys/{key_id} (revokes it). These need the shared service token: a request made
 with an issued key is refused before it gets here (`key_auth`)."""
 
@@ -9,13 +11,15 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from llmrl.common.bounds import MAX_USD
+from llmrl.common.bounds import MAX_INT64, MAX_USD
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.gateway import MAX_KEY_LIFETIME_S
 from llmrl.llm_gateway.rest_requests import GatewayDep, declared_body, json_body
+from llmrl.llm_gateway.settings import MAX_CONCURRENT
 
 router = APIRouter()
-FIELDS = ("budget_usd", "expires_in_s", "models", "name")
+LIMIT: dict[str, Any] = {"type": ["integer", "null"], "minimum": 1}  # null: the gateway's
+FIELDS = ("budget_usd", "expires_in_s", "models", "name", "max_concurrent", "tokens_per_minute")
 
 
 @router.post(
@@ -31,6 +35,8 @@ FIELDS = ("budget_usd", "expires_in_s", "models", "name")
             },
             "models": {"type": ["array", "null"], "items": {"type": "string"}},
             "name": {"type": "string", "maxLength": 200},
+            "max_concurrent": LIMIT | {"maximum": MAX_CONCURRENT},
+            "tokens_per_minute": LIMIT | {"maximum": MAX_INT64},
         },
         ("budget_usd",),
     ),
@@ -45,8 +51,9 @@ async def create_key(request: Request, gateway: GatewayDep) -> dict[str, Any]:
     if "budget_usd" not in body:
         raise InvalidRequestError("budget_usd is required (USD the key may spend)", "budget_usd")
     record, key = gateway.create_key(
-        body["budget_usd"], body.get("expires_in_s"), body.get("models"), body.get("name") or ""
-    )
+        body["budget_usd"], body.get("expires_in_s"), body.get("models"), body.get("name") or "",
+        max_concurrent=body.get("max_concurrent"), tokens_per_minute=body.get("tokens_per_minute"),
+    )  # fmt: skip
     return {**record.public(), "key": key}
 
 

@@ -140,6 +140,9 @@ class LedgerSettings(_Strict):
     )
 
 
+MAX_CONCURRENT = 1024  # the most requests in flight a tenant's limit may allow
+
+
 class Limits(_Strict):
     max_candidates: int = Field(64, ge=1)
     max_embed_texts: int = Field(2048, ge=1)
@@ -157,6 +160,93 @@ class Limits(_Strict):
     max_embed_chars: int = Field(1 << 20, ge=1)  # all texts of one embedding request (413)
     # the longest timeout a request may ask for (X-LLMRL-Timeout, timeout_s, a gRPC deadline)
     max_timeout_s: float = Field(600.0, gt=0, le=3600)
+    max_prompt_chars: int = Field(
+        1 << 18,
+        ge=16,
+        description=(
+            "characters of one prompt (a chat's contents or a completion's prompt, with a "
+            "score's candidates; count_tokens' input), refused (413) before it is tokenized"
+        ),
+    )
+    route_max_body_bytes: dict[str, int] = Field(
+        default_factory=lambda: {"/v1/count_tokens": 1 << 20},
+        description=(
+            "a tighter body limit (bytes, 413) for a route, by path, checked on the declared "
+            "length before any byte is read; max_body_bytes bounds every other route (a "
+            "user's map is merged over this one by path)"
+        ),
+    )
+    # per-tenant limits: each gateway-issued key is a tenant; the service token's callers
+    # (REST and gRPC) are one more. A key's own values (set when it is issued) win.
+    key_max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONCURRENT,
+        description=(
+            "requests of one issued key in flight at once (429 beyond, before its body is "
+            "read). None: half the smallest max_batch_size of the configured local models "
+            "(4 with the built-in smollm2), so that one key never fills a batch; 8 without "
+            "local models"
+        ),
+    )
+    key_tokens_per_minute: int | None = Field(
+        100_000,
+        ge=1,
+        description=(
+            "prompt + completion tokens one issued key's requests may have a model compute "
+            "per minute, local models included whatever their price (429 until enough of "
+            "them leave the window; cache hits are free). None: no limit"
+        ),
+    )
+    service_max_concurrent: int | None = Field(
+        None, ge=1, description="as key_max_concurrent, for the service token's callers (REST "
+        "and gRPC; in-process callers are never limited). None: no limit",
+    )  # fmt: skip
+    service_tokens_per_minute: int | None = Field(
+        None, ge=1, description="as key_tokens_per_minute, for the service token's callers. "
+        "None: no limit",
+    )  # fmt: skip
+    rate_window_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description=(
+            "the sliding window tokens are counted over: within any window a tenant may use "
+            "tokens_per_minute x rate_window_s / 60 tokens"
+        ),
+    )
+    fair_queue: bool = Field(
+        True,
+        description=(
+            "a local model's requests enter its (first-come) batching queue through a fair "
+            "gate: at most its max_batch_size at once (fair_queue_depth while tenants share "
+            "it), the others waiting in the gateway and let in tenant by tenant: the one with "
+            "the fewest at the model first, then the one let in least recently. false: "
+            "straight into the queue, in arrival order"
+        ),
+    )
+    fair_queue_depth: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description=(
+            "requests a local model holds at once (running or queued) while more than one "
+            "tenant uses it (has requests there, or had one let in within the last second). "
+            "None: 1 for a deterministic model (its rows run one at a time anyway, so a batch "
+            "only makes the others wait), else its max_batch_size. One tenant alone may have "
+            "up to max_batch_size there"
+        ),
+    )
+
+    @field_validator("route_max_body_bytes")
+    @classmethod
+    def _route_paths(cls, value: dict[str, int]) -> dict[str, int]:
+        for path, size in value.items():
+            if not path.startswith("/v1/"):
+                raise ValueError(f"{path!r}: name a route by its path (/v1/...)")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{path}: the limit must be a positive number of bytes")
+        return value
 
 
 class GatewaySettings(_Strict):
@@ -219,7 +309,15 @@ def merge_settings(base: dict[str, Any], update: dict[str, Any], path: str = "")
     """`update` merged into gateway settings `base` (changed in place, and returned)."""
     for key, value in update.items():
         # models are merged by name (and each model's keys over the built-in ones)
-        mergeable = path in ("", "models", "cache", "ledger", "limits", "prices")
+        mergeable = path in (
+            "",
+            "models",
+            "cache",
+            "ledger",
+            "limits",
+            "prices",
+            "limits.route_max_body_bytes",
+        )
         if path == "models" and isinstance(value, dict) and isinstance(base.get(key), dict):
             # another backend's model under a built-in name: its keys, not a mix of both
             mergeable = value.get("backend") in (None, base[key].get("backend"))
