@@ -97,7 +97,7 @@ def test_a_ppo_step_on_a_device_moves_the_weights_as_on_the_cpu(
 
         with torch.no_grad():
             old_logprobs = torch.log_softmax(score(samples)[0], -1).cpu()[torch.arange(6), actions]
-        config = LlmPpoConfig(base_model=str(model_dir), max_grad_norm=1e9, device=where)
+        config = LlmPpoConfig(base_model=str(model_dir), max_grad_norm=1e4, device=where)
         params = policy.parameters()
         before = [p.detach().cpu().clone() for p in params]
         optimizer = torch.optim.SGD(params, lr=1e-2)
@@ -265,6 +265,10 @@ def test_bf16_is_chosen_by_the_device_the_model_runs_on(
     on_this_cpu = native_bf16("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as beside a GPU
     assert native_bf16("cpu") == on_this_cpu
+    monkeypatch.setenv("LLMRL_PRECISION", "native")  # the per-device rule, asked for by name
     assert (resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16) == on_this_cpu
     policy = LlmPolicyModel.load(str(model_dir), value_hidden=16, device="cpu")
     assert policy.bf16 == on_this_cpu
+    monkeypatch.delenv("LLMRL_PRECISION")  # the default: float32 on every machine
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert LlmPolicyModel.load(str(model_dir), value_hidden=16, device="cpu").bf16 is False

@@ -123,7 +123,7 @@ def one_ppo_step(
     with torch.no_grad():
         old_logprobs = torch.log_softmax(score(samples)[0], -1)[torch.arange(6), actions]
     config = LlmPpoConfig(
-        base_model=str(model_dir), microbatch_size=microbatch_size, max_grad_norm=1e9, **settings
+        base_model=str(model_dir), microbatch_size=microbatch_size, max_grad_norm=1e4, **settings
     )
     params = policy.parameters()
     before = [p.detach().clone() for p in params]
