@@ -24,6 +24,8 @@ MAX_STOP = 4
 MAX_TOKENS_LIMIT = 8192
 MAX_GUIDED_CHOICES = 4096
 MAX_GUIDED_LINES = 64
+MAX_LOGPROBS = 20  # top alternatives per token a completion may ask for (vLLM's default cap)
+MAX_TOKEN_ID = 2**31 - 1
 
 
 def cache_policy(value: bool | str) -> CachePolicy:
@@ -160,10 +162,16 @@ class GuidedLines:
 
 @dataclass
 class GenerateRequest:
-    """A chat request (`messages`) or a plain completion (`prompt`)."""
+    """A chat request (`messages`) or a plain completion (`prompt`: a text, or token ids of
+    the model's tokenizer, as OpenAI's legacy completions take them).
+
+    A plain completion may also ask for log-probabilities, as OpenAI's legacy API does:
+    `logprobs` (each token's own, and the `logprobs` most likely at its position) of the
+    answer's tokens and, with `echo`, of the prompt's (the answer's text then starts with the
+    prompt); `max_tokens` 0 with `echo` computes only the prompt's (a scorer's request)."""
 
     messages: list[dict[str, str]] | None = None
-    prompt: str | None = None
+    prompt: str | list[int] | None = None
     model: str | None = None
     run_id: str = "default"
     tag: str = ""
@@ -176,6 +184,8 @@ class GenerateRequest:
     cache: CachePolicy = "auto"
     timeout_s: float | None = None
     guided_lines: GuidedLines | None = None  # constrain the answer's lines (local models)
+    logprobs: int | None = None  # plain completions: log-probs of the tokens (None: none)
+    echo: bool = False  # plain completions: the prompt's tokens come back first (with logprobs)
     # whose cached answers this request may see (set by the REST layer from an issued key;
     # "": the shared namespace of service-token and in-process callers)
     cache_namespace: str = ""
@@ -191,8 +201,15 @@ class GenerateRequest:
 
     @property
     def sampled(self) -> bool:
-        """Temperature > 0 without a seed: a different answer each time, so not cached."""
-        return self.temperature > 0 and self.seed is None
+        """Temperature > 0 without a seed: a different answer each time, so not cached (a
+        prompt's log-probs alone, max_tokens 0, are the same every time)."""
+        return self.temperature > 0 and self.seed is None and self.max_tokens > 0
+
+    @property
+    def wants_logprobs(self) -> bool:
+        """A legacy completion beyond text in, text out: log-probs, the prompt echoed, or a
+        prompt of token ids (`Backend.complete_logprobs` serves it)."""
+        return self.logprobs is not None or self.echo or isinstance(self.prompt, list)
 
     def key_params(self) -> dict[str, Any]:
         """The parameters that decide the answer, as the cache key holds them."""
@@ -208,6 +225,10 @@ class GenerateRequest:
         }
         if self.guided_lines is not None:  # absent otherwise: older cache keys stay valid
             params["guided_lines"] = self.guided_lines.key()
+        if self.logprobs is not None:  # absent otherwise, as guided_lines
+            params["logprobs"] = self.logprobs
+        if self.echo:
+            params["echo"] = True
         return params
 
     def validate(self) -> GenerateRequest:
@@ -215,12 +236,17 @@ class GenerateRequest:
             raise InvalidRequestError("give exactly one of messages or prompt", "messages")
         if self.messages is not None:
             self.messages = normalize_messages(self.messages)
+        elif isinstance(self.prompt, list | tuple):
+            self.prompt = _token_ids(self.prompt, "prompt")
         elif not isinstance(self.prompt, str):
-            raise InvalidRequestError("prompt must be a string", "prompt")
+            raise InvalidRequestError("prompt must be a string (or a list of token ids)", "prompt")
         _check_number("n", self.n, 1, MAX_N, integer=True)
         _check_number("temperature", self.temperature, 0.0, 2.0)
         _check_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
-        _check_number("max_tokens", self.max_tokens, 1, MAX_TOKENS_LIMIT, integer=True)
+        self._check_logprobs()
+        # max_tokens 0: the prompt's log-probs alone (with echo), as OpenAI's legacy API
+        _check_number("max_tokens", self.max_tokens, 0 if self.echo else 1, MAX_TOKENS_LIMIT,
+                      integer=True)  # fmt: skip
         if self.seed is not None:
             _check_number("seed", self.seed, 0, 2**63 - 1, integer=True)
         if isinstance(self.stop, str):
@@ -238,6 +264,35 @@ class GenerateRequest:
         self.cache = cache_policy(self.cache)
         _check_common(self.run_id, self.tag, self.timeout_s)
         return self
+
+    def _check_logprobs(self) -> None:
+        if not isinstance(self.echo, bool):
+            raise InvalidRequestError(f"echo must be true or false; got {self.echo!r}", "echo")
+        if self.logprobs is not None:
+            _check_number("logprobs", self.logprobs, 0, MAX_LOGPROBS, integer=True)
+        if self.messages is not None and (self.logprobs is not None or self.echo):
+            name = "logprobs" if self.logprobs is not None else "echo"
+            raise InvalidRequestError(
+                f"{name}: chat completions return no log-probabilities here; ask /v1/completions "
+                "(a plain prompt) with logprobs and echo",
+                name,
+            )
+
+
+def _token_ids(value: list[Any] | tuple[Any, ...], field_name: str) -> list[int]:
+    """A prompt given as token ids: a non-empty list of integers in [0, 2**31)."""
+    if not value:
+        raise InvalidRequestError(
+            f"{field_name}: a list of token ids must not be empty", field_name
+        )
+    for i, token in enumerate(value):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_TOKEN_ID:
+            raise InvalidRequestError(
+                f"{field_name}[{i}] must be a token id (an integer in [0, {MAX_TOKEN_ID}]); "
+                f"got {token!r}",
+                f"{field_name}[{i}]",
+            )
+    return list(value)
 
 
 @dataclass
@@ -338,6 +393,9 @@ class ChatResult:
     cached: bool = False
     latency_s: float = 0.0
     finish_reasons: list[str] = field(default_factory=list)
+    # per choice, OpenAI's legacy shape {tokens, token_logprobs, top_logprobs, text_offset},
+    # when the request asked for logprobs (None otherwise)
+    logprobs: list[dict[str, Any]] | None = None
 
     @property
     def text(self) -> str:

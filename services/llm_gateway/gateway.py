@@ -143,6 +143,13 @@ def _check_key_limit(field: str, value: Any, most: int) -> None:
         )
 
 
+def _prompt_tokens(backend: Backend, request: GenerateRequest | ScoreRequest) -> int:
+    """The request's prompt tokens: counted by its backend, or given (a prompt of token ids)."""
+    if isinstance(request, GenerateRequest) and isinstance(request.prompt, list):
+        return len(request.prompt)
+    return backend.prompt_tokens(request)
+
+
 @dataclass
 class _Outcome:
     payload: dict[str, Any]
@@ -217,9 +224,11 @@ class Gateway:
         self.settings.model(name)  # UnknownModelError names the configured ones
         if adapter:
             check_adapter(adapter)  # a strict pattern: no path can leave the adapters folder
-        backend_class = registry.get_backend(self.settings.models[name].backend)
-        if op is not None and op not in backend_class.ops:  # refused before loading the model
-            raise backend_class._unsupported_op(name, self.settings.models[name].backend, op)
+        config = self.settings.models[name]
+        backend_class = registry.get_backend(config.backend)
+        ops = backend_class.ops_for(config)
+        if op is not None and op not in ops:  # refused before loading the model
+            raise backend_class._unsupported_op(name, config.backend, op, ops)
         backend = self.backend(name)
         return name, adapter, backend
 
@@ -282,13 +291,19 @@ class Gateway:
         key_params = request.key_params()
 
         def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
-            result = backend.generate(request, adapter, timeout_s)
-            return {
+            if request.wants_logprobs:  # echo, logprobs or token ids: OpenAI's legacy shape
+                result = backend.complete_logprobs(request, adapter, timeout_s)
+            else:
+                result = backend.generate(request, adapter, timeout_s)
+            payload = {
                 "texts": result.texts,
                 "prompt_tokens": result.prompt_tokens,
                 "completion_tokens": result.completion_tokens,
                 "finish_reasons": result.finish_reasons,
             }
+            if result.logprobs is not None:  # absent otherwise: older answers read the same
+                payload["logprobs"] = result.logprobs
+            return payload
 
         outcome = self._execute(
             op, request, name, adapter, backend, key_params, request.sampled,
@@ -304,6 +319,7 @@ class Gateway:
             cached=outcome.cached,
             latency_s=outcome.latency_s,
             finish_reasons=list(payload.get("finish_reasons", [])),
+            logprobs=payload.get("logprobs"),
         )
 
     def score(self, request: ScoreRequest) -> ScoreResult:
@@ -403,7 +419,7 @@ class Gateway:
         """Refuse (413) a prompt, with its candidates, over `limits.max_prompt_tokens` before any
         model or cache sees it: one oversized request must not hold the model for minutes."""
         limit = self.settings.limits.max_prompt_tokens
-        tokens = backend.prompt_tokens(request)
+        tokens = _prompt_tokens(backend, request)
         if tokens > limit:
             raise RequestTooLargeError(
                 f"{field}: the request's prompt has {tokens} tokens (candidates included) over "
@@ -626,7 +642,7 @@ class Gateway:
         if isinstance(request, EmbedRequest):
             prompt_tokens = utf8_token_bound(request.texts, per_text_overhead=2)
         else:
-            prompt_tokens = backend.prompt_tokens(request)
+            prompt_tokens = _prompt_tokens(backend, request)
             if len(chain) > 1:  # another tokenizer may count differently: take a safe bound
                 texts = (
                     [m["content"] for m in request.messages]

@@ -3,6 +3,7 @@ POST /v1/embeddings, GET /v1/models, in OpenAI's shapes plus `usage` and an `llm
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 import uuid
@@ -15,7 +16,9 @@ from fastapi.responses import JSONResponse
 
 from llmrl.common.bounds import MAX_INT64
 from llmrl.llm_gateway.api_types import (
+    MAX_LOGPROBS,
     MAX_N,
+    MAX_TOKEN_ID,
     MAX_TOKENS_LIMIT,
     ChatResult,
     EmbedRequest,
@@ -72,8 +75,34 @@ UNSUPPORTED = {
 }
 
 
-def _refuse_unsupported(body: dict[str, Any]) -> None:
+# The legacy completions serve log-probs as OpenAI's legacy API does (`echo` + `logprobs`: the
+# prompt's and the answer's tokens); chat completions do not.
+COMPLETION_EXTRAS = ("logprobs", "echo")
+TOKEN_IDS: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 0, "maximum": MAX_TOKEN_ID},
+    "minItems": 1,
+}
+COMPLETION = {
+    **GENERATION,
+    "prompt": {
+        "anyOf": [
+            STRING,
+            {"type": "array", "items": STRING, "minItems": 1},
+            TOKEN_IDS,
+            {"type": "array", "items": TOKEN_IDS, "minItems": 1},
+        ]
+    },
+    "max_tokens": {"type": "integer", "minimum": 0, "maximum": MAX_TOKENS_LIMIT},
+    "logprobs": {"type": "integer", "minimum": 0, "maximum": MAX_LOGPROBS},
+    "echo": {"type": "boolean"},
+}
+
+
+def _refuse_unsupported(body: dict[str, Any], allowed: tuple[str, ...] = ()) -> None:
     for name, default in UNSUPPORTED.items():
+        if name in allowed:
+            continue
         value = body.get(name, default)
         if value is None or value is False or value == default or value in ("", [], {}):
             continue
@@ -139,31 +168,48 @@ async def _generation_answer(
     request: Request,
     gateway: Gateway,
     body: dict[str, Any],
-    prompt: dict[str, Any],
+    prompts: list[dict[str, Any]],
     kind: str,
     choice: Callable[[str], dict[str, Any]],
+    extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
-    """What chat and plain completions share: generate from `prompt` (messages or a prompt) and
-    the body's generation fields, then answer in OpenAI's shape, `choice(text)` giving each
-    choice's content (a message or a text)."""
+    """What chat and plain completions share: generate from each of `prompts` (messages or a
+    prompt; several prompts are several requests, each cached and counted, answered together)
+    and the body's generation fields (`extra`: a completion's echo and logprobs), then answer
+    in OpenAI's shape, `choice(text)` giving each choice's content (a message or a text)."""
     context = request_context(request, body, gateway.settings.default_model)
-    generate = GenerateRequest(**prompt, **_generation_fields(body), **context)
-    result = await unless_disconnected(request, gateway.generate, generate)
-    choices = [
-        {"index": i, **choice(text), "finish_reason": reason, "logprobs": None}
-        for i, (text, reason) in enumerate(zip(result.texts, _reasons(result), strict=True))
-    ]
+    fields = {**_generation_fields(body), **(extra or {})}
+    generates = [GenerateRequest(**prompt, **fields, **context) for prompt in prompts]
+    results: list[ChatResult] = await asyncio.gather(
+        *(unless_disconnected(request, gateway.generate, generate) for generate in generates)
+    )
+    choices = []
+    for result in results:
+        rows = result.logprobs or [None] * len(result.texts)
+        for text, reason, logprobs in zip(result.texts, _reasons(result), rows, strict=True):
+            choices.append(
+                {"index": len(choices), **choice(text), "finish_reason": reason,
+                 "logprobs": logprobs}
+            )  # fmt: skip
+    first = results[0]
+    usage = {key: sum(_usage(result)[key] for result in results) for key in _usage(first)}
+    llmrl = llmrl_extra(first, context["run_id"])
+    if len(results) > 1:  # the answer is cached when every prompt's was
+        llmrl["cached"] = all(result.cached for result in results)
+        llmrl["cost_usd"] = sum(result.cost_usd for result in results)
+        llmrl["latency_s"] = max(result.latency_s for result in results)
     prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
     response = {
         "id": f"{prefix}-{uuid.uuid4().hex}",
         "object": kind,
         "created": int(time.time()),
-        "model": result.model,
+        "model": first.model,
         "choices": choices,
-        "usage": _usage(result),
-        "llmrl": llmrl_extra(result, context["run_id"]),
+        "usage": usage,
+        "llmrl": llmrl,
     }
-    return JSONResponse(response, headers=cache_header(result))
+    cached = all(result.cached for result in results)
+    return JSONResponse(response, headers={"x-llmrl-cache": "hit" if cached else "miss"})
 
 
 @router.post(
@@ -176,25 +222,53 @@ async def chat_completions(request: Request, gateway: GatewayDep) -> JSONRespons
     if "messages" not in body:
         raise InvalidRequestError("messages is required", "messages")
     return await _generation_answer(
-        request, gateway, body, {"messages": text_content(body["messages"])}, "chat.completion",
-        lambda text: {"message": {"role": "assistant", "content": text}},
+        request, gateway, body, [{"messages": text_content(body["messages"])}],
+        "chat.completion", lambda text: {"message": {"role": "assistant", "content": text}},
     )  # fmt: skip
 
 
-@router.post(
-    "/v1/completions", openapi_extra=declared_body({"prompt": STRING, **GENERATION}, ("prompt",))
-)
+def _completion_prompts(body: dict[str, Any], most: int) -> list[str | list[int]]:
+    """The prompts of a legacy completion: a string, token ids, or a list of either (each
+    a request of its own), at most `most` (limits.max_candidates)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) or _is_token_ids(prompt):
+        return [prompt]
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, str) or _is_token_ids(p) for p in prompt)
+    ):
+        if len(prompt) > most:
+            raise InvalidRequestError(
+                f"prompt: at most {most} prompts per request (limits.max_candidates); got "
+                f"{len(prompt)}",
+                "prompt",
+            )
+        return list(prompt)
+    raise InvalidRequestError(
+        "prompt must be a string, a list of token ids, or a non-empty list of either", "prompt"
+    )
+
+
+def _is_token_ids(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
+
+
+@router.post("/v1/completions", openapi_extra=declared_body(COMPLETION, ("prompt",)))
 async def completions(request: Request, gateway: GatewayDep) -> JSONResponse:
     body = await json_body(request)
-    _refuse_unsupported(body)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise InvalidRequestError("prompt must be a string (or a list of one string)", "prompt")
+    _refuse_unsupported(body, COMPLETION_EXTRAS)
+    prompts = _completion_prompts(body, gateway.settings.limits.max_candidates)
+    extra = {"logprobs": body.get("logprobs"), "echo": bool(body.get("echo") or False)}
+    if body.get("echo") not in (None, True, False):
+        raise InvalidRequestError(f"echo must be true or false; got {body['echo']!r}", "echo")
     return await _generation_answer(
-        request, gateway, body, {"prompt": prompt}, "text_completion",
-        lambda text: {"text": text},
+        request, gateway, body, [{"prompt": prompt} for prompt in prompts], "text_completion",
+        lambda text: {"text": text}, extra,
     )  # fmt: skip
 
 

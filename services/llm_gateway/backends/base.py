@@ -4,7 +4,7 @@ per-provider transformation classes: a request in, a response out, nothing else)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,6 +19,9 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     finish_reasons: list[str] = field(default_factory=list)
+    # per text, OpenAI's legacy {tokens, token_logprobs, top_logprobs, text_offset} when the
+    # request asked for logprobs (`complete_logprobs`)
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -52,6 +55,12 @@ class Backend:
         self.config = config
         self.settings = settings
 
+    @classmethod
+    def ops_for(cls, config: ModelConfig) -> frozenset[str]:
+        """What a model with these settings can do: `ops`, unless a setting adds one (an
+        `openai` endpoint marked `score: true` scores)."""
+        return cls.ops
+
     @property
     def identity(self) -> str:
         """What makes this model's answers what they are (goes into cache keys)."""
@@ -82,6 +91,19 @@ class Backend:
     def score(self, request: ScoreRequest, adapter: str, timeout_s: float) -> Scores:
         raise self._unsupported("score")
 
+    def complete_logprobs(
+        self, request: GenerateRequest, adapter: str, timeout_s: float
+    ) -> Generation:
+        """A plain completion that asks for log-probs, an echo or takes token ids
+        (`request.wants_logprobs`), answered with `Generation.logprobs`. A local model
+        holding a `LocalCausalLM` (`hf`) is served by `llmrl.llm_gateway.prompt_logprobs`;
+        other backends refuse unless they override this."""
+        from llmrl.llm_gateway import prompt_logprobs
+
+        if prompt_logprobs.serves(self):
+            return prompt_logprobs.complete(self, request, adapter, timeout_s)
+        raise prompt_logprobs.not_served(self, request)
+
     def embed(self, texts: list[str], timeout_s: float) -> Embeddings:
         raise self._unsupported("embed")
 
@@ -89,13 +111,15 @@ class Backend:
         """Release threads and connections."""
 
     def _unsupported(self, op: str) -> UnsupportedOperationError:
-        return self._unsupported_op(self.name, self.config.backend, op)
+        return self._unsupported_op(self.name, self.config.backend, op, self.ops_for(self.config))
 
     @classmethod
-    def _unsupported_op(cls, name: str, backend: str, op: str) -> UnsupportedOperationError:
+    def _unsupported_op(
+        cls, name: str, backend: str, op: str, ops: frozenset[str] | None = None
+    ) -> UnsupportedOperationError:
         return UnsupportedOperationError(
             f"model {name!r} (backend {backend!r}) does not support {op}; "
-            f"it supports: {', '.join(sorted(cls.ops))}",
+            f"it supports: {', '.join(sorted(cls.ops if ops is None else ops))}",
             "model",
         )
 

@@ -1,6 +1,15 @@
 """`openai`: any OpenAI-compatible endpoint through the official `openai` client (OpenAI
 itself; Vicuna or Llama served by FastChat, vLLM or Ollama).
 
+Scoring through the endpoint (`score: true`, for engines that return a prompt's log-probs on
+the legacy `/v1/completions`: vLLM, llama-cpp-python, another llmrl gateway; not OpenAI's chat
+models): each candidate is sent after the prompt with `echo`, `logprobs` and `max_tokens` 0
+(all candidates in one request, `prompt` a list), and the log-probs of the candidate's tokens
+are its scores. With the model's tokenizer named (`tokenizer`), prompt and candidate are
+encoded apart and their token ids sent, exactly as the local backend scores; without it, the
+text is sent and the candidate's tokens found by `text_offset`, so a token the engine merges
+across the boundary (a prompt ending without a space) counts for the candidate.
+
 The backend only maps requests to the client's arguments and the client's responses and
 errors back; the gateway core retries (the client's own retries are off), falls back and
 times out. The API key is read from the environment variable named by `api_key_env` and is
@@ -19,9 +28,21 @@ from pydantic import Field
 
 from llmrl.common.logs import redact, secret_values
 from llmrl.common.registry import registry
+from llmrl.llm_gateway import prompt_logprobs
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
-from llmrl.llm_gateway.backends.base import Backend, Embeddings, Generation, utf8_token_bound
-from llmrl.llm_gateway.errors import InvalidRequestError, RetryableUpstreamError, UpstreamError
+from llmrl.llm_gateway.backends.base import (
+    Backend,
+    Embeddings,
+    Generation,
+    Scores,
+    utf8_token_bound,
+)
+from llmrl.llm_gateway.errors import (
+    InvalidRequestError,
+    RetryableUpstreamError,
+    UnsupportedOperationError,
+    UpstreamError,
+)
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
 NO_KEY = "no-key"  # self-hosted servers (FastChat, vLLM, Ollama) accept any key
@@ -63,6 +84,40 @@ class OpenAIModelConfig(ModelConfig):
     api_key_env: str | None = Field(
         None, description="name of the environment variable holding the API key"
     )
+    score: bool = Field(
+        False,
+        description=(
+            "the endpoint returns a prompt's log-probs (echo + logprobs on /v1/completions: "
+            "vLLM, llama-cpp-python, another llmrl gateway): the model then scores "
+            "candidates (/v1/score) through it. OpenAI's own chat models do not"
+        ),
+    )
+    tokenizer: str | None = Field(
+        None,
+        description=(
+            "the served model's tokenizer (a local Hugging Face directory or a builtin: name): "
+            "scores then send token ids, prompt and candidate encoded apart as the local "
+            "backend encodes them; None: the text is sent and the candidate's tokens found by "
+            "their text offsets (a token merged across the boundary counts for the candidate)"
+        ),
+    )
+    score_logprobs: int = Field(
+        0, ge=0, le=5, description="the `logprobs` a score's requests ask (0: each token's own)"
+    )
+    score_max_tokens: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description=(
+            "the `max_tokens` a score's requests ask: 0 (vLLM, llmrl), or 1 for an engine "
+            "that must generate (the generated token is left out)"
+        ),
+    )
+    score_batch: bool = Field(
+        True,
+        description="all candidates of a score in one request (`prompt` a list); false: one "
+        "request per candidate",
+    )
 
     def source(self, name: str) -> str:
         return f"{self.provider_model(name)} @ {self.base_url or 'api.openai.com'}"
@@ -78,10 +133,29 @@ class OpenAIModelConfig(ModelConfig):
     extra="llm",
 )
 class OpenAIBackend(Backend):
-    ops = frozenset({"chat", "completion", "embed"})
+    ops = frozenset({"chat", "completion", "embed"})  # and score with `score: true`
     remote = True
     settings_model = OpenAIModelConfig
     config: OpenAIModelConfig
+
+    @classmethod
+    def ops_for(cls, config: ModelConfig) -> frozenset[str]:
+        scores = isinstance(config, OpenAIModelConfig) and config.score
+        return cls.ops | {"score"} if scores else cls.ops
+
+    @classmethod
+    def _unsupported_op(
+        cls, name: str, backend: str, op: str, ops: frozenset[str] | None = None
+    ) -> UnsupportedOperationError:
+        error = super()._unsupported_op(name, backend, op, ops)
+        if op == "score":
+            error = UnsupportedOperationError(
+                f"{error.message}. Set score: true on model {name!r} when its endpoint returns "
+                "prompt log-probs (echo + logprobs on /v1/completions: vLLM, llama-cpp-python, "
+                "another llmrl gateway); OpenAI's own chat models do not",
+                error.field,
+            )
+        return error
 
     def __init__(self, name: str, config: OpenAIModelConfig, settings: GatewaySettings) -> None:
         super().__init__(name, config, settings)
@@ -102,16 +176,46 @@ class OpenAIBackend(Backend):
         self.client = openai.OpenAI(
             base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout_s
         )
+        self.tokenizer: Any = None
+        if config.tokenizer:
+            try:
+                self.tokenizer = prompt_logprobs.load_tokenizer(config.tokenizer)
+            except (OSError, ValueError) as exc:
+                raise InvalidRequestError(
+                    f"models.{name}.tokenizer: cannot load {config.tokenizer!r}: {exc}", "model"
+                ) from None
 
     @property
     def identity(self) -> str:
-        return f"openai:{self.config.base_url or 'api.openai.com'}:{self.remote_model}"
+        identity = f"openai:{self.config.base_url or 'api.openai.com'}:{self.remote_model}"
+        if self.config.tokenizer:  # scores by token ids and by text may differ
+            identity += f":tokenizer={self.config.tokenizer}"
+        return identity
 
     # -- requests in ---------------------------------------------------------------------------
     def prompt_tokens(self, request: GenerateRequest | ScoreRequest) -> int:
-        if isinstance(request, GenerateRequest) and request.messages is not None:
+        if isinstance(request, ScoreRequest):
+            prompt, longest = self._score_tokens(request)
+            return prompt + sum(longest)
+        if request.messages is not None:
             return utf8_token_bound([m["content"] for m in request.messages])
         return utf8_token_bound([str(request.prompt)])
+
+    def score_shape(self, request: ScoreRequest) -> tuple[int, int]:
+        self._check_scores()
+        prompt, candidates = self._score_tokens(request)
+        return prompt, max(candidates)
+
+    def _score_tokens(self, request: ScoreRequest) -> tuple[int, list[int]]:
+        """(prompt tokens, each candidate's): exact with the tokenizer, else a bound."""
+        prompt = request.prompt
+        if self.tokenizer is not None:
+            text = self._score_prompt(prompt)
+            count = lambda t: len(prompt_logprobs.encode(self.tokenizer, t))  # noqa: E731
+            return count(text), [count(c) for c in request.candidates]
+        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        bound = lambda t: utf8_token_bound([t], per_text_overhead=0)  # noqa: E731
+        return utf8_token_bound(texts), [bound(c) for c in request.candidates]
 
     def count_tokens(self, text: str) -> int:
         return utf8_token_bound([text], per_text_overhead=0)
@@ -158,6 +262,157 @@ class OpenAIBackend(Backend):
             completion_tokens=usage.completion_tokens if usage else 0,
             finish_reasons=[choice.finish_reason or "stop" for choice in response.choices],
         )
+
+    def complete_logprobs(
+        self, request: GenerateRequest, adapter: str, timeout_s: float
+    ) -> Generation:
+        """A legacy completion with echo, logprobs or token ids: passed to the endpoint as is
+        (it refuses what it does not serve), its logprobs returned in OpenAI's shape."""
+        if adapter:
+            raise InvalidRequestError("model: remote models have no adapters", "model")
+        if request.guided_lines is not None:
+            raise InvalidRequestError(
+                f"guided_lines: model {self.name!r} is remote and cannot guide its decoding",
+                "guided_lines",
+            )
+        args = self._generation_args(request)
+        if request.logprobs is not None:
+            args["logprobs"] = request.logprobs
+        if request.echo:
+            args["echo"] = True
+        with self._errors():
+            response = self.client.completions.create(
+                prompt=request.prompt, timeout=timeout_s, **args
+            )
+        choices = sorted(response.choices, key=lambda choice: choice.index)
+        logprobs = None
+        if request.logprobs is not None:
+            logprobs = [self._legacy_logprobs(choice) for choice in choices]
+        usage = response.usage
+        return Generation(
+            texts=[choice.text for choice in choices],
+            prompt_tokens=usage.prompt_tokens if usage else self.prompt_tokens(request),
+            completion_tokens=usage.completion_tokens if usage else 0,
+            finish_reasons=[choice.finish_reason or "stop" for choice in choices],
+            logprobs=logprobs,
+        )
+
+    def _legacy_logprobs(self, choice: Any) -> dict[str, Any]:
+        if choice.logprobs is None:
+            raise UpstreamError(
+                f"model {self.name!r}: the endpoint answered without the logprobs asked for"
+            )
+        data = choice.logprobs.model_dump()
+        keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+        return {key: data.get(key) for key in keys}
+
+    # -- scoring through the endpoint -----------------------------------------------------------
+    def _check_scores(self) -> None:
+        if not self.config.score:
+            raise self._unsupported("score")
+
+    def _score_prompt(self, prompt: str | list[dict[str, str]]) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        if self.tokenizer is None:
+            raise InvalidRequestError(
+                f"prompt: scoring a chat through model {self.name!r} needs its tokenizer to "
+                f"render the chat as the model does: set models.{self.name}.tokenizer, or send "
+                "the prompt as text",
+                "prompt",
+            )
+        return prompt_logprobs.chat_prompt(self.tokenizer, prompt)
+
+    def score(self, request: ScoreRequest, adapter: str, timeout_s: float) -> Scores:
+        """Each candidate's token log-probs after the prompt, from the endpoint's echoed
+        log-probs of prompt + candidate (one request for all candidates unless
+        `score_batch` is off)."""
+        self._check_scores()
+        if adapter:
+            raise InvalidRequestError("model: remote models have no adapters", "model")
+        prompt = self._score_prompt(request.prompt)
+        candidates = request.candidates
+        if self.tokenizer is not None:
+            prompt_ids = prompt_logprobs.encode(self.tokenizer, prompt)
+            if not prompt_ids:
+                raise InvalidRequestError("prompt encodes to no tokens", "prompt")
+            candidate_ids = [prompt_logprobs.encode(self.tokenizer, c) for c in candidates]
+            for i, ids in enumerate(candidate_ids):
+                if not ids:
+                    raise InvalidRequestError(
+                        f"candidates[{i}] encodes to no tokens", f"candidates[{i}]"
+                    )
+            sent: list[Any] = [prompt_ids + ids for ids in candidate_ids]
+        else:
+            sent = [prompt + candidate for candidate in candidates]
+        answers, used = self._echoed(sent, timeout_s)
+        rows = []
+        for i, answer in enumerate(answers):
+            if self.tokenizer is not None:
+                start = len(prompt_ids)
+                values = answer["token_logprobs"][start : start + len(candidate_ids[i])]
+            else:
+                values = self._candidate_values(answer, len(candidates[i]))
+            if not values or any(not isinstance(v, int | float) for v in values):
+                raise UpstreamError(
+                    f"model {self.name!r}: the endpoint returned no log-probs for the tokens "
+                    f"of candidates[{i}] (does it serve echo with logprobs on /v1/completions?)"
+                )
+            rows.append([float(v) for v in values])
+        # the gateway adds the candidates' tokens: the total is what the endpoint counted
+        prompt_tokens = used - sum(len(row) for row in rows)
+        return Scores(token_logprobs=rows, prompt_tokens=max(prompt_tokens, 0))
+
+    def _echoed(self, prompts: list[Any], timeout_s: float) -> tuple[list[dict[str, Any]], int]:
+        """The endpoint's echoed logprobs of each prompt (prompt + candidate), and the prompt
+        tokens it counted."""
+        config = self.config
+        args = {
+            "model": self.remote_model,
+            "echo": True,
+            "logprobs": config.score_logprobs,
+            "max_tokens": config.score_max_tokens,
+            "temperature": 0.0,
+        }
+        batches = [prompts] if config.score_batch else [[p] for p in prompts]
+        answers: list[dict[str, Any]] = []
+        used = 0
+        with self._errors():
+            for batch in batches:
+                response = self.client.completions.create(
+                    prompt=batch if len(batch) > 1 else batch[0], timeout=timeout_s, **args
+                )
+                choices = sorted(response.choices, key=lambda choice: choice.index)
+                if len(choices) != len(batch):
+                    raise UpstreamError(
+                        f"model {self.name!r}: the endpoint answered {len(choices)} choices "
+                        f"for {len(batch)} prompts"
+                    )
+                answers.extend(self._legacy_logprobs(choice) for choice in choices)
+                if response.usage is not None:
+                    used += response.usage.prompt_tokens
+        if not used:
+            used = sum(len(a["token_logprobs"]) - config.score_max_tokens for a in answers)
+        return answers, used
+
+    def _candidate_values(self, answer: dict[str, Any], chars: int) -> list[Any]:
+        """Text mode: the log-probs of the tokens that hold the candidate's `chars` last
+        characters of the echoed text (found from the end, so an engine that adds a BOS token
+        or reads the prompt's start otherwise finds the same ones); a token holding the
+        boundary counts for the candidate."""
+        drop = self.config.score_max_tokens  # the generated token, last
+        tokens = list(answer["tokens"] or [])
+        offsets = list(answer["text_offset"] or [])
+        values = list(answer["token_logprobs"] or [])
+        if drop:
+            tokens, offsets, values = tokens[:-drop], offsets[:-drop], values[:-drop]
+        if not tokens or len(offsets) != len(tokens) or len(values) != len(tokens):
+            return []
+        end = offsets[-1] + len(tokens[-1])
+        boundary = end - chars
+        ends = [*offsets[1:], end]
+        first = next((i for i, stop in enumerate(ends) if stop > boundary), len(tokens))
+        return values[first:]
 
     def embed(self, texts: list[str], timeout_s: float) -> Embeddings:
         with self._errors():
