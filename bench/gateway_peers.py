@@ -27,8 +27,19 @@ Whether each target recorded usage and cost is checked too: the gateway's ledger
 Goals (issue 56): on a miss the gateway adds <= 2 ms at p50 and <= 5 ms at p99 to the upstream
 and keeps >= 80% of its 16-client throughput; a hit takes <= 0.5 ms over gRPC, <= 1 ms over REST.
 
+Scoring through a serving engine (`score_through_gateway` in the report; `--skip-score` leaves
+it out, `--score-only` runs it alone): a back gateway serves a local model (`--score-model`,
+SmolLM2 by default) and a front gateway scores through it with the `openai` backend
+(`score: true`: echo + logprobs on the back's /v1/completions, one request for all
+candidates), with the model's tokenizer (token ids) and without (text); both without a cache.
+The same `/v1/score` requests (a new prompt each, 6 candidates) go to the back (the local
+path) and through the front, interleaved, sequentially: the added ms per score request, the
+CPU per request of each process, and how far the front's scores are from the local ones.
+
     python bench/gateway_peers.py [--requests 300] [--concurrent-requests 800]
         [--concurrency 16] [--rounds 3] [--skip-litellm] [--compare-gateway DIR]
+        [--skip-score | --score-only] [--score-requests 10] [--score-rounds 3]
+        [--score-model builtin:smollm2-135m-instruct]
 
 `--compare-gateway DIR` adds the gateway of another copy of the package (DIR/llmrl, e.g.
 services/ copied before a change) as one more target: before/after figures from one run.
@@ -836,6 +847,180 @@ def _f(value: float | None, width: int = 9, digits: int = 3) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
 
+# -- scoring through another gateway --------------------------------------------------------------
+SCORER = "scorer"
+SCORE_CANDIDATES = [" go north", " open the fridge", " take the egg", " turn on the stove",
+                    " cook the egg", " wait"]  # fmt: skip
+SCORE_PATHS = {  # path -> the gateway it is asked at, and the model there
+    "local": ("back", SCORER),
+    "engine_token_ids": ("front", "scorer-engine"),
+    "engine_text": ("front", "scorer-engine-text"),
+}
+
+
+def start_score_gateways(workdir: Path, model_path: str) -> tuple[Gateway, Gateway]:
+    """The back gateway (the local model, no cache) and the front gateway scoring through it
+    (`openai` backend, score: true, with and without the model's tokenizer; no cache)."""
+    back_token, front_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    quiet: dict[str, Any] = {"cache": {"backend": "none"}, "ledger": {"backend": "memory"}}
+    back_settings = {
+        "default_model": SCORER,
+        "models": {SCORER: {"backend": "hf", "path": model_path, "dtype": "float32"}},
+        **quiet,
+    }
+    back = start_service(workdir, "score-back", back_settings, {"LLMRL_TOKEN": back_token})
+    engine = {"backend": "openai", "base_url": f"{back.url}/v1", "remote_model": SCORER,
+              "api_key_env": "BENCH_SCORE_BACK_KEY", "score": True, "max_retries": 0}  # fmt: skip
+    front_settings = {
+        "default_model": "scorer-engine",
+        "models": {
+            "scorer-engine": {**engine, "tokenizer": model_path},
+            "scorer-engine-text": engine,
+        },
+        **quiet,
+    }
+    front_env = {"LLMRL_TOKEN": front_token, "BENCH_SCORE_BACK_KEY": back_token}
+    front = start_service(workdir, "score-front", front_settings, front_env)
+    return back, front
+
+
+def start_service(
+    workdir: Path, name: str, settings: dict[str, Any], env: dict[str, str]
+) -> Gateway:
+    """`llmrl serve llm_gateway` with `settings`, REST only, in a folder of its own."""
+    folder = workdir / name
+    folder.mkdir()
+    config = folder / "gateway.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    port, log = free_port(), folder / "gateway.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmrl.cli", "serve", "llm_gateway", "--host", "127.0.0.1",
+         "--port", str(port), "--config", str(config)],
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"),  # noqa: SIM115
+        env={**base_env(), "LLMRL_HOME": str(folder / "home"), **env},
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{url}/health", process, log, 300, name)
+    return Gateway(process, url, "", env["LLMRL_TOKEN"], "none", log)
+
+
+def score_prompt(number: int) -> str:
+    return (
+        f"Episode {number}. You are in a kitchen. You see a fridge, a stove and a door to the "
+        "north. The fridge holds eggs and milk. Your goal: cook an egg and eat it. You have "
+        f"taken {number % 7} steps. What do you do next? Next action:"
+    )
+
+
+def score_phase(args: argparse.Namespace, back: Gateway, front: Gateway) -> dict[str, Any]:
+    """Sequential /v1/score requests on each path, interleaved (each request's paths in a
+    rotating order), the same prompt on every path: latency, CPU per request, parity."""
+    clients = {
+        gateway_name: httpx.Client(
+            base_url=gateway.url,
+            timeout=300,
+            headers={
+                "Authorization": f"Bearer {gateway.token}",
+                "X-LLMRL-Cache": "bypass",
+                "X-LLMRL-Run": "bench-score",
+            },
+        )
+        for gateway_name, gateway in (("back", back), ("front", front))
+    }
+    meter = CpuMeter({"back": back.process.pid, "front": front.process.pid})
+
+    def score(path: str, prompt: str) -> list[float]:
+        gateway_name, model = SCORE_PATHS[path]
+        body = {"model": model, "prompt": prompt, "candidates": SCORE_CANDIDATES}
+        response = clients[gateway_name].post("/v1/score", json=body)
+        response.raise_for_status()
+        return response.json()["logprobs"]
+
+    for path in SCORE_PATHS:  # warm up: the models load, the first passes run
+        for number in range(2):
+            score(path, score_prompt(-1 - number))
+    times: dict[str, list[float]] = {path: [] for path in SCORE_PATHS}
+    cpu: dict[str, dict[str, float]] = {path: {} for path in SCORE_PATHS}
+    differences: dict[str, float] = {path: 0.0 for path in SCORE_PATHS if path != "local"}
+    paths, number = list(SCORE_PATHS), 0
+    for round_index in range(args.score_rounds):
+        for _ in range(args.score_requests):
+            prompt, number = score_prompt(number), number + 1
+            shift = number % len(paths)
+            scores = {}
+            for path in paths[shift:] + paths[:shift]:
+                with meter.phase(cpu[path]):
+                    started = time.perf_counter()
+                    scores[path] = score(path, prompt)
+                    times[path].append(time.perf_counter() - started)
+            for path in differences:
+                gap = max(abs(a - b) for a, b in zip(scores[path], scores["local"], strict=True))
+                differences[path] = max(differences[path], gap)
+        print(f"score round {round_index + 1}/{args.score_rounds} done; load {loads()}",
+              flush=True)  # fmt: skip
+    for client in clients.values():
+        client.close()
+    requests = args.score_rounds * args.score_requests
+    paths_report = {
+        path: {
+            **summary(times[path]),
+            "cpu_ms_per_request": {
+                name: round(seconds * 1000 / requests, 3) for name, seconds in cpu[path].items()
+            },
+        }
+        for path in SCORE_PATHS
+    }
+    local = paths_report["local"]
+    return {
+        "model": args.score_model,
+        "candidates": len(SCORE_CANDIDATES),
+        "requests_per_path": requests,
+        "paths": paths_report,
+        "added_p50_ms": {
+            path: difference(paths_report[path].get("p50_ms"), local.get("p50_ms"))
+            for path in differences
+        },
+        "added_mean_ms": {
+            path: difference(paths_report[path].get("mean_ms"), local.get("mean_ms"))
+            for path in differences
+        },
+        "ratio_p50_to_local": {
+            path: ratio(paths_report[path].get("p50_ms"), local.get("p50_ms"))
+            for path in differences
+        },
+        "max_abs_logprob_difference": {path: float(f"{v:.3g}") for path, v in differences.items()},
+    }
+
+
+def run_score(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The score phase with its two gateways, stopped afterwards; an error is reported."""
+    back = front = None
+    try:
+        back, front = start_score_gateways(workdir, args.score_model)
+        return score_phase(args, back, front)
+    except (RuntimeError, httpx.HTTPError) as exc:
+        print(f"score phase failed: {exc}", flush=True)
+        return {"error": str(exc)[-2000:]}
+    finally:
+        for gateway in (front, back):
+            if gateway is not None:
+                stop(gateway.process)
+
+
+def print_score(report: dict[str, Any]) -> None:
+    if "paths" not in report:
+        return
+    print(f"score through a gateway ({report['model']}, {report['candidates']} candidates, "
+          f"{report['requests_per_path']} requests per path)")  # fmt: skip
+    for path, figures in report["paths"].items():
+        added = report["added_p50_ms"].get(path)
+        print(
+            f"  {path:<18} p50 {_f(figures.get('p50_ms'))} ms  mean {_f(figures.get('mean_ms'))}"
+            f" ms  added p50 {_f(added)} ms  max |diff| "
+            f"{report['max_abs_logprob_difference'].get(path, '-')}"
+        )
+
+
 # -- main -----------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -879,6 +1064,21 @@ def main() -> None:
         "--keep-logs", type=Path, default=None, help="copy the services' logs to this folder"
     )
     parser.add_argument(
+        "--skip-score", action="store_true", help="leave out scoring through another gateway"
+    )
+    parser.add_argument(
+        "--score-only", action="store_true", help="run the scoring through a gateway alone"
+    )
+    parser.add_argument(
+        "--score-requests", type=int, default=10, help="score requests per path and round"
+    )
+    parser.add_argument("--score-rounds", type=int, default=3, help="interleaved score rounds")
+    parser.add_argument(
+        "--score-model",
+        default="builtin:smollm2-135m-instruct",
+        help="the local model the back gateway scores with (a path or builtin: name)",
+    )
+    parser.add_argument(
         "--serve-upstream", type=int, default=None, metavar="PORT",
         help="internal: serve the stand-in upstream on 127.0.0.1:PORT and nothing else",
     )  # fmt: skip
@@ -888,7 +1088,25 @@ def main() -> None:
         return
     if args.concurrent_requests is None:
         args.concurrent_requests = 800 if args.requests >= 300 else args.requests
+    if args.score_only:
+        run_score_only(args)
+        return
     run(args)
+
+
+def run_score_only(args: argparse.Namespace) -> None:
+    load_start = loads()
+    with tempfile.TemporaryDirectory(prefix="llmrl-bench-score-") as tmp:
+        score = run_score(args, Path(tmp))
+    print()
+    print_score(score)
+    report = {
+        "bench": "gateway_peers",
+        "settings": {"score_requests": args.score_requests, "score_rounds": args.score_rounds},
+        "load": {"start": load_start, "end": loads(), "cpus": os.cpu_count()},
+        "score_through_gateway": score,
+    }
+    print(json.dumps(report))
 
 
 @dataclass
@@ -1026,6 +1244,8 @@ def run(args: argparse.Namespace) -> None:
                     shutil.copy(log, args.keep_logs / named)
         finally:
             services.stop()
+        # after the others: its model's passes would load the machine under their rounds
+        score = None if args.skip_score else run_score(args, Path(tmp))
 
     labels = {t.name: t.label for t in targets}
     derived = derive(results)
@@ -1034,6 +1254,8 @@ def run(args: argparse.Namespace) -> None:
     print()
     for name, record in usage.items():
         print(f"usage/cost recorded by {labels[name]}: {record['recorded']} ({record['where']})")
+    if score is not None:
+        print_score(score)
     report = {
         "bench": "gateway_peers",
         "settings": {
@@ -1060,6 +1282,7 @@ def run(args: argparse.Namespace) -> None:
         "targets": results,
         "usage": usage,
         "gateway_log_lines": gateway_log_lines,
+        "score_through_gateway": score,
         "notes": {
             "gateway_grpc": "measured with the gateway's gRPC client, the floor with the openai "
             "client (CPU per call: client_cpu in cpu_ms_per_request): its added_* figures mix "

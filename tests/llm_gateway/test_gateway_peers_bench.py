@@ -17,7 +17,7 @@ BENCH = ROOT / "bench" / "gateway_peers.py"
 def test_the_peers_bench_measures_the_floor_and_the_gateway_and_reads_its_ledger() -> None:
     completed = subprocess.run(
         [sys.executable, str(BENCH), "--skip-litellm", "--requests", "20", "--concurrency", "4",
-         "--rounds", "1", "--warmup", "3"],
+         "--rounds", "1", "--warmup", "3", "--skip-score"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -53,3 +53,24 @@ def test_the_peers_bench_measures_the_floor_and_the_gateway_and_reads_its_ledger
     assert set(report["goals"]) >= {"miss_added_p50_le_2ms", "hit_p50_grpc_le_0_5ms"}
     assert len(report["load"]["start"]) == 3 and report["versions"]["litellm"] is None
     assert "upstream (floor)" in completed.stdout and "gateway gRPC" in completed.stdout
+    assert report["score_through_gateway"] is None  # --skip-score
+
+
+def test_the_peers_bench_scores_through_another_gateway(tiny_model_dir: Path) -> None:
+    """--score-only: a back gateway serving the tiny model, a front one scoring through it
+    (token ids and text): every path answers, the front's scores are the back's."""
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--score-only", "--score-requests", "2", "--score-rounds",
+         "1", "--score-model", str(tiny_model_dir)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    score = json.loads(completed.stdout.strip().splitlines()[-1])["score_through_gateway"]
+    assert "error" not in score, score
+    assert set(score["paths"]) == {"local", "engine_token_ids", "engine_text"}
+    for figures in score["paths"].values():
+        assert figures["n"] == 2 and figures["p50_ms"] > 0
+        assert figures["cpu_ms_per_request"]["back"] > 0
+    assert set(score["added_p50_ms"]) == {"engine_token_ids", "engine_text"}
+    assert all(gap < 1e-4 for gap in score["max_abs_logprob_difference"].values()), score
+    assert "score through a gateway" in completed.stdout
