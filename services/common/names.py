@@ -10,6 +10,9 @@ naming the field, before anything is looked up or written.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -50,10 +53,27 @@ def is_model_name(value: str) -> bool:
     return bool(at) and all(is_safe_name(part) for part in (model, name, version))
 
 
+# A study run from the command line (`python -m llmrl.recipes.<recipe>.studies.<name>`) loads
+# the model its user names in-process, where a local directory is as good a name as any: the
+# user's own process, never a service answering a request, may allow that.
+_local_model_paths: ContextVar[bool] = ContextVar("local_model_paths", default=False)
+
+
+@contextmanager
+def local_model_paths_allowed() -> Iterator[None]:
+    """Within this block `check_model_name` also takes a local path (not a URL): for a
+    command-line study's own options, which load the model in the user's process."""
+    token = _local_model_paths.set(True)
+    try:
+        yield
+    finally:
+        _local_model_paths.reset(token)
+
+
 def check_model_name(value: str) -> str:
     """`value` when it is a model name (`is_model_name`); else a ValueError saying that a
     path or a URL is none: the gateway's settings name models and say where they are."""
-    if is_model_name(value):
+    if is_model_name(value) or (_local_model_paths.get() and "://" not in value):
         return value
     what = "a URL" if "://" in value else "a path" if any(c in value for c in "/\\~") else ""
     raise ValueError(

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from llmrl.common.names import local_model_paths_allowed
 from llmrl.recipes.base import ConfigError
 
 # the attribute of the parsed arguments holding which fields came from this model
@@ -112,7 +113,8 @@ def model_from_options(model: type[BaseModel], args: argparse.Namespace, **extra
     values = {name: getattr(args, name) for name in names}
     values.update(extra)
     try:
-        return model(**values)
+        with local_model_paths_allowed():  # a study loads the model its user names here
+            return model(**values)
     except ValidationError as exc:
         problems = [
             f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}" if err["loc"] else err["msg"]

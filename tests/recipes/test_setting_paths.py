@@ -179,3 +179,16 @@ def test_server_folders_are_written_as_their_variables(monkeypatch):
         "'$LLMRL_HOME/runs/a' /srv/llmrl2/x $LLMRL_HOUSEKEEP_DATA/episodes "
         "$LLMRL_DATA_ROOTS[0]. $LLMRL_DATA_ROOTS[1]/f /etc/passwd /srv/datasets"
     )
+
+
+def test_only_a_command_line_study_may_name_its_model_by_a_local_path():
+    from llmrl.common.names import check_model_name, local_model_paths_allowed
+
+    with pytest.raises(ValueError, match="a path, which is no model name"):
+        check_model_name("/models/smollm2")
+    with local_model_paths_allowed():  # what `model_from_options` does for a study's options
+        assert check_model_name("/models/smollm2") == "/models/smollm2"
+        with pytest.raises(ValueError, match="a URL"):
+            check_model_name("http://engine/v1")
+    with pytest.raises(ValueError):  # the allowance ends with the block
+        check_model_name("/models/smollm2")
