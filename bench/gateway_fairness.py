@@ -354,7 +354,12 @@ def print_table(report: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    parser.add_argument(
+        "--model",
+        choices=("tiny", "smollm2"),
+        default="tiny",
+        help="the model both keys share: a tiny random Llama, or the local SmolLM2-135M",
+    )
     parser.add_argument("--batch", type=int, default=8, help="the model's max_batch_size")
     parser.add_argument("--burst", type=int, default=48, help="the burst key's concurrent requests")
     parser.add_argument(
