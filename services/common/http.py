@@ -30,7 +30,7 @@ log = logging.getLogger("llmrl.http")
 
 DEFAULT_MAX_BODY_BYTES = 4 << 20
 MAX_BODY_VAR = "LLMRL_MAX_BODY_BYTES"
-_BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 # The error answers every route may give, declared so that clients and fuzzers know them.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -76,6 +76,21 @@ def _safe_text(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def replaying(body: bytes, receive: Callable) -> Callable:
+    """An ASGI `receive` that first gives the app `body` (read already by a middleware, whole)
+    and then whatever the client sends next (its disconnect)."""
+    replayed = False
+
+    async def replay() -> dict:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 class RequestBodyGuard:
     """ASGI middleware: the body is read here (at most `max_bytes` of it), checked, then
     replayed to the app. `error_body(status, message, field)` shapes the refusals."""
@@ -84,7 +99,7 @@ class RequestBodyGuard:
         self.app, self.max_bytes, self.error_body = app, max_bytes, error_body
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
@@ -104,21 +119,14 @@ class RequestBodyGuard:
             if size > self.max_bytes:
                 await self._too_large(send)
                 return
-        body, replayed = b"".join(chunks), False
+        body = b"".join(chunks)
         try:
             check_json_body(body)
         except JsonLimitError as exc:
             await _send_json(send, 400, self.error_body(400, str(exc), exc.field))
             return
 
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _too_large(self, send: Callable) -> None:
         message = f"request body too large: the limit is {self.max_bytes} bytes (max_body_bytes)"

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from llmrl.common.http import BODY_METHODS, ErrorBody, replaying
 from llmrl.llm_gateway.errors import GatewayTimeoutError, RateLimitedError
 from llmrl.llm_gateway.keys import KeyRecord
 from llmrl.llm_gateway.settings import GatewaySettings
@@ -365,8 +366,6 @@ class FairGate:
 
 
 # -- per-route body limits (ASGI) ------------------------------------------------------------
-_BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
-ErrorBody = Callable[[int, str, str], dict[str, Any]]
 
 
 class RouteBodyLimit:
@@ -382,7 +381,7 @@ class RouteBodyLimit:
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         limit = None
-        if scope["type"] == "http" and scope["method"] in _BODY_METHODS:
+        if scope["type"] == "http" and scope["method"] in BODY_METHODS:
             limit = self.limits.get(scope["path"])
         if limit is None:
             await self.app(scope, receive, send)
@@ -405,16 +404,9 @@ class RouteBodyLimit:
             if size > limit:
                 await self._refuse(scope, send, limit)
                 return
-        body, replayed = b"".join(chunks), False
+        body = b"".join(chunks)
 
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _refuse(self, scope: dict, send: Callable, limit: int) -> None:
         path = scope["path"]

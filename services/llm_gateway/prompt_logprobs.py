@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from llmrl.llm_gateway.api_types import GenerateRequest
-from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError
+from llmrl.llm_gateway.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from llmrl.llm_gateway.backends.base import Backend, Generation
 
-POLL_S = 0.05  # how often a waiting caller checks whether its request was abandoned
 REPLACEMENT = "\ufffd"  # what a token holding part of a UTF-8 character decodes to alone
 
 
@@ -231,33 +229,7 @@ def _sequence_logprobs(
 
     job = ScoreJob(sequence[:1], [sequence[1:]], request.abandoned)
     future = backend.batcher.submit("score", (adapter,), job)
-    rows = _result(backend, future, deadline, request.abandoned)
+    # the backend's own wait: a queued job dropped, a running one stopped after its pass in
+    # progress, when the request's deadline passes or its caller leaves
+    rows = backend._wait(future, max(0.0, deadline - time.monotonic()), request.abandoned)
     return [float(value) for value in rows[0]]
-
-
-def _result(backend: Any, future: Any, deadline: float, abandoned: Any) -> Any:
-    """The job's result; when the deadline passes or the caller leaves, a queued job is
-    dropped and a running one stops after its forward pass in progress (as the backend's own
-    scores do)."""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or abandoned.is_set():
-            left = abandoned.is_set()
-            future.cancel()
-            abandoned.set()
-            raise GatewayTimeoutError(
-                f"model {backend.name!r}: the request was cancelled (its caller left)"
-                if left
-                else f"model {backend.name!r} did not answer within its timeout",
-                "timeout_s",
-            )
-        try:
-            result = future.result(timeout=min(remaining, POLL_S))
-            break
-        except FutureTimeout:
-            continue
-    if backend.lm.closing.is_set() or abandoned.is_set():  # cut short: never cached
-        raise GatewayTimeoutError(
-            f"model {backend.name!r} stopped before the answer was complete", "timeout_s"
-        )
-    return result
