@@ -13,6 +13,7 @@ from llmrl.common.numerics import pin_cpu_paths
 
 pin_cpu_paths()  # as the `llmrl` command does, before torch loads (support.tiny_llm imports it)
 
+from support.processes import RedisServer  # noqa: E402
 from support.tiny_llm import make_tiny_llama  # noqa: E402
 
 
@@ -105,3 +106,12 @@ def kalm_data_dir() -> Path:
     if path is None or not (path / CLEVR_FILE).is_file():
         pytest.skip(f"needs KALM's released data: {missing_hint('kalm')}")
     return path
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server on a free port, with AOF persistence, for a module's tests."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()

@@ -16,14 +16,6 @@ from llmrl.common.store import COMPLETED, RunStore
 IDLE = 0.3
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=["memory", "redis"])
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Broker]:
     if request.param == "memory":

@@ -15,11 +15,9 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import support.tiny_corridor  # noqa: F401  (registers TinyCorridor)
 from fastapi.testclient import TestClient
 from support.processes import RedisServer, wait_until
@@ -32,14 +30,6 @@ from llmrl.orchestrator.service import build_manager, create_app
 from llmrl.recipes.base import RunCancelled
 
 CORRIDOR = {"env": "TinyCorridor", "episodes": 20}
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
 
 
 def serve(redis_server: RedisServer, tmp_path: Path, monkeypatch, **limits: int) -> TestClient:

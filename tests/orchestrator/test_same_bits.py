@@ -84,11 +84,10 @@ def settled_answers(store: LedgerStore, run_id: str) -> dict[str, str]:
 Outcome = dict[int, tuple[str, dict[str, str]]]  # seed -> (rows and curves, LLM answers)
 
 
-def embedded_rows(home: Path, config: Path, out: Path, jobs: int) -> Outcome:
-    env = child_env({"LLMRL_HOME": str(home), "LLMRL_LLM_GATEWAY_CONFIG": str(config)})
-    command = [sys.executable, "-m", "llmrl.cli", "sweep", *WHEN2ASK, "--out", str(out)]
+def sweep(env: dict[str, str], *options: str) -> None:
+    """`llmrl sweep` of WHEN2ASK with `options`, in a process of its own; it must succeed."""
     done = subprocess.run(
-        [*command, "--quiet", "--jobs", str(jobs)],
+        [sys.executable, "-m", "llmrl.cli", "sweep", *WHEN2ASK, *options],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -96,6 +95,11 @@ def embedded_rows(home: Path, config: Path, out: Path, jobs: int) -> Outcome:
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def embedded_rows(home: Path, config: Path, out: Path, jobs: int) -> Outcome:
+    env = child_env({"LLMRL_HOME": str(home), "LLMRL_LLM_GATEWAY_CONFIG": str(config)})
+    sweep(env, "--out", str(out), "--quiet", "--jobs", str(jobs))
     store = SqliteLedgerStore(home / "llm_ledger.sqlite")
     rows = {}
     for path in sorted((out / "runs").glob("*/results.json")):
@@ -141,15 +145,7 @@ def service_rows(home: Path, config: Path) -> Outcome:
                 return False
 
         wait_until(ready, 150, "llmrl up: the orchestrator healthy", interval=0.3)
-        done = subprocess.run(
-            [sys.executable, "-m", "llmrl.cli", "sweep", *WHEN2ASK, "--url", url, "--wait"],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        sweep(env, "--url", url, "--wait")
         client = OrchestratorClient(url, token=TOKEN)
         store = RedisLedgerStore(redis_url_with_password(redis_port, REDIS_PASSWORD))
         rows = {}
