@@ -10,6 +10,7 @@ from concurrent import futures
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from llmrl.common.auth import server_interceptors
 from llmrl.common.logs import log_event
@@ -42,6 +43,21 @@ def bound(context: grpc.ServicerContext, request: ModelRequest) -> ModelRequest:
         limit = max(remaining, 0.001)
         request.timeout_s = limit if request.timeout_s is None else min(request.timeout_s, limit)
     return request
+
+
+class Malformed:
+    """Bytes that are no GatewayRequest: gRPC's own deserializer would fail the call with
+    INTERNAL, which says "the server broke" where the caller sent bad input."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def parse_request(data: bytes) -> pb.GatewayRequest | Malformed:
+    try:
+        return pb.GatewayRequest.FromString(data)
+    except DecodeError as exc:  # corrupt wire format, or a string field of bad UTF-8
+        return Malformed(str(exc))
 
 
 class GatewayServicer(pb_grpc.LlmGatewayServicer):
@@ -90,8 +106,17 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
         return pb.GatewayResponse(set_budget=pb.SetBudgetResponse())
 
     def Process(
-        self, request: pb.GatewayRequest, context: grpc.ServicerContext
+        self, request: pb.GatewayRequest | Malformed, context: grpc.ServicerContext
     ) -> pb.GatewayResponse:
+        if isinstance(request, Malformed):
+            self._abort(
+                context,
+                InvalidRequestError(
+                    f"request: the bytes are no GatewayRequest ({request.reason}); send a "
+                    "serialized llmrl.llm_gateway.v1.GatewayRequest",
+                    "request",
+                ),
+            )
         kind = request.WhichOneof("payload")
         try:
             if kind is None:
@@ -125,6 +150,21 @@ class GatewayServicer(pb_grpc.LlmGatewayServicer):
         context.abort(code, exc.message)
 
 
+def _add_servicer(servicer: GatewayServicer, server: grpc.Server) -> None:
+    """`add_LlmGatewayServicer_to_server`, but bytes that do not parse reach `Process` (as
+    `Malformed`), which answers INVALID_ARGUMENT naming the request."""
+    handlers = {
+        "Process": grpc.unary_unary_rpc_method_handler(
+            servicer.Process,
+            request_deserializer=parse_request,
+            response_serializer=pb.GatewayResponse.SerializeToString,
+        )
+    }
+    service = pb.DESCRIPTOR.services_by_name["LlmGateway"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)
+
+
 def start_grpc_server(
     gateway: Gateway, host: str, port: int, max_workers: int = 64, token: str | None = None
 ) -> grpc.Server:
@@ -136,7 +176,7 @@ def start_grpc_server(
                  ("grpc.max_send_message_length", 64 * 1024 * 1024)],
         interceptors=server_interceptors(token),
     )  # fmt: skip
-    pb_grpc.add_LlmGatewayServicer_to_server(GatewayServicer(gateway), server)
+    _add_servicer(GatewayServicer(gateway), server)
     bound = add_grpc_port(server, f"{host}:{port}")  # TLS when configured (common.tls)
     if bound == 0:
         raise OSError(f"cannot bind the gRPC port {host}:{port}")

@@ -144,3 +144,27 @@ def test_status_codes_on_the_wire(served):
 def test_remote_connect_refuses_server_settings():
     with pytest.raises(InvalidRequestError, match="in-process"):
         connect("127.0.0.1:1", models={})
+
+
+PROCESS = "/llmrl.llm_gateway.v1.LlmGateway/Process"
+GOOD_BYTES = pb.GatewayRequest(
+    completion=pb.CompletionRequest(prompt="x", params=pb.GenerationParams(max_tokens=1))
+).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        (b"\xff\xff\xff\xff", "no GatewayRequest"),  # corrupt wire format
+        (GOOD_BYTES.replace(b"x", b"\xff"), "no GatewayRequest"),  # prompt is not UTF-8
+        (b"\x12" + b"\x12\x02" * 200, "no GatewayRequest"),  # truncated nested messages
+    ],
+)
+def test_malformed_request_bytes_are_invalid_argument(served, payload, says):
+    _gateway, address, remote = served
+    with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as caught:
+        channel.unary_unary(PROCESS)(payload, timeout=30)  # the bytes, as they are
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert says in caught.value.details()
+    assert dict(caught.value.trailing_metadata())["llmrl-error-field"] == "request"
+    assert remote.count_tokens("hello world") == 2  # still serving
