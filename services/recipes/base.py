@@ -44,18 +44,28 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
 
 import numpy as np
-from pydantic import ConfigDict, ValidationError
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, ValidationError
 
 from llmrl.agents.episode import EpisodeJob
 from llmrl.common.bounds import BoundedModel
 from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
+from llmrl.common.memory_fit import MemoryEstimate, OverMemoryError, check_fits
 from llmrl.common.numerics import numerics_provenance
 from llmrl.common.provenance import describe, machine_provenance
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
+from llmrl.recipes.tracking import (
+    TRACKERS,
+    RunTrackers,
+    TrackerName,
+    WandbMode,
+    checked_trackers,
+    tracker_list,
+    usage_metrics,
+)
 
 if TYPE_CHECKING:
     from llmrl.recipes.targets import ConfigResults, Verdict
@@ -72,6 +82,34 @@ class RecipeConfig(BoundedModel):
     # keys a recipe renamed: an old command or experiment file gets the new name in its error
     renamed_keys: ClassVar[dict[str, str]] = {}
 
+    # where the run reports (`llmrl.recipes.tracking`): every recipe has these
+    tracking: Annotated[
+        list[TrackerName], BeforeValidator(tracker_list), AfterValidator(checked_trackers)
+    ] = Field(
+        default_factory=lambda: ["tensorboard"],
+        max_length=len(TRACKERS),
+        description="where the run's scalars, settings, results and plots go, like TRL's "
+        f"report_to: any of {', '.join(TRACKERS)} (a list, or `tracking=mlflow,wandb` on the "
+        "command line), or none; mlflow and wandb need `pip install 'llmrl[tracking]'`",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        None,
+        max_length=2048,
+        description="MLflow tracking server or store (http://host:5000, sqlite:///path.db); "
+        "None: $MLFLOW_TRACKING_URI, else a SQLite store in the run's out dir (mlflow.db)",
+    )
+    mlflow_experiment: str | None = Field(
+        None, min_length=1, max_length=500, description="MLflow experiment (None: the recipe's name)"
+    )
+    wandb_project: str = Field(
+        "llmrl", min_length=1, max_length=128, description="Weights & Biases project"
+    )
+    wandb_mode: WandbMode | None = Field(
+        None,
+        description="Weights & Biases mode: offline (files in <out>/wandb, `wandb sync` uploads "
+        "them), online or disabled; None: $WANDB_MODE, else offline",
+    )
+
     @classmethod
     def unknown_key_message(cls, key: str) -> str:
         """What to say of `key`, which the config does not have."""
@@ -79,6 +117,11 @@ class RecipeConfig(BoundedModel):
             new = cls.renamed_keys[key]
             return f"renamed {new} (write {new}=... instead)"
         return "unknown config key"
+
+    def memory_estimate(self) -> MemoryEstimate | None:
+        """The run's estimated peak memory where it could exceed a machine's (checked at
+        submission: `llmrl.common.memory_fit`); None: too small to matter, or not known."""
+        return None
 
 
 # a keyword argument that names a file or folder: data_dir, scene_file, *_path, cache_root...
@@ -187,7 +230,7 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
         raise ConfigError(f"config must be a mapping of keys to values, got {kind}")
     cls = recipe_class(recipe)
     try:
-        return cls.Config(**(config or {}))
+        validated = cls.Config(**(config or {}))
     except ValidationError as exc:
         errors = [
             {
@@ -203,6 +246,12 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
             f"invalid config for recipe {recipe!r}: " + "; ".join(lines) + f" (keys: {allowed})",
             errors,
         ) from None
+    try:
+        check_fits(validated.memory_estimate())
+    except OverMemoryError as exc:
+        error = {"loc": ["config", exc.setting], "msg": str(exc), "type": "over_memory"}
+        raise ConfigError(f"config.{exc.setting}: {exc}", [error]) from None
+    return validated
 
 
 def _renamed(config: type[RecipeConfig], error: Any) -> str | None:

@@ -16,6 +16,7 @@ from llmrl.common.bounds import (
     Updates,
     limit,
 )
+from llmrl.common.memory_fit import GIB, MemoryEstimate
 from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
@@ -29,6 +30,12 @@ METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
 RL_METHODS = ("glam", "npae", "symbolic-ppo", "drrn")
 TRAINED_METHODS = (*RL_METHODS, "bc")
 TEST_MIXES = ("BabyAIText-MixTestNewObjects", "BabyAIText-MixTestNewCompositions")
+# SmolLM2-135M's geometry, and what one sample of GLAM's update keeps per trained decoder layer
+# for the backward (its prompt and every action phrase, fp32): ~0.5 GB a sample through all 30
+# layers, measured as ~16 GB for 32 samples (the lora_layers=None note below). Other models'
+# geometry is not known before they load: no estimate for them.
+MODEL_GEOMETRY = {"smollm2": {"parameters": 134_515_008, "layers": 30}}
+ACTIVATION_BYTES_PER_SAMPLE_LAYER = int(0.5 * GIB / 30)
 # what an env must give GLAM's LLM policy (the envs registered with tag "glam")
 GLAM_ENVS = "text and mission observations, BabyAI-Text's six action phrases as skills"
 
@@ -126,6 +133,33 @@ class GlamConfig(RecipeConfig, PpoSettings):
         """Whether `method` trains every weight (NPAE always; GLAM with finetune=full), so is
         played from its checkpoint in-process rather than served as an adapter."""
         return method == "npae" or (method == "glam" and self.finetune == "full")
+
+    def memory_estimate(self) -> MemoryEstimate | None:
+        """The largest in-process LLM update among the methods: fp32 weights, with full
+        fine-tuning their gradients and Adam's two moments, and the activations a microbatch
+        keeps through every trained layer."""
+        geometry = MODEL_GEOMETRY.get(self.model)
+        trained = [m for m in ("glam", "npae") if m in self.methods]
+        if geometry is None or not trained:
+            return None
+        estimates = []
+        for method in trained:
+            full = self.full_finetune(method)
+            default_batch = NPAE_MICROBATCH if method == "npae" else self.minibatch_size
+            samples = min(self.microbatch_size or default_batch, self.minibatch_size)
+            layers = geometry["layers"] if full or self.lora_layers is None else self.lora_layers
+            weights = geometry["parameters"] * 4
+            parts = {
+                "weights": weights,
+                "gradients and Adam": 3 * weights if full else 0,
+                f"{method}'s activations": samples * min(layers, geometry["layers"])
+                * ACTIVATION_BYTES_PER_SAMPLE_LAYER,
+            }  # fmt: skip
+            estimates.append(MemoryEstimate(
+                {name: size for name, size in parts.items() if size},
+                ("microbatch_size", "minibatch_size", "lora_layers", "finetune"),
+            ))  # fmt: skip
+        return max(estimates, key=lambda estimate: estimate.total)
 
     @field_validator("env")
     @classmethod
