@@ -72,6 +72,7 @@ def execute_run(
     )
     store.update_run(run_id, status=states.RUNNING, error=None)
     log_event(log, "run started", run_id=run_id, recipe=run.recipe)
+    ctx.start_tracking()  # the config and provenance to MLflow / W&B when selected
     metrics.RUNS_ACTIVE.inc()
     final: str | None = None
     current: str | None = None  # the phase under way
@@ -116,7 +117,7 @@ def execute_run(
             )
     finally:
         metrics.RUNS_ACTIVE.dec()
-        ctx.close()
+        ctx.close(final)  # the trackers' runs end with the run's status
     if final is not None:
         metrics.RUNS.labels(recipe=run.recipe, status=final).inc()
         log_event(log, "run ended", run_id=run_id, status=final)

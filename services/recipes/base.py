@@ -63,6 +63,7 @@ from llmrl.recipes.tracking import (
     TrackerName,
     WandbMode,
     checked_trackers,
+    result_metrics,
     tracker_list,
     usage_metrics,
 )
@@ -99,7 +100,10 @@ class RecipeConfig(BoundedModel):
         "None: $MLFLOW_TRACKING_URI, else a SQLite store in the run's out dir (mlflow.db)",
     )
     mlflow_experiment: str | None = Field(
-        None, min_length=1, max_length=500, description="MLflow experiment (None: the recipe's name)"
+        None,
+        min_length=1,
+        max_length=500,
+        description="MLflow experiment (None: the recipe's name)",
     )
     wandb_project: str = Field(
         "llmrl", min_length=1, max_length=128, description="Weights & Biases project"
@@ -514,7 +518,7 @@ class RunContext:
         self.progress = StoppableProgress(progress or NullProgress(), should_stop)
         self.should_stop = should_stop
         self._llm: Any = None
-        self._tb: Any = None
+        self._trackers: RunTrackers | None = None
         self._tb_step = 0
         # read when the first run of the process starts, so the commit is the code that runs
         # even if the checkout moves on before the results are written
@@ -647,17 +651,72 @@ class RunContext:
         return self._llm
 
     @property
+    def trackers(self) -> RunTrackers:
+        """The run's writer to the trackers its `tracking` setting selects (created on first
+        use): TensorBoard on `<out>/tb` (when tensorboard is installed), MLflow, W&B."""
+        if self._trackers is None:
+            config = self.config
+            self._trackers = RunTrackers(
+                getattr(config, "tracking", ["tensorboard"]),
+                run_id=self.run_id,
+                recipe=self.recipe,
+                out_dir=self.out_dir,
+                tensorboard=self._tensorboard_writer,
+                mlflow_tracking_uri=getattr(config, "mlflow_tracking_uri", None),
+                mlflow_experiment=getattr(config, "mlflow_experiment", None),
+                wandb_project=getattr(config, "wandb_project", "llmrl"),
+                wandb_mode=getattr(config, "wandb_mode", None),
+            )
+        return self._trackers
+
+    @property
     def tensorboard(self) -> Any:
+        """Where scalars go: `add_scalar(tag, value, step)`, `flush()` as on TensorBoard's
+        SummaryWriter, fanned out to every tracker selected (`RunTrackers`); None when none is
+        (`tracking: none`, or only TensorBoard and it is not installed)."""
+        return self.trackers or None
+
+    def _tensorboard_writer(self) -> Any:
         """A TensorBoard SummaryWriter on `<out>/tb`, or None when tensorboard is missing."""
-        if self._tb is None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard comes with the [learn] extra
+            return None
+        writer = SummaryWriter(str(self.out_dir / "tb"))
+        link_tensorboard(self.run_id, self.out_dir / "tb")
+        return writer
+
+    def start_tracking(self) -> None:
+        """The run's config (flattened, secrets left out) and provenance to each tracker."""
+        self.trackers.start(self.config.model_dump(mode="json"), self.provenance())
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the run is measured: the machine, the mode, the numerics."""
+        embedded = self.simulator is None and self.llm_gateway is None and self.learner is None
+        return {
+            **self._machine,
+            "mode": "embedded" if embedded else "services",
+            "numerics": numerics_provenance(),
+        }
+
+    def llm_usage(self) -> dict[str, Any] | None:
+        """The gateway ledger's totals for this run; None when no LLM client was used here."""
+        import sys
+
+        if self._llm is not None:
+            return self._llm.usage(self.run_id)
+        if self.llm_gateway is None and "llmrl.llm_gateway.client" in sys.modules:
+            # embedded: the episodes' planners share this process's gateway
+            return sys.modules["llmrl.llm_gateway.client"].connect().usage(self.run_id)
+        if self.llm_gateway is not None:
+            from llmrl.llm_gateway.client import connect
+
+            client = connect(self.llm_gateway, timeout_s=10.0)
             try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard comes with the [learn] extra
-                self._tb = False
-            else:
-                self._tb = SummaryWriter(str(self.out_dir / "tb"))
-                link_tensorboard(self.run_id, self.out_dir / "tb")
-        return self._tb or None
+                return client.usage(self.run_id)
+            finally:
+                client.close()
+        return None
 
     # -- outputs ------------------------------------------------------------------------------
     def phase_outputs(self, phase: str) -> dict[str, Any]:
@@ -683,12 +742,7 @@ class RunContext:
         """results.json (the table as data, with where it was measured) and results.md, both
         registered as artifacts."""
         if not results.provenance:
-            embedded = self.simulator is None and self.llm_gateway is None and self.learner is None
-            results.provenance = {
-                **self._machine,
-                "mode": "embedded" if embedded else "services",
-                "numerics": numerics_provenance(),
-            }
+            results.provenance = self.provenance()
         json_path = self.out_dir / "results.json"
         data = finite_or_none(results.to_dict())  # strict JSON: a missing cell is null, not NaN
         json_path.write_text(json.dumps(data, indent=2, default=float, allow_nan=False) + "\n")
@@ -698,10 +752,26 @@ class RunContext:
         self.add_artifact("results.md", md_path, kind="results")
         for plot in results.plots:
             self.add_artifact(plot, self.out_dir / plot, kind="plot")
+        if self.trackers.trackers:  # the table's numbers, the files and the plots
+            self.trackers.log_metrics(result_metrics(results.rows))
+            self.trackers.log_artifact(json_path, "results")
+            self.trackers.log_artifact(md_path, "results")
+            for plot in results.plots:
+                if (self.out_dir / plot).is_file():
+                    self.trackers.log_artifact(self.out_dir / plot, "plots")
 
-    def close(self) -> None:
-        if self._tb:
-            self._tb.close()
+    def close(self, status: str | None = None) -> None:
+        """End the run's trackers (`status`: the run's, None when it was interrupted, with the
+        LLM ledger's totals first) and its LLM client."""
+        if self._trackers is not None:
+            if self._trackers.trackers:
+                try:
+                    usage = self.llm_usage()
+                except Exception as exc:  # the totals are a report: never fail the run's end
+                    log.warning("cannot read the run's LLM totals for tracking: %s", exc)
+                else:
+                    self._trackers.log_metrics(usage_metrics(usage))
+            self._trackers.close(status)
         if self._llm is not None and hasattr(self._llm, "close"):
             self._llm.close()
 
