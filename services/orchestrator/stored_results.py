@@ -8,10 +8,13 @@ results tables rendered from it.
 `keep` reads the sweep's run store, finds a completed run for every run the experiment file
 plans (same recipe, same full config: the report is the file's, or nothing is kept), builds
 the report over seeds with the recipe's targets, and writes a small JSON beside the file
-(`<name>.results.json`: tables, verdicts, each run's config, final results, the machine it
-ran on and its time in phases; no curves).
+(`<name>.results.json`: tables, verdicts, each run's config, final results with their learning
+curves, the machine it ran on and its time in phases).
 `render` writes each recipe page's results section from those files alone, so a figure on
-the site is one its stored report holds; the test suite runs `render --check`.
+the site is one its stored report holds: per report its plots (headline bars with their 95%
+intervals, and the learning curves with the seeds' band where the kept runs have curves; runs
+kept before 2026-12-05 have none) under docs/recipes/figures/<recipe>/, then its table and
+verdicts. The test suite runs `render --check`.
 
 An experiment longer than one sitting is kept in parts: `keep --partial` stores the runs done
 so far (the report says which planned runs it lacks), and a later `keep` of another out dir
@@ -25,6 +28,7 @@ each matched by its full config; the report is complete once every planned run i
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -219,15 +223,15 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
 def _stored_run(entry: dict[str, Any], run: RunData, seconds: float | None) -> dict[str, Any]:
     """A run as kept: its report entry (`config`: its grid point's label), its full config
     (`settings`), its time in phases, and final results (rows, notes, per-unit samples and
-    where it was measured; no curves or plot files), so a later keep can rebuild the report
-    with it."""
+    where it was measured, learning curves; no plot files), so a later keep can rebuild the
+    report, and render its plots, with it."""
     stored = {k: entry[k] for k in ("run_id", "recipe", "config", "seed")}
     stored["settings"] = run.config
     if seconds is not None:
         stored["seconds"] = round(seconds)
     if run.results is not None:
         final = run.results.to_dict()
-        stored["results"] = {k: v for k, v in final.items() if k not in ("curves", "plots")}
+        stored["results"] = {k: v for k, v in final.items() if k != "plots"}
     return stored
 
 
@@ -246,9 +250,32 @@ def stored_reports(recipes_dir: Path = RECIPES_DIR) -> dict[str, list[dict[str, 
     return reports
 
 
-def results_section(reports: list[dict[str, Any]]) -> str:
+FIGURES_DIR = "figures"  # docs/recipes/figures/<recipe package>/<experiment>-<plot>.png
+
+
+def report_figures(report: dict[str, Any], package: str, docs_dir: Path | None) -> list[str]:
+    """The plots of a stored report, rebuilt from its kept runs, as paths relative to the
+    recipe pages; written under `docs_dir` (None: only named, as `render --check` needs)."""
+    runs = kept_runs(report)
+    if not runs:
+        return []
+    stem = Path(report["file"]).name.removesuffix(".yaml")
+    with tempfile.TemporaryDirectory() as scratch:
+        built = build_report(runs, scratch, stem, plots=True)
+        names = [f"{FIGURES_DIR}/{package}/{stem}-{plot}" for plot in built["plots"]]
+        if docs_dir is not None:
+            for plot, name in zip(built["plots"], names, strict=True):
+                (docs_dir / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(Path(scratch) / plot, docs_dir / name)
+    return names
+
+
+def results_section(
+    reports: list[dict[str, Any]], figures: dict[str, list[str]] | None = None
+) -> str:
     """The markdown of a recipe page's results section: per stored report, what it is, the
-    command that reproduces it, its table over seeds and its targets' verdicts."""
+    command that reproduces it, its plots (`figures`, by report file), its table over seeds
+    and its targets' verdicts."""
     parts = []
     for report in reports:
         claim = report.get("claim") or {}
@@ -275,6 +302,9 @@ def results_section(reports: list[dict[str, Any]]) -> str:
                 lines.append(f"Target: {claim['target']}.")
             if claim.get("paper"):
                 lines.append(f"Paper: {claim['paper']}.")
+        for figure in (figures or {}).get(report["file"], []):
+            kind = "learning curves" if figure.endswith("curves.png") else "headline figures"
+            lines += ["", f"![{Path(report['file']).name}: {kind}]({figure})"]
         for table in report["tables"]:
             columns = table["columns"]
             lines += ["", f"{table['title'] or table['recipe']}: mean [95% CI] over seeds", ""]
@@ -362,10 +392,6 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
     }
 
 
-def page_name(recipe_package: str) -> str:
-    return recipe_package.replace("_", "-") + ".md"
-
-
 def render(
     recipes_dir: Path = RECIPES_DIR, docs_dir: Path = DOCS_DIR, check: bool = False
 ) -> list[Path]:
@@ -378,11 +404,17 @@ def render(
         if BEGIN not in text or END not in text:
             continue
         package = page.stem.replace("-", "_")
-        body = results_section(reports.get(package, []))
+        figures = {
+            report["file"]: report_figures(report, package, None if check else docs_dir)
+            for report in reports.get(package, [])
+        }
+        missing = [name for names in figures.values() for name in names
+                   if not (docs_dir / name).is_file()]  # fmt: skip
+        body = results_section(reports.get(package, []), figures)
         head, _, rest = text.partition(BEGIN)
         _, _, tail = rest.partition(END)
         new = f"{head}{BEGIN}\n{body + chr(10) if body else ''}{END}{tail}"
-        if new != text:
+        if new != text or missing:
             changed.append(page)
             if not check:
                 page.write_text(new)

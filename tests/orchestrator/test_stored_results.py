@@ -53,7 +53,7 @@ def test_keep_stores_the_report_of_every_run_the_file_plans(swept):
     assert [c["seeds"] for c in kept["configs"]] == [[0, 1]]
     assert sorted(run["seed"] for run in kept["runs"]) == [0, 1]
     assert kept["tables"][0]["rows"], "the recipe's table over seeds"
-    assert "curves" not in kept  # small: tables, verdicts and runs only
+    assert "curves" not in kept  # tables, verdicts and runs (with their own curves) only
 
 
 def test_keep_refuses_a_file_whose_runs_are_not_all_there(swept, tmp_path):
@@ -84,6 +84,25 @@ def test_render_writes_a_pages_results_section_from_its_reports(swept, tmp_path)
     assert render(recipes, docs, check=True) == []  # rendered: nothing differs
     page.write_text(text.replace("| config |", "| typed by hand |"))
     assert render(recipes, docs, check=True) == [page]  # a hand edit is caught
+
+
+def test_render_puts_each_reports_plots_on_its_page(swept, tmp_path):
+    path, out = swept
+    keep(out, path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "evaluate.md"
+    page.write_text(f"# evaluate\n{BEGIN}\n{END}\n")
+    recipes = path.parent.parent.parent
+    render(recipes, docs)
+    figure = docs / "figures" / "evaluate" / "trial-headline.png"
+    assert figure.read_bytes().startswith(b"\x89PNG")  # a PNG, written beside the pages
+    assert "![trial.yaml: headline figures](figures/evaluate/trial-headline.png)" in (
+        page.read_text()
+    )
+    assert render(recipes, docs, check=True) == []
+    figure.unlink()
+    assert render(recipes, docs, check=True) == [page]  # a page whose figure is missing
 
 
 def test_llmrl_results_keep_names_what_is_missing(swept, tmp_path):
