@@ -15,7 +15,8 @@ Protocol (dm_env_rpc v1, one bidirectional `Process` stream per connection):
   all connections; beyond any, CreateWorld is RESOURCE_EXHAUSTED naming the setting, the
   current use and the limit (destroy a world first, or ask the operator to raise it).
   At most `max_connections` streams are open at once (default MAX_CONNECTIONS); another one
-  ends at once with gRPC status RESOURCE_EXHAUSTED naming max_connections.
+  ends at once with gRPC status RESOURCE_EXHAUSTED naming max_connections. A session of the
+  OpenEnv endpoints (`openenv_server.py`) counts as one connection holding one env.
 * JoinWorld returns the specs. Every tensor has a leading dimension N = num_envs.
   Observations: the env's entries (text as STRING tensors, which carry no bounds), plus
   `reward` (FLOAT), `discount` (FLOAT) and `step_type` (INT64: 0 FIRST, 1 MID, 2 LAST).
@@ -246,8 +247,8 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"max_connections: this server serves {open_streams} connections (dm_env_rpc "
-                f"streams), at most {self.max_connections}; close one, or have the operator "
-                "raise the server's max_connections setting",
+                f"streams and OpenEnv sessions), at most {self.max_connections}; close one, or "
+                "have the operator raise the server's max_connections setting",
             )
         try:
             yield from self._serve(request_iterator, context)
@@ -342,7 +343,7 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         envs, workers = _world_size(settings)
         self._reserve(session, envs, workers)
         try:
-            world = self._build(env, settings)
+            world = self.build_world(env, settings)
         except BaseException:
             self._unreserve(session, envs, workers)
             raise
@@ -405,6 +406,35 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
             self.metrics.env_count(self._envs)
         session.created += 1
 
+    def open_session(self, envs: int = 1) -> str | None:
+        """Count an OpenEnv session (`openenv_server`) against the same caps as the streams and
+        worlds: one connection (`max_connections`) holding `envs` envs (`max_envs_total`).
+        Returns None when counted, else the refusal naming the setting, the current use and
+        the limit (nothing counted). `close_session` gives the counts back."""
+        with self._lock:
+            if self._connections >= self.max_connections:
+                return (
+                    f"max_connections: this server serves {self._connections} connections "
+                    f"(dm_env_rpc streams and OpenEnv sessions), at most {self.max_connections}; "
+                    "close one, or have the operator raise the server's max_connections setting"
+                )
+            if self._envs + envs > self.max_envs_total:
+                return (
+                    f"max_envs_total: this server hosts {self._envs} envs; {envs} more would "
+                    f"pass its limit of {self.max_envs_total}; close a session or destroy a "
+                    "world, or have the operator raise the server's max_envs_total setting"
+                )
+            self._connections += 1
+            self._envs += envs
+            self.metrics.env_count(self._envs)
+        return None
+
+    def close_session(self, envs: int = 1) -> None:
+        with self._lock:
+            self._connections -= 1
+            self._envs -= envs
+            self.metrics.env_count(self._envs)
+
     def _unreserve(self, session: _Session | None, envs: int, workers: int) -> None:
         with self._lock:
             self._envs -= envs
@@ -413,7 +443,9 @@ class SimulatorServicer(dm_env_rpc_pb2_grpc.EnvironmentServicer):
         if session is not None:
             session.created -= 1
 
-    def _build(self, env: str, settings: dict[str, Any]) -> World:
+    def build_world(self, env: str, settings: dict[str, Any]) -> World:
+        """A World of `env` with `settings`; what it refuses becomes a WorldError naming the
+        setting (or a RequestError: the env's optional package is missing here)."""
         try:
             return World(env, **settings)
         except WorldError:

@@ -1,5 +1,8 @@
-"""`llmrl serve simulator`: the dm_env_rpc server on the gRPC port, /health and /metrics on
-the HTTP port, JSON logs on stderr, graceful shutdown on SIGTERM/SIGINT.
+"""`llmrl serve simulator`: the dm_env_rpc server on the gRPC port; on the HTTP port /health,
+/metrics and every registered env over OpenEnv's protocol at `/openenv/<env>` (WebSocket
+sessions at `/openenv/<env>/ws`, `openenv_server.py`, docs/operations/openenv.md); JSON logs
+on stderr, graceful shutdown on SIGTERM/SIGINT. With a token (LLMRL_TOKEN) every HTTP path but
+/health needs it, OpenEnv's included.
 
 Settings (`--set key=value` or a YAML file), with defaults sized for a small machine; each
 bounds the whole server, whatever the number of connections, and a request beyond one is
@@ -13,7 +16,9 @@ refused naming the setting, the current use and the limit:
   process of about 70 MB),
 * `max_worlds_per_connection` (worlds one client stream may hold, default 8),
 * `grace_s` (seconds open streams get to finish at shutdown, default 1; a finite number up to
-  600, so that a shutdown ends).
+  600, so that a shutdown ends),
+* `openenv` (serve the OpenEnv endpoints on the HTTP port, default true). An OpenEnv session
+  counts as one connection holding one env against `max_connections` and `max_envs_total`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "max_envs_total": MAX_ENVS_TOTAL,
     "max_workers_per_world": MAX_WORKERS_PER_WORLD,
     "max_workers_total": MAX_WORKERS_TOTAL,
+    "openenv": True,
 }
 MAX_GRACE_S = 600.0  # a shutdown waits at most this long for open streams
 _COUNT_SETTINGS = ("max_connections", "max_envs_per_world", "max_worlds_per_connection",
@@ -96,6 +103,8 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
         value = merged[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {merged[name]!r}")
+    if not isinstance(merged["openenv"], bool):
+        raise ValueError(f"openenv: expected true or false, got {merged['openenv']!r}")
     grace = merged["grace_s"]
     if (
         isinstance(grace, bool)
@@ -130,19 +139,17 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         grpc_server, bound_grpc = create_server(host, grpc_port or 0, servicer, token=token)
     except OSError as exc:
         raise SystemExit(f"simulator: {exc}") from None
+
+    def check() -> dict[str, Any]:  # what /health reports
+        return {
+            "worlds": servicer.world_count,
+            "envs": servicer.env_count,
+            "workers": servicer.worker_count,
+        }
+
     try:
-        http_server = serve_health_and_metrics(
-            port,
-            "simulator",
-            lambda: {
-                "worlds": servicer.world_count,
-                "envs": servicer.env_count,
-                "workers": servicer.worker_count,
-            },
-            host,
-            token,
-        )
-    except OSError as exc:
+        http = _start_http(servicer, token, host, port, check, options["openenv"], logger)
+    except (OSError, ValueError) as exc:  # a busy port, or a bad LLMRL_AUTH_OPEN
         grpc_server.stop(grace=None)
         raise SystemExit(f"simulator: cannot serve HTTP on {host}:{port}: {exc}") from None
     stop = threading.Event()
@@ -158,16 +165,62 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         "simulator listening",
         host=host,
         grpc_port=bound_grpc,
-        http_port=http_server.server_address[1],
+        http_port=http.port,
+        openenv=http.openenv,
         auth=token is not None,
     )
     try:
         stop.wait()
     finally:
         grpc_server.stop(grace=options["grace_s"]).wait()
+        http.stop()
         servicer.destroy_all()
-        http_server.shutdown()
         log_event(logger, "simulator stopped")
+
+
+class _Http:
+    """What serves the HTTP port: its bound port, whether it serves OpenEnv, how to stop it."""
+
+    def __init__(self, port: int, openenv: bool, stop: Callable[[], None]) -> None:
+        self.port, self.openenv, self.stop = port, openenv, stop
+
+
+def _start_http(
+    servicer: SimulatorServicer,
+    token: str | None,
+    host: str,
+    port: int,
+    check: Callable[[], dict[str, Any]],
+    openenv: bool,
+    logger: Any,
+) -> _Http:
+    """The HTTP port: FastAPI with /health, /metrics and the OpenEnv routes; without `openenv`
+    (or without FastAPI/uvicorn installed) the small stdlib server of /health and /metrics."""
+    if openenv:
+        try:
+            from llmrl.simulator.openenv_server import (
+                HttpServer,
+                simulator_app,
+                websockets_available,
+            )
+
+            app, endpoints = simulator_app(servicer, token, check)
+        except ImportError as exc:  # the `serve` extra is not installed: no OpenEnv
+            log_event(logger, "openenv unavailable", reason=f"{exc.name} is not installed")
+        else:
+            if not websockets_available():
+                log_event(logger, "openenv sessions unavailable",
+                          reason="install websockets for /openenv/<env>/ws")  # fmt: skip
+            server = HttpServer(app, host, port)
+            server.start()
+
+            def stop() -> None:
+                server.stop()
+                endpoints.close_all()
+
+            return _Http(server.port, True, stop)
+    http_server = serve_health_and_metrics(port, "simulator", check, host, token)
+    return _Http(http_server.server_address[1], False, http_server.shutdown)
 
 
 # Replaces itself with argv[1:], after asking Linux to SIGTERM it when its parent dies.
