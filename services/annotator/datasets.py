@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from llmrl.annotator.chat_format import write_chat_jsonl
+from llmrl.common.chat_format import write_chat_jsonl
 from llmrl.common.episodes import EpisodeRecord, LlmCall, read_jsonl
 from llmrl.common.names import Name
 from llmrl.common.paths import PathOutsideRootsError, confined_field, data_roots

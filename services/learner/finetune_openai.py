@@ -72,7 +72,7 @@ def openai_finetune(
 ) -> FineTuneJob:
     """Upload `data`, fine-tune `model` on it, wait for the job; FineTuneError unless it
     succeeds. `on_status` is called whenever the job's status changes (e.g. to persist it)."""
-    from llmrl.annotator.chat_format import chat_jsonl_errors
+    from llmrl.common.chat_format import chat_jsonl_errors
 
     errors = chat_jsonl_errors(data)
     if errors:

@@ -14,9 +14,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 from support.net import free_port
 
-from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.datasets import load_episodes
 from llmrl.annotator.service import create_app
+from llmrl.common.chat_format import chat_jsonl_errors
 from llmrl.common.episodes import write_jsonl
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.service import RestServer

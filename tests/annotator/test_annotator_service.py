@@ -15,8 +15,8 @@ from support.net import free_port
 from support.providers import configure_providers
 from support.tiny_llm import tiny_gateway_settings
 
-from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.service import create_app
+from llmrl.common.chat_format import chat_jsonl_errors
 from llmrl.common.episodes import write_jsonl
 from llmrl.learner.service import create_app as create_learner_app
 from llmrl.llm_gateway.service import RestServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmrl.annotator.chat_format import chat_example_errors, chat_jsonl_errors, write_chat_jsonl
+from llmrl.common.chat_format import chat_example_errors, chat_jsonl_errors, write_chat_jsonl
 
 SYSTEM = {"role": "system", "content": "be tidy"}
 USER = {"role": "user", "content": "where?"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.tiny_llm import tiny_gateway_settings
 
-from llmrl.annotator.chat_format import write_chat_jsonl
+from llmrl.common.chat_format import write_chat_jsonl
 from llmrl.learner.adapters import adapter_dir
 from llmrl.learner.algorithms.sft import (
     ADAPTER_METADATA,

@@ -141,7 +141,7 @@ class SftResult:
 # -- data ---------------------------------------------------------------------------------------
 def read_chat_examples(paths: str | list[str]) -> list[list[dict[str, Any]]]:
     """Message lists of chat fine-tuning JSONL file(s), checked (ValueError names the line)."""
-    from llmrl.annotator.chat_format import chat_example_errors
+    from llmrl.common.chat_format import chat_example_errors
 
     examples = []
     for path in [paths] if isinstance(paths, str) else paths:

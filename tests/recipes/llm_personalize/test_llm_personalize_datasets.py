@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmrl.annotator.chat_format import chat_jsonl_errors
 from llmrl.annotator.datasets import write_dataset
+from llmrl.common.chat_format import chat_jsonl_errors
 from llmrl.common.episodes import EpisodeRecord, LlmCall, StepRecord, write_jsonl
 from llmrl.recipes.llm_personalize.datasets import (
     bootstrap_dataset,

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from support.tiny_llm import tiny_gateway_settings
 
-from llmrl.annotator.chat_format import chat_jsonl_errors
+from llmrl.common.chat_format import chat_jsonl_errors
 from llmrl.orchestrator.compare import RunData, build_report
 from llmrl.recipes.base import Results
 
