@@ -144,7 +144,16 @@ def serve(
     config_file: str | None,
     sets: tuple[str, ...],
 ) -> None:
-    """Run one SERVICE in the foreground until Ctrl-C or SIGTERM."""
+    """Run one SERVICE in the foreground until Ctrl-C or SIGTERM.
+
+    \b
+    simulator: dm_env_rpc on --grpc-port; on --port /health, /metrics and every
+    registered env over OpenEnv's protocol (HTTP /reset /step /state /schema and
+    WebSocket sessions) at http://HOST:PORT/openenv/<env>, e.g.
+    GenericEnvClient(base_url="http://127.0.0.1:8004/openenv/BabyAIText-GoToLocal").
+    Sessions need the token (LLMRL_TOKEN) and count against max_connections and
+    max_envs_total; --set openenv=false turns them off. See docs/operations/openenv.md.
+    """
     serve_fn = _load(SERVICE_MODULES[service], "serve")
     serve_fn(
         host=host or cfg.service_host(service),
