@@ -765,14 +765,15 @@ def _named_entries(kind: Any, names: tuple[str, ...]) -> dict[str, Any]:
 def _print_fields(title: str, rows: list[dict[str, str]]) -> None:
     """A table of settings: key, type, default and description (`model_fields.field_rows`)."""
     from rich.table import Table
+    from rich.text import Text
 
     from llmrl.common.console import output_console
 
     table = Table(title=title)
     for column in ("key", "type", "default", "description"):
         table.add_column(column)
-    for row in rows:
-        table.add_row(row["name"], row["type"], row["default"], row["description"])
+    for row in rows:  # as text, not rich markup: `llmrl[tracking]`, `[a, b]` show as written
+        table.add_row(*(Text(row[key]) for key in ("name", "type", "default", "description")))
     output_console().print(table)
 
 

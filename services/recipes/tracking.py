@@ -78,13 +78,21 @@ def checked_trackers(value: list[str]) -> list[str]:
             raise ValueError(f"{NONE!r} selects no tracker and cannot be combined with others")
         return []
     chosen = list(dict.fromkeys(value))
-    missing = [n for n in chosen if n in PACKAGES and not importlib.util.find_spec(PACKAGES[n])]
+    missing = [n for n in chosen if n in PACKAGES and not installed(PACKAGES[n])]
     if missing:
         raise ValueError(
             f"{', '.join(missing)} selected but not installed: `{INSTALL_HINT}` installs "
             f"{' and '.join(PACKAGES.values())}"
         )
     return chosen
+
+
+def installed(package: str) -> bool:
+    """Whether `package` can be imported (found without importing it: mlflow takes seconds)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a broken install, or sys.modules[package] = None
+        return False
 
 
 # -- what goes to a tracker as the run's params -----------------------------------------------
