@@ -46,6 +46,8 @@ from llmrl.recipes.targets import verdicts_markdown
 
 SUFFIX = ".results.json"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+# the page's opening figure: its status report's plot, command and verdicts (`glance_section`)
+GLANCE_BEGIN, GLANCE_END = "<!-- glance:begin -->", "<!-- glance:end -->"
 DOCS_DIR = RECIPES_DIR.parent.parent / "docs" / "recipes"
 REPO_ROOT = RECIPES_DIR.parent.parent
 
@@ -392,11 +394,47 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
     }
 
 
+def status_report(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The report a recipe page opens with: the one over the most kept runs (a status figure
+    over seeds rather than the quick file's check that everything runs), quick.yaml's last."""
+    kept = [report for report in reports if kept_runs(report)]
+    if not kept:
+        return None
+    return max(kept, key=lambda r: (not r["file"].endswith("/quick.yaml"), len(r["runs"])))
+
+
+def glance_section(report: dict[str, Any] | None, figures: list[str]) -> str:
+    """A page's opening: the status report's headline plot, the one command that reproduces
+    it and its verdicts; the detail is in the results section further down."""
+    if report is None:
+        return ""
+    lines = [
+        f"**At a glance** (`{Path(report['file']).name}`, kept {report['kept']}; the full table "
+        "is under [Results](#results)): reproduce it with",
+        "",
+        f"    llmrl sweep --config {report['file']}",
+    ]
+    headline = [figure for figure in figures if figure.endswith("headline.png")]
+    for figure in headline[:1]:
+        lines += ["", f"![{Path(report['file']).name}: headline figures]({figure})"]
+    if report["verdicts"]:
+        lines += ["", *verdicts_markdown(report["verdicts"])]
+    return "\n".join(lines)
+
+
+def _replace_between(text: str, begin: str, end: str, body: str) -> str:
+    if begin not in text or end not in text:
+        return text
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body + chr(10) if body else ''}{end}{tail}"
+
+
 def render(
     recipes_dir: Path = RECIPES_DIR, docs_dir: Path = DOCS_DIR, check: bool = False
 ) -> list[Path]:
-    """Write (or with `check`, only compare) each recipe page's results section; returns the
-    pages that changed (or differ)."""
+    """Write (or with `check`, only compare) each recipe page's results section and opening
+    figure; returns the pages that changed (or differ)."""
     changed = []
     reports = stored_reports(recipes_dir)
     for page in sorted(docs_dir.glob("*.md")):
@@ -411,9 +449,10 @@ def render(
         missing = [name for names in figures.values() for name in names
                    if not (docs_dir / name).is_file()]  # fmt: skip
         body = results_section(reports.get(package, []), figures)
-        head, _, rest = text.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        new = f"{head}{BEGIN}\n{body + chr(10) if body else ''}{END}{tail}"
+        new = _replace_between(text, BEGIN, END, body)
+        status = status_report(reports.get(package, []))
+        glance = glance_section(status, figures.get(status["file"], []) if status else [])
+        new = _replace_between(new, GLANCE_BEGIN, GLANCE_END, glance)
         if new != text or missing:
             changed.append(page)
             if not check:

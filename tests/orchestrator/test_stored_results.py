@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from llmrl.orchestrator.stored_results import BEGIN, END, keep, render, stored_path
+from llmrl.orchestrator.stored_results import (
+    BEGIN,
+    END,
+    GLANCE_BEGIN,
+    GLANCE_END,
+    keep,
+    render,
+    stored_path,
+)
 from llmrl.recipes.base import ConfigError
 
 EXPERIMENT = (
@@ -92,9 +100,12 @@ def test_render_puts_each_reports_plots_on_its_page(swept, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     page = docs / "evaluate.md"
-    page.write_text(f"# evaluate\n{BEGIN}\n{END}\n")
+    page.write_text(f"# evaluate\n{GLANCE_BEGIN}\n{GLANCE_END}\n## Results\n{BEGIN}\n{END}\n")
     recipes = path.parent.parent.parent
     render(recipes, docs)
+    opening = page.read_text().partition(GLANCE_END)[0]  # the page opens with the figure
+    assert "llmrl sweep --config" in opening and "trial.yaml" in opening
+    assert "(figures/evaluate/trial-headline.png)" in opening
     figure = docs / "figures" / "evaluate" / "trial-headline.png"
     assert figure.read_bytes().startswith(b"\x89PNG")  # a PNG, written beside the pages
     assert "![trial.yaml: headline figures](figures/evaluate/trial-headline.png)" in (
