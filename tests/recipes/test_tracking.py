@@ -231,8 +231,9 @@ def wandb_run(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str
         elif kind == "summary":
             for item in record.summary.update:
                 summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
-        elif kind == "config":
-            for item in record.config.update:
+        elif kind in ("run", "config"):  # the config given to wandb.init, then updates
+            updates = record.run.config.update if kind == "run" else record.config.update
+            for item in updates:
                 config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         elif kind == "files":
             files |= {f.path for f in record.files.files}
@@ -264,8 +265,8 @@ def test_llmrl_run_with_wandb_writes_an_offline_run_with_the_history_and_llm_tot
     rows = [row for row in history if "charts/episodic_return" in row]
     assert [row["global_step"] for row in rows] == [1, 2, 3]
     assert [row["charts/episodic_return"] for row in rows] == pytest.approx(episode_returns(out))
-    assert config["planner"]["value"] == "when2ask-llm" and config["episodes"]["value"] == 3
-    assert config["provenance"]["value"]["mode"] == "embedded"
+    assert config["planner"] == "when2ask-llm" and config["episodes"] == "3"
+    assert config["provenance"]["mode"] == "embedded"
     table = json.loads((out / "results.json").read_text())["rows"][0]
     assert summary["results/llm_calls_per_episode"] == pytest.approx(table["llm_calls_per_episode"])
     calls = int(summary["llm/requests"])
