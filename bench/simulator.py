@@ -7,7 +7,12 @@ For each env and each world size N it steps, with random valid actions:
   * `sync_vector`: gymnasium's `SyncVectorEnv` of the N envs (`llmrl/<id>-v0`) in this process;
   * `async_vector`: gymnasium's `AsyncVectorEnv` with `--workers` worker processes, each holding
     a `SyncVectorEnv` of N/workers envs (plain `AsyncVectorEnv` would start one process per env);
-and reports the ratios remote/in-process, sharded/in-process and sharded/async_vector. The
+  * `openenv`: N OpenEnv sessions (one env each) on the same server's HTTP port
+    (`/openenv/<env>/ws`, the path LLM-RL trainers use), stepped together: every session gets
+    its action and every answer is awaited; a session whose episode ended is reset by its next
+    step, as a world's env is (needs the `websockets` package; left out without it);
+and reports the ratios remote/in-process, sharded/in-process, sharded/async_vector and
+openenv/in-process. The
 modes run back to back in many short rounds, each replaying the same seeded episodes (env i
 seeded with i, NEXT_STEP auto-reset in every mode) with the same random valid actions; a
 ratio is the median of the per-round ratios, so that load from other processes (this machine
@@ -22,6 +27,7 @@ The last line printed is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import json
@@ -39,6 +45,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import llmrl.simulator.envs  # noqa: F401  registers the envs with gymnasium (llmrl/<id>-v0)
+from llmrl.common.auth import auth_headers
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.service import start_subprocess
 from llmrl.simulator.world import World, env_ids, make_env
@@ -52,15 +59,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
+def start_server() -> tuple[subprocess.Popen, str, str]:
+    """The server, its gRPC address and its HTTP base URL (room for 256 OpenEnv sessions)."""
     http_port, grpc_port = free_port(), free_port()
     env = dict(os.environ, LLMRL_LOG_LEVEL="WARNING")
-    process = start_subprocess(http_port, grpc_port, env=env, stdout=subprocess.DEVNULL)
+    process = start_subprocess(
+        http_port, grpc_port, settings={"max_connections": 256}, env=env,
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health", timeout=2)
-            return process, f"127.0.0.1:{grpc_port}"
+            return process, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}"
         except OSError:
             if process.poll() is not None:
                 break
@@ -151,6 +162,70 @@ class VectorStepper:
         self.vector.close()
 
 
+class OpenEnvStepper:
+    """`n` OpenEnv WebSocket sessions of `env` stepped as one batch, with a world's interface
+    (`reset(seed)`, `step(actions)`, `close()`): session i is reset with seed + i, as a world's
+    env i is, and a session whose episode ended is reset (without a seed: its env goes on with
+    its own random stream, as a world's auto-reset does) by its next step, which then returns
+    reward 0. So it replays the same episodes as the other modes."""
+
+    def __init__(self, http: str, env: str, n: int) -> None:
+        from websockets.asyncio.client import connect
+
+        self.num_envs = n
+        self.loop = asyncio.new_event_loop()
+        url = http.replace("http", "ws", 1) + f"/openenv/{env}/ws"
+        headers = auth_headers()  # the token, when the server requires one
+        self.sockets = self._all(connect(url, additional_headers=headers) for _ in range(n))
+        self.done = [False] * n
+
+    def _all(self, coroutines: Any) -> list[Any]:
+        """Run the coroutines at once on this stepper's loop; their results in order."""
+
+        async def gather() -> list[Any]:
+            return await asyncio.gather(*coroutines)
+
+        return self.loop.run_until_complete(gather())
+
+    async def _ask(self, ws: Any, message: dict[str, Any]) -> dict[str, Any]:
+        await ws.send(json.dumps(message))
+        answer = json.loads(await ws.recv())
+        if answer["type"] == "error":
+            raise RuntimeError(answer["data"]["message"])
+        return answer["data"]
+
+    def reset(self, seed: int = 0) -> None:
+        self._all(
+            self._ask(ws, {"type": "reset", "data": {"seed": seed + i}})
+            for i, ws in enumerate(self.sockets)
+        )
+        self.done = [False] * self.num_envs
+
+    async def _step_one(self, i: int, action: Any) -> float:
+        ws = self.sockets[i]
+        if self.done[i]:  # auto-reset, as a world's env after LAST
+            await self._ask(ws, {"type": "reset", "data": {}})
+            self.done[i] = False
+            return 0.0
+        data = await self._ask(ws, {"type": "step", "data": {"action": action}})
+        self.done[i] = data["done"]
+        return data["reward"]
+
+    def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        rewards = self._all(self._step_one(i, a.tolist()) for i, a in enumerate(actions))
+        return {"reward": np.array(rewards, dtype=np.float32)}
+
+    def close(self) -> None:
+        self._all(ws.close() for ws in self.sockets)
+        self.loop.close()
+
+
+def openenv_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("websockets") is not None
+
+
 def chunks_for(num_envs: int, workers: int) -> int:
     """Worker processes of the async vector env: the most up to `workers` that split the envs
     evenly (every worker's SyncVectorEnv has the same spaces)."""
@@ -229,11 +304,15 @@ def paired_ratio(runs: dict[str, dict], mode: str, base: str) -> float:
     return round(float(np.median(np.array(runs[mode]["rates"]) / runs[base]["rates"])), 3)
 
 
-def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace) -> dict:
+def bench_env(
+    env: str, sizes: list[int], address: str, args: argparse.Namespace, http: str | None = None
+) -> dict:
     results: dict[str, Any] = {}
     for n in sizes:
         modes = make_modes(env, n, address, args.workers)
         try:
+            if http is not None:  # the OpenEnv path of the same server
+                modes["openenv"] = OpenEnvStepper(http, env, n)
             # as many batches as the in-process world steps in about `seconds`
             world = modes["in_process"]
             rate = steps_per_second(world, random_actions(world, 20))
@@ -251,6 +330,8 @@ def bench_env(env: str, sizes: list[int], address: str, args: argparse.Namespace
         row["ratio_sync_vector"] = paired_ratio(runs, "sync_vector", "in_process")
         row["ratio_async_vector"] = paired_ratio(runs, "async_vector", "in_process")
         row["ratio_sharded_vs_async"] = paired_ratio(runs, "remote_sharded", "async_vector")
+        if "openenv" in runs:
+            row["ratio_openenv"] = paired_ratio(runs, "openenv", "in_process")
         # what one remote world step costs beyond the in-process step (the gRPC round trip)
         remote = np.array(runs["remote"]["rates"])
         row["remote_overhead_ms"] = round(
@@ -291,12 +372,13 @@ def main() -> None:
     wanted = [e for e in args.envs.split(",") if e]
     missing = [e for e in wanted if e not in known]
     load_before = os.getloadavg()
-    process, address = start_server()
+    process, address, http = start_server()
+    openenv = http if openenv_available() else None
     figures: dict[str, Any] = {}
     try:
         for env in wanted:
             if env not in missing:
-                figures[env] = bench_env(env, sizes, address, args)
+                figures[env] = bench_env(env, sizes, address, args, openenv)
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -323,7 +405,8 @@ def main() -> None:
             f"sharded/in_process={r['ratio_remote_sharded']}  "
             f"sharded/async_vector={r['ratio_sharded_vs_async']}  "
             f"sync_vector/in_process={r['ratio_sync_vector']}  "
-            f"async_vector/in_process={r['ratio_async_vector']}  load_1m={r['loadavg_1m']}"
+            f"async_vector/in_process={r['ratio_async_vector']}  "
+            f"openenv/in_process={r.get('ratio_openenv')}  load_1m={r['loadavg_1m']}"
         )
     summary = {
         "bench": "simulator",
@@ -341,6 +424,10 @@ def main() -> None:
         },
         f"ratio_sharded_vs_async_at_{largest}": {
             e: r["ratio_sharded_vs_async"] for e, r in at_largest.items()
+        },
+        f"ratio_openenv_at_{largest}": {e: r.get("ratio_openenv") for e, r in at_largest.items()},
+        "openenv_steps_per_s": {
+            e: {n: row.get("openenv") for n, row in r.items()} for e, r in figures.items()
         },
         f"goals_at_{largest}": goals,
         "missing_envs": missing,

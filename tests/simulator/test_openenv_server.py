@@ -6,12 +6,15 @@ Crafter-text and Housekeep episodes, seeds, the shared caps, auth and bad input.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import random
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +23,11 @@ from support.sim_server import AUTH, TOKEN, Server, start_server, stop_server
 from websockets.asyncio.client import connect
 
 from llmrl.simulator.client import RemoteWorld
+from llmrl.simulator.world import World
 
 BABYAI = "BabyAIText-GoToLocal"
 BABYAI_PHRASES = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "simulator.py"
 MAX_STEPS = 2000  # a bound on every episode loop: an env that never ends fails, not hangs
 
 
@@ -293,3 +298,24 @@ def test_schemas_describe_each_env(server: Server) -> None:
         assert len(result.observation["position"]) == 2
         with pytest.raises(RuntimeError, match="action: "):
             env.step({"action": [3.0, 0.0]})
+
+
+def test_the_bench_openenv_path_replays_the_worlds_episodes(server: Server) -> None:
+    """bench/simulator.py's `openenv` mode: N sessions stepped as a batch play the episodes an
+    in-process world of N envs plays (same seeds, same actions, same auto-reset)."""
+    spec = importlib.util.spec_from_file_location("llmrl_bench_simulator_openenv", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    world = World("SimTestCorridor", num_envs=4, seed=0)
+    stepper = bench.OpenEnvStepper(server.http, "SimTestCorridor", 4)
+    try:
+        actions = bench.random_actions(world, 40)
+        runs = bench.measure({"in_process": world, "openenv": stepper}, actions, 2)
+    finally:
+        stepper.close()
+        world.close()
+    assert runs["openenv"]["steps"] == runs["in_process"]["steps"] == [160, 160]
+    assert all(rate > 0 for rate in runs["openenv"]["rates"])
+    assert runs["openenv"]["rewards"] == pytest.approx(runs["in_process"]["rewards"])
