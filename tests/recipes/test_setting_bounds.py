@@ -22,7 +22,7 @@ from llmrl.common.bounds import LIMIT_KINDS, Limits, LimitsError, limit_of, limi
 from llmrl.common.registry import registry
 from llmrl.recipes.base import ConfigError, validate_config
 
-RECIPES = ("ellm", "evaluate", "glam", "kalm", "llm-personalize", "when2ask")
+RECIPES = ("ellm", "evaluate", "glam", "grpo", "kalm", "llm-personalize", "when2ask")
 NUMBERS = (int, float)
 
 
