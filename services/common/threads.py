@@ -3,7 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Annotated
+
+from pydantic import Field
+
+# A policy job's own thread count. The recipe sets it (1 for a small MLP) so that the learner's
+# job process trains on as many threads as the embedded run does: the learner's default is
+# every core, and a reduction split another way rounds otherwise (same seed, other bits).
+TorchThreads = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=1024,
+        description="torch threads the job trains on (None: its process's count)",
+    ),
+]
 
 
 @contextmanager
@@ -24,3 +39,17 @@ def torch_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def job_threads(threads: int | None) -> AbstractContextManager[None]:
+    """`torch_threads(threads)` for a job that sets its count, else nothing changed. A job on
+    the learner runs in a process of its own (`llmrl.learner.job_process`), so the count it
+    sets is the job's alone."""
+    return torch_threads(threads) if threads else nullcontext()
+
+
+def torch_thread_count() -> int:
+    """Torch's intra-op thread count in this process now."""
+    import torch
+
+    return torch.get_num_threads()

@@ -619,7 +619,8 @@ class RunContext:
         (`train_here(job, on_progress=...)`) when no learner service is configured (embedded
         mode), else on the learner (`endpoint`: "/policy-jobs" for a registered policy job's
         request, "/jobs" for fine-tuning), which runs the same function. `threads`: torch's
-        thread count for in-process training (the learner keeps its own setting)."""
+        thread count for in-process training (the learner keeps its own setting: a job that
+        must train on a fixed count carries it as `torch_threads`, `llmrl.common.threads`)."""
         from contextlib import nullcontext
 
         from llmrl.common.threads import torch_threads

@@ -142,10 +142,11 @@ class Ellm(Recipe):
             tensorboard_dir=str(ctx.out_dir / "tb" / stage / self.line_name(method)),
             simulator=ctx.simulator,
             llm_gateway=ctx.llm_gateway,
+            # a small MLP: one thread, here and on the learner (llmrl.common.threads)
+            torch_threads=1,
         )
         phase = f"{stage}/{method}"
-        # a small MLP: one thread (see torch_threads)
-        result = ctx.train(job, train_ellm, phase, frames, unit="frames", threads=1)
+        result = ctx.train(job, train_ellm, phase, frames, unit="frames")
         uses_llm = job.reward_method not in NOVELTY
         result["usage"] = self._usage(ctx, f"ellm/{stage}/{method}") if uses_llm else {}
         return {"method": method, "stage": stage, **result}

@@ -33,6 +33,7 @@ from pydantic import (
 from llmrl.common.bounds import Seed
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
+from llmrl.common.threads import TorchThreads, job_threads, torch_thread_count
 from llmrl.recipes.ellm.intrinsic import (
     CONDITIONING,
     CRAFTER,
@@ -159,6 +160,7 @@ class EllmTrainingJob(EllmEnvSettings):
     )
     model_path: str = Field(..., description="the checkpoint line (a directory)")
     init_from: str | None = Field(None, description="a pretrained checkpoint to fine-tune")
+    torch_threads: TorchThreads = None
     tensorboard_dir: str | None = None
     simulator: str | None = Field(None, description="simulator address; None: in-process")
     llm_gateway: str | None = Field(None, description="gateway address; None: in-process")
@@ -386,33 +388,35 @@ def train_ellm(
             early = envs.counters()
 
     try:
-        if job.agent == "ppo":
-            from llmrl.recipes.ellm.ppo import CHECKPOINT_EVERY, train_ppo_ellm
+        with job_threads(job.torch_threads):  # the same on the learner as embedded
+            if job.agent == "ppo":
+                from llmrl.recipes.ellm.ppo import CHECKPOINT_EVERY, train_ppo_ellm
 
-            checkpoint = train_ppo_ellm(
-                envs,
-                line,
-                total_timesteps=job.frames,
-                seed=job.seed,
-                tensorboard_dir=job.tensorboard_dir,
-                init_from=job.init_from,
-                checkpoint_every=job.checkpoint_every or CHECKPOINT_EVERY,
-                on_progress=on_progress,
-                on_step=on_step,
-                ppo=job.ppo,
-            )
-        else:
-            checkpoint = registry.get_algorithm(ALGORITHM).train(
-                envs,
-                line,
-                on_progress=on_progress,
-                on_step=on_step,
-                init_from=job.init_from,
-                total_timesteps=job.frames,
-                seed=job.seed,
-                tensorboard_dir=job.tensorboard_dir,
-                **job.dqn,
-            )
+                checkpoint = train_ppo_ellm(
+                    envs,
+                    line,
+                    total_timesteps=job.frames,
+                    seed=job.seed,
+                    tensorboard_dir=job.tensorboard_dir,
+                    init_from=job.init_from,
+                    checkpoint_every=job.checkpoint_every or CHECKPOINT_EVERY,
+                    on_progress=on_progress,
+                    on_step=on_step,
+                    ppo=job.ppo,
+                )
+            else:
+                checkpoint = registry.get_algorithm(ALGORITHM).train(
+                    envs,
+                    line,
+                    on_progress=on_progress,
+                    on_step=on_step,
+                    init_from=job.init_from,
+                    total_timesteps=job.frames,
+                    seed=job.seed,
+                    tensorboard_dir=job.tensorboard_dir,
+                    **job.dqn,
+                )
+            threads = torch_thread_count()
     finally:
         log_file.close()
         envs.close()
@@ -424,6 +428,7 @@ def train_ellm(
         "counters": counters,
         "counters_after_warm_up": {k: v - (early or {}).get(k, 0.0) for k, v in counters.items()},
         "timings": envs.timings(),
+        "torch_threads": threads,  # what it trained on, here or on the learner
     }
 
 

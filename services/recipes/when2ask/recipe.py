@@ -274,6 +274,9 @@ class When2Ask(Recipe):
             total_timesteps=cfg.train_steps if policy == "asking" else cfg.never_ask_steps,
             **cfg.ppo_settings(),
             seed=cfg.seed,
+            # a small MLP: one thread, and the same figures on any core count, here and on
+            # the learner (llmrl.common.threads)
+            torch_threads=1,
             model_path=str(ctx.out_dir / "models" / f"{name}.zip"),
             tensorboard_dir=str(ctx.out_dir / "tb" / name),
             run_id=ctx.run_id,
@@ -291,8 +294,7 @@ class When2Ask(Recipe):
         def run(ctx: RunContext) -> dict[str, Any]:
             job = self._training_job(ctx, env, policy)
             phase = f"train {env} ({policy})"
-            # a small MLP: one thread, and the same figures on any core count
-            result = ctx.train(job, train_policy, phase, job.total_timesteps, threads=1)
+            result = ctx.train(job, train_policy, phase, job.total_timesteps)
             ctx.add_artifact(f"models/{env}-{policy}.zip", result["model"], kind="model")
             return result
 

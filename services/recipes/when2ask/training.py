@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llmrl.common.bounds import Coefficient, EpisodeSteps, Frames, LearningRate, RolloutSteps, Seed
 from llmrl.common.registry import registry
+from llmrl.common.threads import TorchThreads, job_threads, torch_thread_count
 from llmrl.learner.algorithms.base import settings_of
 from llmrl.learner.algorithms.sb3 import LrSchedule, learning_rate_schedule
 from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
@@ -71,6 +72,7 @@ class PolicyTrainingJob(When2AskPpoSettings):
         "learner restarts after a stop goes on from the latest",
     )
     seed: Seed = 0
+    torch_threads: TorchThreads = None
     model_path: str = Field(..., description="where the trained model (.zip) is written")
     tensorboard_dir: str | None = None
     run_id: str = Field("default", description="the run LLM calls are billed to")
@@ -138,21 +140,23 @@ def train_policy(
     vec_env, policy = _vec_env(job)
     curve: list[dict[str, float]] = []
     try:
-        checkpoint = registry.get_algorithm(ALGORITHM).train(
-            vec_env,
-            checkpoint_line(job.model_path),
-            on_progress=on_progress,
-            on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
-            total_timesteps=job.total_timesteps,
-            checkpoint_every=job.checkpoint_every,
-            seed=job.seed,
-            tensorboard_dir=job.tensorboard_dir,
-            policy=policy,
-            learning_rate=learning_rate_schedule(job.learning_rate, job.lr_schedule),
-            n_steps=job.n_steps,
-            batch_size=min(256, job.n_steps * job.n_envs),
-            ent_coef=job.ent_coef,
-        )
+        with job_threads(job.torch_threads):  # the same on the learner as embedded
+            checkpoint = registry.get_algorithm(ALGORITHM).train(
+                vec_env,
+                checkpoint_line(job.model_path),
+                on_progress=on_progress,
+                on_episode=lambda t, ep: curve.append({"t": t, **_numbers(ep)}),
+                total_timesteps=job.total_timesteps,
+                checkpoint_every=job.checkpoint_every,
+                seed=job.seed,
+                tensorboard_dir=job.tensorboard_dir,
+                policy=policy,
+                learning_rate=learning_rate_schedule(job.learning_rate, job.lr_schedule),
+                n_steps=job.n_steps,
+                batch_size=min(256, job.n_steps * job.n_envs),
+                ent_coef=job.ent_coef,
+            )
+            threads = torch_thread_count()
     finally:
         vec_env.close()
     return {
@@ -160,6 +164,7 @@ def train_policy(
         "checkpoint": str(checkpoint.path),
         "version": checkpoint.version,
         "curve": curve,
+        "torch_threads": threads,  # what it trained on, here or on the learner
     }
 
 

@@ -46,6 +46,24 @@ def test_learner_trains_the_asking_policy_and_reports_progress(learner_url, tmp_
     assert [j["status"] for j in jobs] == ["succeeded"]
 
 
+def test_a_job_trains_on_its_own_thread_count_on_the_learner(learner_url, tmp_path, monkeypatch):
+    """The recipe trains its small MLP on one thread embedded; on the learner the job's process
+    would take the learner's count (every core, or OMP_NUM_THREADS), and a reduction split
+    another way rounds otherwise: the job carries its count, so service mode gives the same
+    bits as embedded."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # read by torch in the job's spawned process
+
+    def trained_on(threads: int | None) -> int:
+        job = PolicyTrainingJob(
+            policy="asking", env="SimpleDoorKey", total_timesteps=64, n_envs=2, n_steps=32,
+            model_path=str(tmp_path / f"models-{threads}" / "asking.zip"), torch_threads=threads,
+        )  # fmt: skip
+        return run_on_learner(job, url=learner_url, timeout_s=300)["torch_threads"]
+
+    assert trained_on(None) == 2  # the learner's own count
+    assert trained_on(1) == 1
+
+
 def test_learner_refuses_a_bad_job_naming_the_field(learner_url, tmp_path):
     bad = {"kind": "when2ask", "policy": "asking", "env": "SimpleDoorKey", "total_timesteps": 0,
            "model_path": "m.zip"}  # fmt: skip
