@@ -46,6 +46,7 @@ from llmrl.recipes.base import (
     read_results,
     validate_config,
 )
+from llmrl.recipes.tracking import identity
 
 
 class RichProgress(NullProgress):
@@ -172,10 +173,11 @@ def _same_settings(run: RunRow, recipe: str, config: dict[str, Any]) -> bool:
     leaves the behaviour it ran with unchanged, so it still matches."""
     if run.recipe != recipe:
         return False
-    if run.config == config:
+    if identity(run.config) == identity(config):  # tracking elsewhere: the same run
         return True
     try:
-        return validate_config(recipe, run.config).model_dump(mode="json") == config
+        stored = validate_config(recipe, run.config).model_dump(mode="json")
+        return identity(stored) == identity(config)
     except ConfigError:  # a config today's schema refuses (a key since removed): not the same
         return False
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from llmrl.common.bounds import MAX_SEED, Seed
 from llmrl.common.config import env_int
 from llmrl.recipes.base import ConfigError, recipe_class, validate_config
+from llmrl.recipes.tracking import identity
 
 MAX_RUNS_VAR = "LLMRL_MAX_EXPERIMENT_RUNS"
 DEFAULT_MAX_RUNS = 256
@@ -286,7 +287,9 @@ def plan_experiment(
         for point in spec.points():
             label = {"recipe": entry.recipe} if several_recipes else {}
             label.update({**entry.config, **point} if len(entries) > 1 else point)
-            method_digest = digest([entry.recipe, entry.config, point])[:8]
+            # where a run reports (tracking) is no part of its id: a file that adds it keeps
+            # its run ids, its out dirs' resumes and its kept reports
+            method_digest = digest([entry.recipe, identity(entry.config), identity(point)])[:8]
             for seed in spec.seeds:
                 config = {**spec.config, **entry.config, **point, "seed": seed}
                 try:

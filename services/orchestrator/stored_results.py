@@ -43,6 +43,7 @@ from llmrl.orchestrator.experiments import plan_experiment
 from llmrl.orchestrator.sources import STORE_FILE, from_store
 from llmrl.recipes.base import ConfigError, Results
 from llmrl.recipes.targets import verdicts_markdown
+from llmrl.recipes.tracking import identity
 
 SUFFIX = ".results.json"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -58,7 +59,9 @@ def stored_path(experiment_file: Path) -> Path:
 
 
 def _canonical(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
+    """A config as a run's identity: its tracking settings say where it reported, not what it
+    computed (and runs kept before they existed have none)."""
+    return json.dumps(identity(config), sort_keys=True, default=str)
 
 
 def completed_runs(out_dir: Path) -> list[RunData]:

@@ -63,6 +63,7 @@ from llmrl.recipes.tracking import (
     TrackerName,
     WandbMode,
     checked_trackers,
+    checked_tracking_uri,
     result_metrics,
     tracker_list,
     usage_metrics,
@@ -93,11 +94,13 @@ class RecipeConfig(BoundedModel):
         f"report_to: any of {', '.join(TRACKERS)} (a list, or `tracking=mlflow,wandb` on the "
         "command line), or none; mlflow and wandb need `pip install 'llmrl[tracking]'`",
     )
-    mlflow_tracking_uri: str | None = Field(
+    mlflow_tracking_uri: Annotated[str | None, AfterValidator(checked_tracking_uri)] = Field(
         None,
         max_length=2048,
         description="MLflow tracking server or store (http://host:5000, sqlite:///path.db); "
-        "None: $MLFLOW_TRACKING_URI, else a SQLite store in the run's out dir (mlflow.db)",
+        "None: $MLFLOW_TRACKING_URI, else a SQLite store in the run's out dir (mlflow.db). A "
+        "server must be one the operator allows ($LLMRL_TRACKING_SERVERS or "
+        "$MLFLOW_TRACKING_URI), a store must lie under the folders the service may write",
     )
     mlflow_experiment: str | None = Field(
         None,

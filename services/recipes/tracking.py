@@ -50,6 +50,10 @@ TRACKING_KEYS = (
     "wandb_project",
     "wandb_mode",
 )
+# MLflow servers a run's config may name: the operator's list (URLs, compared by scheme, host
+# and port) besides $MLFLOW_TRACKING_URI. A config is request data in service mode: a URL of
+# its own choosing would have the workers connect wherever a tenant likes.
+TRACKING_SERVERS_VAR = "LLMRL_TRACKING_SERVERS"
 # how long the end of a run waits for a tracker to send what it has queued
 CLOSE_WAIT_S = 120.0
 # MLflow's limits: a param value's length, the items of one log_batch call
@@ -85,6 +89,60 @@ def checked_trackers(value: list[str]) -> list[str]:
             f"{' and '.join(PACKAGES.values())}"
         )
     return chosen
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port that is no number: matches no server
+        port = -1
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def allowed_servers() -> list[str]:
+    """The MLflow server URLs a run may name: $LLMRL_TRACKING_SERVERS, $MLFLOW_TRACKING_URI."""
+    listed = [u.strip() for u in os.environ.get(TRACKING_SERVERS_VAR, "").split(",") if u.strip()]
+    default = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    return [*listed, *([default] if default.lower().startswith(("http://", "https://")) else [])]
+
+
+def checked_tracking_uri(value: str | None) -> str | None:
+    """An MLflow tracking URI a run may use: a server the operator allows (`allowed_servers`),
+    or a local store (`sqlite:///<path>`, `file://<path>`, a path) under the folders a service
+    may write (`llmrl.common.paths.confine`); ValueError saying which otherwise."""
+    if value is None:
+        return None
+    from llmrl.common.paths import confine
+
+    scheme = urlsplit(value).scheme.lower()
+    if scheme in ("http", "https"):
+        if _origin(value) in {_origin(url) for url in allowed_servers()}:
+            return value
+        raise ValueError(
+            f"{redact_url(value)!r} is not an allowed MLflow server; the operator lists them in "
+            f"${TRACKING_SERVERS_VAR} (comma-separated URLs), or set $MLFLOW_TRACKING_URI "
+            "and leave mlflow_tracking_uri unset"
+        )
+    if scheme == "sqlite":
+        path = value.removeprefix("sqlite:///")
+    elif scheme == "file":
+        path = urlsplit(value).path
+    elif not scheme:
+        path = value
+    else:
+        raise ValueError(
+            f"expected an http(s) server, sqlite:///<path>, file://<path> or a path; got the "
+            f"scheme {scheme!r}"
+        )
+    confine(path, "mlflow_tracking_uri")  # refuses a store outside the folders it may write
+    return value
+
+
+def identity(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` without the tracking settings: where a run reports is not what it computes,
+    so two configs that differ only there are the same run (run ids, resume, kept reports)."""
+    return {key: value for key, value in config.items() if key not in TRACKING_KEYS}
 
 
 def installed(package: str) -> bool:

@@ -28,7 +28,7 @@ from llmrl.orchestrator.embedded import run_embedded
 from llmrl.planners.base import Plan
 from llmrl.planners.oracle import OraclePlanner
 from llmrl.recipes.base import ConfigError, validate_config
-from llmrl.recipes.tracking import flat_params
+from llmrl.recipes.tracking import TRACKING_SERVERS_VAR, flat_params, identity
 
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
 
@@ -135,7 +135,10 @@ def test_a_run_reports_to_a_local_mlflow_store_in_its_out_dir(tmp_path: Path):
     assert not (out / "tb").exists()  # TensorBoard not selected: no tb folder
 
 
-def test_a_run_reports_to_an_mlflow_server(tmp_path: Path, mlflow_server: MlflowServer):
+def test_a_run_reports_to_an_mlflow_server(
+    tmp_path: Path, mlflow_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(TRACKING_SERVERS_VAR, mlflow_server.url)  # the operator allows it
     out = tmp_path / "run"
     config = {**BASE, "tracking": "mlflow", "mlflow_tracking_uri": mlflow_server.url}
     config["mlflow_experiment"] = "tracking-test"
@@ -174,6 +177,7 @@ def test_the_mlflow_server_going_away_mid_run_warns_once_and_the_run_completes(
 ):
     # MLflow's own client retries a refused connection for minutes by default
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv(TRACKING_SERVERS_VAR, mlflow_server.url)
     monkeypatch.setattr(ServerStopper, "server", mlflow_server)
     monkeypatch.setattr(ServerStopper, "episodes_started", 0)
     out = tmp_path / "run"
@@ -340,3 +344,45 @@ def test_llmrl_recipes_describes_the_tracking_settings():
     for key in ("tracking", "mlflow_tracking_uri", "mlflow_experiment", "wandb_project"):
         assert key in shown.output
     assert "report_to" in shown.output and "llmrl[tracking]" in shown.output
+
+
+@pytest.mark.parametrize(
+    ("uri", "says"),
+    [
+        ("http://169.254.169.254/latest", "not an allowed MLflow server"),  # a tenant's pick
+        ("https://me:pw@mlflow.example/", "not an allowed MLflow server"),
+        ("sqlite:////etc/llmrl-tracking.db", "mlflow_tracking_uri"),  # outside the roots
+        ("file:///tmp/../etc/mlruns", "mlflow_tracking_uri"),
+        ("/etc/mlruns", "mlflow_tracking_uri"),
+        ("ftp://host/x", "scheme 'ftp'"),
+    ],
+)
+def test_a_config_names_only_allowed_servers_and_stores_under_the_roots(uri, says, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(TRACKING_SERVERS_VAR, raising=False)
+    with pytest.raises(ConfigError) as refused:
+        validate_config("evaluate", {"tracking": "mlflow", "mlflow_tracking_uri": uri})
+    assert refused.value.errors[0]["loc"] == ["config", "mlflow_tracking_uri"]
+    assert says in str(refused.value) and "pw" not in str(refused.value)
+
+
+def test_the_operator_allows_a_server_by_its_origin(monkeypatch, tmp_path):
+    monkeypatch.setenv(TRACKING_SERVERS_VAR, "http://mlflow:5000, https://other.example")
+    config = validate_config("evaluate", {"mlflow_tracking_uri": "http://MLflow:5000/"})
+    assert config.mlflow_tracking_uri == "http://MLflow:5000/"
+    with pytest.raises(ConfigError):  # the same host on another port is another server
+        validate_config("evaluate", {"mlflow_tracking_uri": "http://mlflow:5001"})
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # tests' roots hold tmp_path
+    assert validate_config("evaluate", {"mlflow_tracking_uri": store}).mlflow_tracking_uri == store
+
+
+def test_where_a_run_reports_is_no_part_of_its_identity():
+    """A file that adds tracking keeps its run ids, its out dirs' resumes and kept reports."""
+    from llmrl.orchestrator.experiments import parse_spec, plan_experiment
+
+    base = {"recipe": "evaluate", "config": {"episodes": 2}, "seeds": [0]}
+    tracked = {**base, "config": {"episodes": 2, "tracking": "none", "wandb_project": "p"}}
+    before = plan_experiment(parse_spec(base), "trial")
+    after = plan_experiment(parse_spec(tracked), "trial")
+    assert [run.run_id for run in before] == [run.run_id for run in after]
+    assert identity(after[0].config) == identity(before[0].config)

@@ -25,12 +25,12 @@ from typing import Any
 
 from llmrl.common.registry import registry
 from llmrl.recipes.base import Phase, Recipe, RunContext
-from llmrl.recipes.evaluate import summarize
 from llmrl.recipes.glam.recipe import Glam
 from llmrl.recipes.grpo import driver  # also registers the driver
 from llmrl.recipes.grpo.config import GrpoConfig
 from llmrl.recipes.grpo.report import grpo_results, grpo_targets, plot_learning_curve
 from llmrl.recipes.grpo.training import GrpoTrainingJob, train_grpo
+from llmrl.recipes.summary import summarize
 from llmrl.recipes.targets import ConfigResults, Verdict
 
 REPORT = "report"

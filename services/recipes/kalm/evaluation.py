@@ -5,7 +5,7 @@ time step, instead of one episode job per episode).
 Env i of a world is seeded `seed + i`, so every policy meets the same start states, goals and
 instructions. Each env's first episode counts (its later auto-resets are ignored: the env is
 stepped `active` only until its first LAST step). Instructions are embedded once per distinct
-text through the gateway. The figures match `llmrl.recipes.evaluate.summarize`'s names.
+text through the gateway. The figures match `llmrl.recipes.summary.summarize`'s names.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llmrl.recipes.evaluate import wilson_interval
+from llmrl.recipes.summary import wilson_interval
 
 LAST = 2
 OBSERVATIONS = ["state", "instruction", "success", "reward", "step_type"]
