@@ -155,9 +155,9 @@ def _changes(kept: dict[str, Any], planned: dict[str, Any]) -> list[str]:
     """`key: kept -> planned` for every key whose value differs (absent: `<none>`)."""
 
     def value(config: dict[str, Any], key: str) -> str:
-        return _canonical(config[key]) if key in config else "<none>"
+        return json.dumps(config[key], sort_keys=True, default=str) if key in config else "<none>"
 
-    keys = sorted(set(kept) | set(planned))
+    keys = sorted(set(identity(kept)) | set(identity(planned)))
     return [
         f"{key}: {value(kept, key)} -> {value(planned, key)}"
         for key in keys
