@@ -229,7 +229,7 @@ def test_a_run_id_and_file_name_resolve_to_that_runs_file(tmp_path, marker):
     import gymnasium as gym
     from stable_baselines3.common.env_util import make_vec_env
 
-    from llmrl.orchestrator import catalog
+    from llmrl.common import catalog
     from llmrl.recipes.base import ConfigError, validate_config
 
     out = tmp_path / "runs" / "trained"

@@ -3,7 +3,7 @@
 rich fits what it prints to the console's width, and a console that is not a terminal is 80
 columns wide: there a table is squeezed until every cell is cut to "Col…". `output_console`
 gives such a console room for any table, so tables print whole. Progress there is a line now
-and then (`llmrl.orchestrator.embedded.LineProgress`), and `quiet_library_progress_bars` turns
+and then (`llmrl.recipes.progress.LineProgress`), and `quiet_library_progress_bars` turns
 off Hugging Face's tqdm bars, which redraw with a carriage return: one line per redraw in a log.
 """
 

@@ -226,9 +226,9 @@ def _run_file(reference: str, field: str) -> Path:
 
 
 def _run_folder(run_id: str) -> str | None:
-    # imported here: the run stores belong to the orchestrator layer, above this module
+    # imported here: loading a trusted file seldom needs the run index (SQLite)
+    from llmrl.common import catalog
     from llmrl.common.store import RunStore
-    from llmrl.orchestrator import catalog
 
     entry = catalog.find(run_id)
     if entry is not None:

@@ -17,9 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from llmrl.common import catalog
 from llmrl.common.console import output_console
 from llmrl.common.store import RunRow, RunStore
-from llmrl.orchestrator import catalog
 from llmrl.recipes.base import ConfigError, format_cell, recipe_class
 
 COLUMNS = ("run_id", "mode", "recipe", "status", "key config", "headline", "LLM spend")

@@ -13,132 +13,30 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from llmrl.agents import RolloutResources
+from llmrl.common import catalog
 from llmrl.common import store as states
 from llmrl.common.console import output_console, quiet_library_progress_bars
 from llmrl.common.paths import allow_root
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
-from llmrl.orchestrator import catalog
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.runner import execute_run
 from llmrl.recipes.base import (
     ConfigError,
-    NullProgress,
     Results,
     format_cell,
     read_results,
     validate_config,
 )
+from llmrl.recipes.progress import clock_time, make_progress
 from llmrl.recipes.tracking import identity
-
-
-class RichProgress(NullProgress):
-    """A rich progress bar per phase, for a terminal (also keeps the counts)."""
-
-    def __init__(self, console: Console) -> None:
-        super().__init__()
-        self._bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
-        self._task: Any = None
-
-    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
-        super().start(phase, total, done, unit)
-        self._bar.start()
-        self._task = self._bar.add_task(f"{phase} {unit}", total=total, completed=done)
-
-    def advance(self, n: int = 1) -> None:
-        super().advance(n)
-        self._bar.advance(self._task, n)
-
-    def finish(self) -> None:
-        self._bar.stop()
-
-
-def _clock_time(seconds: float) -> str:
-    return str(timedelta(seconds=round(seconds)))
-
-
-class LineProgress(NullProgress):
-    """Progress for a log or a pipe: a line when a phase starts, at every tenth of it or after
-    `every_s` seconds without one, and when it ends. (A rich bar there prints nothing until
-    the phase ends; a tqdm bar prints one line per redraw.)"""
-
-    def __init__(
-        self,
-        console: Console,
-        every_s: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__()
-        self.console, self.every_s, self.clock = console, every_s, clock
-        self._started = self._printed_at = 0.0
-        self._tenth = self._done_at_start = 0
-
-    def _tenths(self) -> int:
-        return 10 * self.done // self.total if self.total > 0 else 0
-
-    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
-        super().start(phase, total, done, unit)
-        self._started = self.clock()
-        self._tenth, self._done_at_start = self._tenths(), done  # a resumed phase starts at done
-        self._print(self._started)
-
-    def advance(self, n: int = 1) -> None:
-        super().advance(n)
-        now = self.clock()
-        if self.done >= self.total:  # `finish` says it
-            return
-        if self._tenths() > self._tenth or now - self._printed_at >= self.every_s:
-            self._tenth = self._tenths()
-            self._print(now)
-
-    def finish(self) -> None:
-        elapsed = _clock_time(self.clock() - self._started)
-        self.console.print(f"{self.phase} {self.unit}: {self.done}/{self.total} in {elapsed}")
-
-    def _print(self, now: float) -> None:
-        self._printed_at = now
-        line = f"{self.phase} {self.unit}: {self.done}/{self.total}"
-        if self.total > 0:
-            line += f" ({100 * self.done // self.total}%)"
-        elapsed = now - self._started
-        line += f", {_clock_time(elapsed)} elapsed"
-        played = self.done - self._done_at_start
-        if played > 0 and self.done < self.total:
-            left = elapsed / played * (self.total - self.done)
-            line += f", about {_clock_time(left)} left"
-        self.console.print(line)
-
-
-def make_progress(console: Console, enabled: bool = True) -> NullProgress:
-    """A bar on a terminal, a line now and then elsewhere; nothing when not `enabled`."""
-    if not enabled:
-        return NullProgress()
-    return RichProgress(console) if console.is_terminal else LineProgress(console)
 
 
 def results_table(results: Results) -> Table:
@@ -253,7 +151,7 @@ def run_embedded(
     usage = gateway_usage(run.run_id)
     if usage is not None:
         console.print(llm_summary(usage))
-    elapsed = _clock_time(time.monotonic() - started)
+    elapsed = clock_time(time.monotonic() - started)
     console.print(f"done in {elapsed}; results, plots and episode logs in {out}")
     return run
 

@@ -23,7 +23,7 @@ from llmrl.common.queues import Broker, InMemoryBroker, retry_on_disconnect
 from llmrl.common.store import RunStore
 from llmrl.orchestrator import metrics
 from llmrl.orchestrator.episode_worker import EpisodeWorker
-from llmrl.recipes.base import RunCancelled
+from llmrl.recipes.progress import RunCancelled
 
 log = logging.getLogger("llmrl.orchestrator")
 # Seconds without a stored result after which a waiting phase checks the queue for lost jobs.

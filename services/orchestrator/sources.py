@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common import catalog
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.store import RunRow, RunStore
-from llmrl.orchestrator import catalog
 from llmrl.orchestrator.compare import CURVE_TAGS, RunData
 from llmrl.recipes.base import Results, read_results
 

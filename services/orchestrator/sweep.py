@@ -25,19 +25,19 @@ from typing import Any
 from rich.console import Console
 
 from llmrl.agents import RolloutResources
+from llmrl.common import catalog
 from llmrl.common import store as states
 from llmrl.common.console import output_console
 from llmrl.common.paths import allow_root
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
-from llmrl.orchestrator import catalog
 from llmrl.orchestrator.compare import build_report, print_report
-from llmrl.orchestrator.embedded import make_progress
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.experiments import ExperimentSpec, PlannedRun, plan_experiment
 from llmrl.orchestrator.runner import execute_run
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.recipes.base import ConfigError
+from llmrl.recipes.progress import make_progress
 
 
 def run_sweep(

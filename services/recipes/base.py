@@ -38,10 +38,8 @@ import logging
 import math
 import os
 import re
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol
@@ -57,6 +55,12 @@ from llmrl.common.numerics import numerics_provenance
 from llmrl.common.provenance import describe, machine_provenance
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
+from llmrl.recipes.progress import (
+    NullProgress,
+    ProgressReporter,
+    StoppableProgress,
+    tracked,
+)
 from llmrl.recipes.tracking import (
     TRACKERS,
     RunTrackers,
@@ -394,47 +398,6 @@ def format_cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-# -- progress ---------------------------------------------------------------------------------
-class ProgressReporter(Protocol):
-    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None: ...
-    def advance(self, n: int = 1) -> None: ...
-    def finish(self) -> None: ...
-
-
-@contextmanager
-def tracked(
-    progress: ProgressReporter, phase: str, total: int, done: int = 0, unit: str = "episodes"
-) -> Iterator[None]:
-    """A phase's progress bar from `start` to `finish`, also when the work inside fails."""
-    progress.start(phase, total, done=done, unit=unit)
-    try:
-        yield
-    finally:
-        progress.finish()
-
-
-class NullProgress:
-    """Keeps the counts (for the REST API) and draws nothing."""
-
-    def __init__(self) -> None:
-        self.phase: str | None = None
-        self.total = 0
-        self.done = 0
-        self.unit = "episodes"
-
-    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
-        self.phase, self.total, self.done, self.unit = phase, total, done, unit
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-
-    def finish(self) -> None:
-        pass
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"phase": self.phase, "done": self.done, "total": self.total, "unit": self.unit}
-
-
 # -- the run context ----------------------------------------------------------------------------
 class EpisodeExecutor(Protocol):
     """Plays episode jobs somewhere and stores their records; the orchestrator, which runs
@@ -447,47 +410,6 @@ class EpisodeExecutor(Protocol):
         should_stop: Callable[[], bool],
         parallel: int = 1,
     ) -> None: ...
-
-
-class RunCancelled(Exception):
-    """The run was cancelled while a phase was running."""
-
-
-class StoppableProgress:
-    """A phase's progress reporter that also ends the phase when its run is cancelled.
-
-    Every training loop reports through `advance` (`on_progress=ctx.progress.advance`), so
-    checking the cancel flag there, at most every `check_s` seconds (a store read), stops a
-    long training at its next step rather than when the phase ends. Episode collection counts
-    with `count`, which does not raise: the executor polls the flag itself and stops its
-    workers cleanly. (In service mode a job handed to the learner reports its progress here
-    through the learner client, which cancels the job there when this raises.)"""
-
-    def __init__(
-        self, inner: ProgressReporter, should_stop: Callable[[], bool], check_s: float = 1.0
-    ) -> None:
-        self.inner, self.should_stop, self.check_s = inner, should_stop, check_s
-        self._checked = time.monotonic()
-
-    def start(self, phase: str, total: int, done: int = 0, unit: str = "episodes") -> None:
-        self.inner.start(phase, total, done=done, unit=unit)
-
-    def advance(self, n: int = 1) -> None:
-        self.inner.advance(n)
-        now = time.monotonic()
-        if now - self._checked >= self.check_s:
-            self._checked = now
-            if self.should_stop():
-                raise RunCancelled("the run was cancelled during this phase")
-
-    def count(self, n: int = 1) -> None:
-        self.inner.advance(n)
-
-    def finish(self) -> None:
-        self.inner.finish()
-
-    def __getattr__(self, name: str) -> Any:  # the inner reporter's counts (snapshot, done...)
-        return getattr(self.inner, name)
 
 
 class RunContext:

@@ -27,7 +27,7 @@ from llmrl.common.queues import RedisBroker
 from llmrl.common.store import RunStore
 from llmrl.orchestrator.executors import QueueExecutor, ResultCollector
 from llmrl.orchestrator.service import build_manager, create_app
-from llmrl.recipes.base import RunCancelled
+from llmrl.recipes.progress import RunCancelled
 
 CORRIDOR = {"env": "TinyCorridor", "episodes": 20}
 

@@ -15,8 +15,9 @@ from rich.console import Console
 from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.common.console import output_console
-from llmrl.orchestrator.embedded import LineProgress, llm_summary, make_progress, results_table
+from llmrl.orchestrator.embedded import llm_summary, results_table
 from llmrl.recipes.base import Results
+from llmrl.recipes.progress import LineProgress, make_progress
 
 COLUMNS = [f"headline_metric_{i}" for i in range(12)]
 

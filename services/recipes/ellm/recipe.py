@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
+from llmrl.recipes.base import Phase, Recipe, RunContext
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.report import ellm_results, ellm_targets
 from llmrl.recipes.ellm.training import (
@@ -24,6 +24,7 @@ from llmrl.recipes.ellm.training import (
     evaluate_agent,
     train_ellm,
 )
+from llmrl.recipes.progress import tracked
 from llmrl.recipes.targets import ConfigResults, Verdict
 
 REPORT = "report"

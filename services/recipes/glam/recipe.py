@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
+from llmrl.recipes.base import Phase, Recipe, RunContext
 from llmrl.recipes.glam import driver  # also registers the drivers
 from llmrl.recipes.glam.config import (
     NPAE_MICROBATCH,
@@ -54,6 +54,7 @@ from llmrl.recipes.glam.training import (
     train_glam,
     train_symbolic_ppo,
 )
+from llmrl.recipes.progress import tracked
 from llmrl.recipes.summary import summarize
 from llmrl.recipes.targets import ConfigResults, Verdict
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext, tracked
+from llmrl.recipes.base import Phase, Recipe, RunContext
 from llmrl.recipes.kalm import driver  # also registers the driver
 from llmrl.recipes.kalm.config import KalmConfig, discrete_action_size
 from llmrl.recipes.kalm.report import kalm_results, kalm_targets, plot_results
@@ -37,6 +37,7 @@ from llmrl.recipes.kalm.training import (
     train_grounding,
     train_offline,
 )
+from llmrl.recipes.progress import tracked
 from llmrl.recipes.summary import summarize
 from llmrl.recipes.targets import ConfigResults, Verdict
 

@@ -100,8 +100,8 @@ def measure(cfg: KalmConfig, args: argparse.Namespace) -> list[dict]:
     from llmrl.common.registry import registry
     from llmrl.learner.algorithms.grounding_sft import dataset_episodes
     from llmrl.learner.versions import Versions
-    from llmrl.orchestrator.embedded import make_progress
     from llmrl.recipes.kalm.collect import collect_clevr
+    from llmrl.recipes.progress import make_progress
 
     train = collect_clevr(
         cfg.scripted_episodes,

@@ -3,7 +3,8 @@
 An embedded run keeps its own store in its out dir (`<out>/run.sqlite`), wherever that is;
 the catalog only records where each run and sweep lives, so that `llmrl runs` and
 `llmrl compare RUN_ID` find them by id. Service-mode runs are in the orchestrator's store
-(`$LLMRL_HOME/orchestrator.sqlite`) and need no catalog entry.
+(`$LLMRL_HOME/orchestrator.sqlite`) and need no catalog entry. It lives in `common` because
+the loaders of trusted files (`common.trusted`) find a run's folder by id through it too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from llmrl.common.config import home_dir
 from llmrl.common.store import RunStore
 
-log = logging.getLogger("llmrl.orchestrator")
+log = logging.getLogger("llmrl.catalog")
 CATALOG_FILE = "embedded.sqlite"
 ORCHESTRATOR_STORE = "orchestrator.sqlite"
 RUN, EXPERIMENT = "run", "experiment"
