@@ -31,17 +31,21 @@ def served_name(model: str, adapter: str, version: str | int) -> str:
 
 
 def base_model_dir(model: str, gateway_settings: dict[str, Any] | None = None) -> Path:
-    """The local weights directory of gateway model `model` (its `path`, builtins resolved)."""
+    """The local weights directory of gateway model `model` (builtins resolved): an hf model's
+    `path`, or the `weights` of a model a serving engine serves (`backend: openai`), whose
+    adapters the learner trains here and the engine then serves."""
     from llmrl.llm_gateway.local_models import resolve_path
     from llmrl.llm_gateway.settings import load_settings
 
     config = load_settings(gateway_settings).model(model)
-    if config.backend != "hf" or not config.path:
+    weights = getattr(config, "path" if config.backend == "hf" else "weights", None)
+    if config.backend not in ("hf", "openai") or not weights:
         raise ValueError(
             f"model {model!r} is served by the {config.backend!r} backend; local LoRA "
-            "fine-tuning needs an hf model with a local path"
+            "fine-tuning needs an hf model with a local path, or an engine's model (openai) "
+            "with its weights"
         )
-    return resolve_path(config.path)
+    return resolve_path(weights)
 
 
 def save_adapter(

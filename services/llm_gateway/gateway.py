@@ -180,6 +180,8 @@ class Gateway:
         self._loading: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._settings_note: dict[str, Any] | None = None
+        # LoRA adapters loaded at runtime (`load_lora_adapter`): name -> (model, adapter key)
+        self._loras: dict[str, tuple[str, str]] = {}
 
     # -- models ------------------------------------------------------------------------------
     def backend(self, name: str) -> Backend:
@@ -220,9 +222,10 @@ class Gateway:
         spec = default if model in (None, "") else model
         if not isinstance(spec, str):
             raise InvalidRequestError(f"model must be a string; got {spec!r}", "model")
-        name, _, adapter = spec.partition(":")
+        lora = self._loras.get(spec)  # never a model's name, never with ':'
+        name, adapter = lora if lora is not None else spec.partition(":")[::2]
         self.settings.model(name)  # UnknownModelError names the configured ones
-        if adapter:
+        if adapter and lora is None:
             check_adapter(adapter)  # a strict pattern: no path can leave the adapters folder
         config = self.settings.models[name]
         backend_class = registry.get_backend(config.backend)
@@ -237,6 +240,64 @@ class Gateway:
         while (fallback := self.settings.models[chain[-1]].fallback) and fallback not in chain:
             chain.append(fallback)
         return chain
+
+    # -- LoRA adapters loaded at runtime (vLLM's API: `runtime_adapters`) -------------------
+    def load_lora_adapter(self, lora_name: Any, lora_path: Any, model: Any = None) -> str:
+        """Load the adapter saved in `lora_path` onto local model `model` (default: the
+        default model) under `lora_name`; `model: <lora_name>` then uses it. Returns the
+        name. A name already loaded is refused (as vLLM does): unload it first."""
+        from llmrl.llm_gateway.runtime_adapters import check_lora_name, check_lora_path
+
+        name = check_lora_name(lora_name, self.settings.models)
+        base = self.settings.default_model if model in (None, "") else model
+        if not isinstance(base, str) or ":" in base:
+            raise InvalidRequestError(f"model: give a model's name; got {base!r}", "model")
+        self.settings.model(base)  # UnknownModelError names the configured ones
+        backend = self.backend(base)
+        if not hasattr(backend, "load_runtime_adapter"):
+            raise InvalidRequestError(
+                f"model: {base!r} is served by the {self.settings.models[base].backend!r} "
+                "backend; LoRA adapters load onto local (hf) models only",
+                "model",
+            )
+        with self._lock:
+            if name in self._loras:
+                raise InvalidRequestError(
+                    f"lora_name: the lora adapter {name!r} has already been loaded; unload it "
+                    "first to load other weights under its name",
+                    "lora_name",
+                )
+        path = check_lora_path(lora_path)
+        key = backend.load_runtime_adapter(name, path, self.settings.models[base].timeout_s)
+        with self._lock:  # a concurrent load of the same name won: the later one is refused
+            if name in self._loras:
+                raise InvalidRequestError(
+                    f"lora_name: the lora adapter {name!r} has already been loaded", "lora_name"
+                )
+            self._loras[name] = (base, key)
+        log_event(log, "lora adapter loaded", lora_name=name, model=base)
+        return name
+
+    def unload_lora_adapter(self, lora_name: Any) -> str:
+        """Forget the runtime adapter `lora_name` (404 naming `lora_name` if none)."""
+        with self._lock:
+            loaded = self._loras.pop(lora_name, None) if isinstance(lora_name, str) else None
+        if loaded is None:
+            raise UnknownResourceError(
+                f"lora_name: no lora adapter {str(lora_name)[:200]!r} is loaded; loaded: "
+                f"{', '.join(sorted(self._loras)) or '(none)'}",
+                "lora_name",
+            )
+        base, key = loaded
+        backend = self.backend(base)
+        backend.unload_runtime_adapter(key, self.settings.models[base].timeout_s)  # type: ignore[attr-defined]
+        log_event(log, "lora adapter unloaded", lora_name=lora_name, model=base)
+        return lora_name
+
+    def lora_adapters(self) -> dict[str, str]:
+        """The runtime adapters: name -> the model they adapt."""
+        with self._lock:
+            return {name: base for name, (base, _) in self._loras.items()}
 
     def models(self) -> list[dict[str, Any]]:
         rows = []
@@ -253,6 +314,9 @@ class Gateway:
                     in (self.settings.default_model, self.settings.default_embedding_model),
                 }
             )
+        for lora, base in self.lora_adapters().items():  # listed as vLLM lists them
+            rows.append({**next(r for r in rows if r["id"] == base), "id": lora, "parent": base,
+                         "default": False})  # fmt: skip
         return rows
 
     # -- operations ----------------------------------------------------------------------------

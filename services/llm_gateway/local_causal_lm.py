@@ -12,6 +12,7 @@ torch; the backend imports this when it loads a model.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 import threading
 from collections.abc import Iterator
@@ -679,7 +680,16 @@ def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
 
 
 class Adapters:
-    """LoRA adapters of one base model, loaded once with peft and switched by name."""
+    """LoRA adapters of one base model, loaded once with peft and switched by name.
+
+    Two kinds: versions found by name (`<adapter>@<version>`: the model's `adapters` setting or
+    `$LLMRL_HOME/adapters/<model>/<adapter>/<version>`), loaded on first use; and adapters
+    loaded at runtime under a name the caller chose (vLLM's `/v1/load_lora_adapter`), whose
+    keys start with `RUNTIME_PREFIX` (`runtime_key`) so that they never meet a version's name.
+    Every peft call runs on the model thread (the backend's batcher), so no forward pass ever
+    sees an adapter appear or go."""
+
+    RUNTIME_PREFIX = "="
 
     def __init__(self, model: Any, model_name: str, configured: dict[str, dict[str, str]]) -> None:
         self.base = model
@@ -687,8 +697,21 @@ class Adapters:
         self.configured = configured
         self.peft_model: Any = None
         self.loaded: set[str] = set()
+        self.runtime: dict[str, Path] = {}  # runtime key -> its checked folder
+
+    @classmethod
+    def runtime_key(cls, lora_name: str, content: str) -> str:
+        """The adapter key of a runtime adapter: its name and its weights' digest, so that a
+        name loaded again with other weights never shares cached answers with the old ones."""
+        return f"{cls.RUNTIME_PREFIX}{lora_name}#{content[:16]}"
 
     def path(self, adapter: str) -> Path:
+        if adapter.startswith(self.RUNTIME_PREFIX):
+            runtime = self.runtime.get(adapter)
+            if runtime is None:  # unloaded while the request was on its way
+                name = adapter[len(self.RUNTIME_PREFIX) :].rpartition("#")[0]
+                raise InvalidRequestError(f"model: LoRA adapter {name!r} was unloaded", "model")
+            return runtime
         name, version = check_adapter(adapter)
         path = self.configured.get(name, {}).get(version)
         candidate = (
@@ -705,15 +728,19 @@ class Adapters:
             )
         return candidate
 
-    @staticmethod
-    def _peft_name(adapter: str) -> str:
+    @classmethod
+    def _peft_name(cls, adapter: str) -> str:
+        if adapter.startswith(cls.RUNTIME_PREFIX):  # any text: a digest keeps names apart
+            return "r_" + hashlib.sha256(adapter.encode()).hexdigest()[:24]
         return "a_" + re.sub(r"[^A-Za-z0-9_]", "_", adapter)
 
     def ensure_loaded(self, adapter: str) -> None:
         """Load `adapter` next to the others (the base model's weights are not touched)."""
         if not adapter or adapter in self.loaded:
             return
-        path = self.path(adapter)
+        self._load(self.path(adapter), adapter)
+
+    def _load(self, path: Path, adapter: str) -> None:
         if self.peft_model is None:
             from peft import PeftModel
 
@@ -724,6 +751,32 @@ class Adapters:
         else:
             self.peft_model.load_adapter(str(path), adapter_name=self._peft_name(adapter))
         self.loaded.add(adapter)
+
+    def load_runtime(self, adapter: str, path: Path) -> None:
+        """Load a runtime adapter now (on the model thread): a folder that does not fit the
+        base model is refused here, naming `lora_path`, not at its first request."""
+        if adapter in self.loaded:  # the same name and weights, kept since an unload
+            self.runtime[adapter] = path
+            return
+        try:
+            self._load(path, adapter)
+        except Exception as exc:  # peft's and torch's refusals: shapes, modules, config
+            raise InvalidRequestError(
+                f"lora_path: the adapter does not load on model {self.model_name!r}: "
+                f"{type(exc).__name__}: {str(exc)[:300]}",
+                "lora_path",
+            ) from None
+        self.runtime[adapter] = path
+
+    def unload_runtime(self, adapter: str) -> None:
+        """Forget a runtime adapter and free its weights (on the model thread). peft keeps
+        at least one adapter: the last one stays loaded, unreachable, until another comes."""
+        self.runtime.pop(adapter, None)
+        if adapter not in self.loaded:
+            return
+        if len(self.peft_model.peft_config) > 1:
+            self.peft_model.delete_adapter(self._peft_name(adapter))
+            self.loaded.discard(adapter)
 
     @contextmanager
     def active(self, adapter: str) -> Iterator[None]:

@@ -13,7 +13,8 @@ Run, tag and cache policy travel in headers (so an unmodified OpenAI client can 
 Gateway endpoints: POST /v1/score, POST /v1/count_tokens, GET /v1/usage/{run_id},
 PUT /v1/budgets/{run_id} ({"usd": .., "calls": ..}), GET /health, GET /metrics; issued keys:
 POST /v1/keys, GET /v1/keys, DELETE /v1/keys/{key_id} (routes_keys; a client holding a key
-spends only its budget, under the run `key:<id>`).
+spends only its budget, under the run `key:<id>`); vLLM's runtime LoRA API, POST
+/v1/load_lora_adapter and POST /v1/unload_lora_adapter (routes_lora, `runtime_adapters`).
 
 Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}: 400 for a malformed
 request (param names the field), 404 for an unknown model, 429 when the run's budget is spent
@@ -41,6 +42,7 @@ from llmrl.common.http import ERROR_RESPONSES, guard_app
 from llmrl.llm_gateway import (
     routes_accounting,
     routes_keys,
+    routes_lora,
     routes_openai,
     routes_scoring,
     routes_service,
@@ -84,7 +86,9 @@ def create_app(gateway: Gateway, token: str | None = None) -> FastAPI:
     limits = gateway.settings.limits
     guard_app(app, limits.max_body_bytes, openai_error_body)
     app.state.gateway = gateway  # what the routers' GatewayDep reads
-    for routes in (routes_service, routes_openai, routes_scoring, routes_accounting, routes_keys):
+    routers = (routes_service, routes_openai, routes_scoring, routes_accounting, routes_keys,
+               routes_lora)  # fmt: skip
+    for routes in routers:
         app.include_router(routes.router)
     # outermost first: the shared token (keys left to the next), the issued keys and every
     # caller's rate limits (before a body is read), a route's own body limit, the body guard

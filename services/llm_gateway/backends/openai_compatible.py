@@ -10,6 +10,15 @@ encoded apart and their token ids sent, exactly as the local backend scores; wit
 text is sent and the candidate's tokens found by `text_offset`, so a token the engine merges
 across the boundary (a prompt ending without a space) counts for the candidate.
 
+Adapters on the engine: `<model>:<adapter>@<version>` is sent to the engine as the model
+`adapter_names` makes of it (default `{adapter}@{version}`: the LoRA's name on a vLLM server,
+or on another llmrl gateway, that loaded it). With `load_adapters`, the first request naming
+an adapter version publishes it to the engine: its folder (the model's `adapters` setting, or
+where the learner saves it, `$LLMRL_HOME/adapters/<model>/<adapter>/<version>`) is sent to the
+engine's `POST /v1/load_lora_adapter` (vLLM's runtime LoRA API), so a version the learner just
+saved is served without a restart, as a local model serves it; the engine must read that
+path (a shared volume). A run names an adapter the same way whichever backend serves it.
+
 The backend only maps requests to the client's arguments and the client's responses and
 errors back; the gateway core retries (the client's own retries are off), falls back and
 times out. The API key is read from the environment variable named by `api_key_env` and is
@@ -19,14 +28,17 @@ never put in a message: provider error texts are redacted before they leave this
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from llmrl.common.logs import redact, secret_values
+from llmrl.common.names import is_safe_name
 from llmrl.common.registry import registry
 from llmrl.llm_gateway import prompt_logprobs
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
@@ -38,11 +50,13 @@ from llmrl.llm_gateway.backends.base import (
     utf8_token_bound,
 )
 from llmrl.llm_gateway.errors import (
+    GatewayTimeoutError,
     InvalidRequestError,
     RetryableUpstreamError,
     UnsupportedOperationError,
     UpstreamError,
 )
+from llmrl.llm_gateway.names import check_adapter
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
 NO_KEY = "no-key"  # self-hosted servers (FastChat, vLLM, Ollama) accept any key
@@ -118,6 +132,61 @@ class OpenAIModelConfig(ModelConfig):
         description="all candidates of a score in one request (`prompt` a list); false: one "
         "request per candidate",
     )
+    adapter_names: str = Field(
+        "{adapter}@{version}",
+        description=(
+            "the engine's model name for <model>:<adapter>@<version> (the LoRA's name on the "
+            "engine), from {model} (this gateway's name), {remote_model}, {adapter}, {version}"
+        ),
+    )
+    load_adapters: bool = Field(
+        False,
+        description=(
+            "publish an adapter version to the engine on its first use: POST its folder to the "
+            "engine's /v1/load_lora_adapter (vLLM's runtime LoRA API; vLLM needs "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, another llmrl gateway serves it). false: the "
+            "engine already serves the names (vLLM --lora-modules)"
+        ),
+    )
+    adapters: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description=(
+            "LoRA adapter folders to publish: name -> version -> directory (default: "
+            "$LLMRL_HOME/adapters/<model>/<adapter>/<version>, where the learner saves them)"
+        ),
+    )
+    weights: str | None = Field(
+        None,
+        description=(
+            "the served model's weights, a local Hugging Face directory or a builtin: name: "
+            "what the learner fine-tunes adapters of (LLM-PPO, SFT) for the engine to serve"
+        ),
+    )
+
+    @field_validator("adapter_names")
+    @classmethod
+    def _names_every_version(cls, value: str) -> str:
+        try:
+            named = value.format(model="m", remote_model="r", adapter="a", version="v")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"{value!r}: use {{model}}, {{remote_model}}, {{adapter}} and {{version}} "
+                f"only ({exc})"
+            ) from None
+        if "{adapter}" not in value or "{version}" not in value or not named:
+            raise ValueError(f"{value!r} must hold {{adapter}} and {{version}}")
+        return value
+
+    @field_validator("adapters")
+    @classmethod
+    def _plain_adapter_names(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for adapter, versions in value.items():  # as the hf backend's: folder names
+            for part in (adapter, *versions):
+                if not is_safe_name(part):
+                    raise ValueError(
+                        f"{part!r} is not a plain name (letters, digits, '_', '.', '-'; never '..')"
+                    )
+        return value
 
     def source(self, name: str) -> str:
         return f"{self.provider_model(name)} @ {self.base_url or 'api.openai.com'}"
@@ -176,6 +245,8 @@ class OpenAIBackend(Backend):
         self.client = openai.OpenAI(
             base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout_s
         )
+        self._published: set[str] = set()  # adapters this backend loaded on the engine
+        self._publishing = threading.Lock()
         self.tokenizer: Any = None
         if config.tokenizer:
             try:
@@ -220,9 +291,11 @@ class OpenAIBackend(Backend):
     def count_tokens(self, text: str) -> int:
         return utf8_token_bound([text], per_text_overhead=0)
 
-    def _generation_args(self, request: GenerateRequest) -> dict[str, Any]:
+    def _generation_args(
+        self, request: GenerateRequest, adapter: str, timeout_s: float
+    ) -> dict[str, Any]:
         args: dict[str, Any] = {
-            "model": self.remote_model,
+            "model": self.engine_model(adapter, timeout_s),
             "n": request.n,
             "temperature": request.temperature,
             "top_p": request.top_p,
@@ -234,17 +307,87 @@ class OpenAIBackend(Backend):
             args["seed"] = request.seed
         return args
 
+    # -- adapters on the engine ----------------------------------------------------------------
+    def _lora_name(self, adapter: str) -> str:
+        name, version = check_adapter(adapter)
+        return self.config.adapter_names.format(
+            model=self.name, remote_model=self.remote_model, adapter=name, version=version
+        )
+
+    def engine_model(self, adapter: str, timeout_s: float) -> str:
+        """The engine's model for `adapter` ("" : the base), published first if it must be."""
+        if not adapter:
+            return self.remote_model
+        lora_name = self._lora_name(adapter)
+        if self.config.load_adapters and adapter not in self._published:
+            with self._publishing:  # once, even for concurrent first requests
+                if adapter not in self._published:
+                    self.publish_adapter(adapter, timeout_s)
+        return lora_name
+
+    def adapter_path(self, adapter: str) -> Path:
+        """The folder of adapter version `adapter`: configured, or where the learner saves it
+        (`llmrl.learner.adapters.adapter_dir`); a 400 naming `model` when it holds none."""
+        from llmrl.common.config import home_dir
+
+        name, version = check_adapter(adapter)
+        configured = self.config.adapters.get(name, {}).get(version)
+        path = Path(configured) if configured else home_dir() / "adapters" / self.name / name
+        path = path if configured else path / version
+        if not (path / "adapter_config.json").is_file():
+            # the message names the adapter, never the folder it was looked for in
+            raise InvalidRequestError(
+                f"model: adapter {adapter!r} of {self.name!r} not found (neither configured "
+                "nor trained under the adapters folder), so it cannot be loaded on the engine",
+                "model",
+            )
+        return path.resolve()
+
+    def publish_adapter(self, adapter: str, timeout_s: float) -> str:
+        """Load adapter version `adapter` on the engine (`POST /v1/load_lora_adapter` with its
+        name there and its folder); returns that name. An engine that already holds the name
+        (it answers so: vLLM's and llmrl's "has already been loaded") counts as published: a
+        version's folder is written once. Any other refusal is an error quoting the engine."""
+        import httpx
+
+        lora_name = self._lora_name(adapter)
+        body = {"lora_name": lora_name, "lora_path": str(self.adapter_path(adapter))}
+        url = (
+            f"{(self.config.base_url or 'https://api.openai.com/v1').rstrip('/')}/load_lora_adapter"
+        )
+        headers = {} if self._key == NO_KEY else {"Authorization": f"Bearer {self._key}"}
+        where = f"model {self.name!r}: the engine at {self.config.base_url or 'api.openai.com'}"
+        try:
+            answer = httpx.post(url, json=body, headers=headers, timeout=timeout_s)
+        except httpx.TimeoutException:
+            raise GatewayTimeoutError(
+                f"{where} did not load adapter {lora_name!r} within {timeout_s:g} s", "timeout_s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise RetryableUpstreamError(
+                self._clean(f"{where} cannot be reached to load adapter {lora_name!r}: {exc}")
+            ) from None
+        text = answer.text[:500]
+        if answer.status_code == 200 or "already been loaded" in text:
+            self._published.add(adapter)
+            return lora_name
+        message = self._clean(
+            f"{where} refused to load adapter {adapter!r} as {lora_name!r}: it answered "
+            f"{answer.status_code}: {text}"
+        )
+        if answer.status_code == 429 or answer.status_code >= 500:
+            raise RetryableUpstreamError(message, answer.status_code)
+        raise UpstreamError(message)
+
     # -- calls -------------------------------------------------------------------------------
     def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
-        if adapter:
-            raise InvalidRequestError("model: remote models have no adapters", "model")
         if request.guided_lines is not None:  # reached only as a fallback of a local model
             raise InvalidRequestError(
                 f"guided_lines: model {self.name!r} is remote and cannot guide its decoding",
                 "guided_lines",
             )
-        args = self._generation_args(request)
-        with self._errors():
+        args = self._generation_args(request, adapter, timeout_s)
+        with self._errors(adapter):
             if request.messages is not None:
                 response = self.client.chat.completions.create(
                     messages=request.messages, timeout=timeout_s, **args
@@ -268,19 +411,17 @@ class OpenAIBackend(Backend):
     ) -> Generation:
         """A legacy completion with echo, logprobs or token ids: passed to the endpoint as is
         (it refuses what it does not serve), its logprobs returned in OpenAI's shape."""
-        if adapter:
-            raise InvalidRequestError("model: remote models have no adapters", "model")
         if request.guided_lines is not None:
             raise InvalidRequestError(
                 f"guided_lines: model {self.name!r} is remote and cannot guide its decoding",
                 "guided_lines",
             )
-        args = self._generation_args(request)
+        args = self._generation_args(request, adapter, timeout_s)
         if request.logprobs is not None:
             args["logprobs"] = request.logprobs
         if request.echo:
             args["echo"] = True
-        with self._errors():
+        with self._errors(adapter):
             response = self.client.completions.create(
                 prompt=request.prompt, timeout=timeout_s, **args
             )
@@ -328,8 +469,7 @@ class OpenAIBackend(Backend):
         log-probs of prompt + candidate (one request for all candidates unless
         `score_batch` is off)."""
         self._check_scores()
-        if adapter:
-            raise InvalidRequestError("model: remote models have no adapters", "model")
+        model = self.engine_model(adapter, timeout_s)
         prompt = self._score_prompt(request.prompt)
         candidates = request.candidates
         if self.tokenizer is not None:
@@ -345,7 +485,7 @@ class OpenAIBackend(Backend):
             sent: list[Any] = [prompt_ids + ids for ids in candidate_ids]
         else:
             sent = [prompt + candidate for candidate in candidates]
-        answers, used = self._echoed(sent, timeout_s)
+        answers, used = self._echoed(sent, model, adapter, timeout_s)
         rows = []
         for i, answer in enumerate(answers):
             if self.tokenizer is not None:
@@ -363,12 +503,14 @@ class OpenAIBackend(Backend):
         prompt_tokens = used - sum(len(row) for row in rows)
         return Scores(token_logprobs=rows, prompt_tokens=max(prompt_tokens, 0))
 
-    def _echoed(self, prompts: list[Any], timeout_s: float) -> tuple[list[dict[str, Any]], int]:
-        """The endpoint's echoed logprobs of each prompt (prompt + candidate), and the prompt
-        tokens it counted."""
+    def _echoed(
+        self, prompts: list[Any], model: str, adapter: str, timeout_s: float
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The endpoint's echoed logprobs of each prompt (prompt + candidate) from engine model
+        `model`, and the prompt tokens it counted."""
         config = self.config
         args = {
-            "model": self.remote_model,
+            "model": model,
             "echo": True,
             "logprobs": config.score_logprobs,
             "max_tokens": config.score_max_tokens,
@@ -377,7 +519,7 @@ class OpenAIBackend(Backend):
         batches = [prompts] if config.score_batch else [[p] for p in prompts]
         answers: list[dict[str, Any]] = []
         used = 0
-        with self._errors():
+        with self._errors(adapter):
             for batch in batches:
                 response = self.client.completions.create(
                     prompt=batch if len(batch) > 1 else batch[0], timeout=timeout_s, **args
@@ -429,11 +571,26 @@ class OpenAIBackend(Backend):
         return redact(text, secrets)
 
     @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Translate the client's exceptions into the gateway's (retryable or not)."""
+    def _errors(self, adapter: str = "") -> Iterator[None]:
+        """Translate the client's exceptions into the gateway's (retryable or not). An engine
+        that does not know an adapter's name is a 400 naming `model`: the request names an
+        adapter version the engine does not serve."""
         openai, where = self._openai, f"model {self.name!r}"
         try:
             yield
+        except openai.NotFoundError as exc:
+            if not adapter:
+                raise UpstreamError(
+                    self._clean(f"{where}: the provider answered 404: {exc.message}")
+                ) from None
+            hint = "" if self.config.load_adapters else " (set load_adapters: true to publish it)"
+            raise InvalidRequestError(
+                self._clean(
+                    f"model: the engine serves no adapter {self._lora_name(adapter)!r} for "
+                    f"{self.name}:{adapter}{hint}; it answered 404: {exc.message}"
+                ),
+                "model",
+            ) from None
         except openai.APITimeoutError:
             raise RetryableUpstreamError(
                 f"{where}: the provider timed out", timed_out=True

@@ -4,7 +4,9 @@ dynamic batching of concurrent requests, and scoring that computes each prompt's
 Adapters are addressed as `<model>:<adapter>@<version>` (e.g. `smollm2:glam@3`) and found in
 the model's `adapters` setting or under `$LLMRL_HOME/adapters/<model>/<adapter>/<version>/`
 (a peft `save_pretrained` directory, e.g. one the learner wrote). They are loaded once with
-peft into the same base model and switched per batch without reloading the base.
+peft into the same base model and switched per batch without reloading the base. Adapters
+may also be loaded at runtime under a name of the caller's (vLLM's `/v1/load_lora_adapter`,
+`Gateway.load_lora_adapter`): the model thread loads them, as it does every adapter.
 
 This module holds the backend's settings and maps requests in and answers out; the model
 itself (`llmrl.llm_gateway.local_causal_lm`, torch) is imported when a model loads.
@@ -12,10 +14,12 @@ itself (`llmrl.llm_gateway.local_causal_lm`, torch) is imported when a model loa
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Hashable
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -31,6 +35,7 @@ from llmrl.llm_gateway.local_models import resolve_path
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
 CANCEL_POLL_S = 0.05  # how often a waiting caller checks whether its request was abandoned
+LORA_KIND = "lora"  # the batcher's jobs that load or unload a runtime adapter
 
 
 class HfModelConfig(ModelConfig):
@@ -261,8 +266,42 @@ class TransformersBackend(Backend):
             )
         return result
 
+    # -- adapters loaded at runtime (vLLM's /v1/load_lora_adapter) -------------------------
+    def load_runtime_adapter(self, lora_name: str, path: Path, timeout_s: float) -> str:
+        """Load the LoRA adapter in folder `path` (already checked: `Gateway.load_lora_adapter`)
+        under `lora_name`, on the model thread; returns its adapter key."""
+        from llmrl.common.trusted import digest
+        from llmrl.llm_gateway.local_causal_lm import Adapters
+        from llmrl.llm_gateway.runtime_adapters import SAFETENSORS_FILE
+
+        content = digest(path / "adapter_config.json") + digest(path / SAFETENSORS_FILE)
+        key = Adapters.runtime_key(lora_name, hashlib.sha256(content.encode()).hexdigest())
+        self._on_model_thread(("load", key), path, timeout_s)
+        return key
+
+    def unload_runtime_adapter(self, key: str, timeout_s: float) -> None:
+        self._on_model_thread(("unload", key), None, timeout_s)
+
+    def _on_model_thread(self, group: tuple[str, str], path: Path | None, timeout_s: float) -> None:
+        try:
+            self.batcher.submit(LORA_KIND, group, path).result(timeout=timeout_s)
+        except FutureTimeout:
+            raise GatewayTimeoutError(
+                f"model {self.name!r}: the adapter did not {group[0]} within {timeout_s:g} s "
+                "(it still may, once the model thread is free)",
+                "timeout_s",
+            ) from None
+
     # -- the model thread ----------------------------------------------------------------
     def _run_group(self, kind: str, group: Hashable, jobs: list[Any]) -> list[Any]:
+        if kind == LORA_KIND:
+            action, key = group  # type: ignore[misc]
+            for path in jobs:
+                if action == "load":
+                    self.adapters.load_runtime(key, path)
+                else:
+                    self.adapters.unload_runtime(key)
+            return [None] * len(jobs)
         adapter = group[0]  # type: ignore[index]
         self.adapters.ensure_loaded(adapter)
         with self.adapters.active(adapter):
