@@ -1,186 +1,166 @@
 """Same seed, same bits: a run gives byte-identical rows embedded, with `--jobs 2`, and through
 `llmrl up` (two rollout workers), whatever its LLM calls shared a batch with.
 
-The LLM is the tiny random Llama served by the gateway's local backend (float32, its
-`deterministic` scoring), with the cache off so every call is computed again in each mode. Each
-mode runs in its own LLMRL_HOME. Besides the rows, every LLM answer of each run (the gateway's
-call log beside its ledger: SQLite embedded, Redis as a service) must be the same bits: rows
-of argmax choices could hide a last-bit difference, the answers cannot."""
+Each case is a recipe's own quick file (`services/recipes/<recipe>/experiments/quick.yaml`) with
+overrides that shrink it to a test's size and name the tiny model, so the test follows the file.
+`bench/same_bits.py` runs the three modes, each in its own LLMRL_HOME (`llmrl up` with a real
+Redis and real services), and compares each run's rows and curves and every LLM answer of it
+(the gateway's call log beside its ledger: SQLite embedded, Redis as a service): rows of
+argmax choices could hide a last-bit difference, the answers cannot. The LLM is the tiny random
+Llama served by the gateway's local backend (float32, its `deterministic` scoring), with the
+cache off so every call is computed again in each mode."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
-from support.net import free_port
-from support.processes import REPO, child_env, wait_until
-from support.tiny_llm import tiny_gateway_settings
-
-from llmrl.common.config import DEFAULT_PORTS
-from llmrl.llm_gateway.ledger_store import LedgerStore, RedisLedgerStore, SqliteLedgerStore
-from llmrl.orchestrator.launcher import redis_url_with_password
-from llmrl.orchestrator.rest_client import OrchestratorClient
+from support.processes import REPO, child_env
+from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
 pytestmark = pytest.mark.slow
 
-TOKEN = "same-bits-t0ken"
-REDIS_PASSWORD = "same-bits-redis-passw0rd"
+BENCH = REPO / "bench" / "same_bits.py"
 SEEDS = (0, 1)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A recipe's quick file and the overrides that make it a test's size."""
+
+    recipe: str  # its folder under services/recipes
+    overrides: tuple[str, ...]
+    needs: str | None = None  # a fixture that skips the case without its data
+
+    def arguments(self) -> list[str]:
+        quick = REPO / "services" / "recipes" / self.recipe / "experiments" / "quick.yaml"
+        seeds = f"seeds=[{','.join(map(str, SEEDS))}]"
+        return [str(quick), *self.overrides, seeds]
+
+
 # When2Ask with the local LLM planner (the gateway scores the feasible skills), 4 envs at once
 # so that their planner queries meet in the gateway's batches
-WHEN2ASK = [
+WHEN2ASK = Case(
     "when2ask",
-    "envs=[[SimpleDoorKey]]",
-    "planner=local",
-    "train_steps=256",
-    "never_ask_steps=0",
-    "n_envs=4",
-    "n_steps=64",
-    "eval_episodes=4",
-    "max_steps=40",
-    "methods=[[always,learned]]",
-    f"seeds=[{','.join(map(str, SEEDS))}]",
-]
+    (
+        "envs=[[SimpleDoorKey]]",
+        "planner=local",
+        "train_steps=256",
+        "never_ask_steps=0",
+        "n_envs=4",
+        "n_steps=64",
+        "eval_episodes=4",
+        "max_steps=40",
+        "methods=[[always,learned]]",
+    ),
+)
+# ELLM with the LLM suggester (the tiny model ranks the goals by log-likelihood) in 2 envs at
+# once, so that their suggestion queries meet in the gateway's batches; MiniLM (the gateway's
+# default embedding model) pays the suggestions. Short episodes, so evaluations end.
+ELLM = Case(
+    "ellm",
+    (
+        f"model={TINY_MODEL}",
+        "methods=[[ellm]]",
+        "suggester=llm-score",
+        "num_envs=2",
+        "env_kwargs.length=40",
+        "pretrain_frames=160",
+        "learning_starts=40",
+        "buffer_size=160",
+        "checkpoint_every=80",
+        "eval_episodes=2",
+        "finetune_frames=0",
+    ),
+)
+# GLAM's LLM-PPO with LoRA on the tiny model: one PPO update of 2 envs x 8 steps, then 2
+# held-out episodes with sampled actions (embedded: in the run's process; as services: the
+# learner trains, a rollout worker evaluates through its gateway)
+GLAM = Case(
+    "glam",
+    (
+        f"model={TINY_MODEL}",
+        "methods=[[glam]]",
+        "train_steps=16",
+        "num_envs=2",
+        "num_steps=8",
+        "minibatch_size=8",
+        "update_epochs=1",
+        "eval_every=1",
+        "eval_episodes=2",
+    ),
+)
+# KALM: grounding SFT of the tiny model on scripted episodes, imagined rollouts, BC on real
+# and real + imagined data, at a few steps each
+KALM = Case(
+    "kalm",
+    (
+        f"model={TINY_MODEL}",
+        "scripted_episodes=20",
+        "grounding_layers=2",
+        "grounding_steps=4",
+        "grounding_batch_size=4",
+        "imagined_per_level=4",
+        "imagine_max_steps=3",
+        "algorithms=[[bc]]",
+        "offline_steps=30",
+        "eval_episodes=2",
+    ),
+)
+# LLM-Personalize on the real Housekeep data (skipped without it, saying how to get it):
+# zero-shot, bootstrap SFT and one self-training round (sampled collection at temperature 1)
+# of the tiny model, one short episode each. Not yet run here: this machine has no data.
+LLM_PERSONALIZE = Case(
+    "llm_personalize",
+    (
+        f"model={TINY_MODEL}",
+        "train_episodes=1",
+        "max_steps=4",
+        "rounds=1",
+        "collect_samples=1",
+        "replay_bootstrap_examples=2",
+        "sft_steps=2",
+        "lora_layers=2",
+    ),
+    needs="data_dir",
+)
+CASES = (WHEN2ASK, ELLM, GLAM, KALM, LLM_PERSONALIZE)
 
 
-def gateway_config(tiny_model_dir: Path, folder: Path) -> Path:
-    path = folder / "gateway.yaml"
-    path.write_text(yaml.safe_dump(tiny_gateway_settings(tiny_model_dir, cache="none")))
-    return path
-
-
-def comparable(results: dict[str, Any]) -> str:
-    """What must repeat: the table and the curves, as bytes (provenance and timings may not)."""
-    return json.dumps({k: results.get(k) for k in ("rows", "curves")}, sort_keys=True)
-
-
-def answers(store: LedgerStore, run_id: str) -> dict[str, str]:
-    """Every LLM call of the run: its cache key -> its answer, as canonical JSON."""
-    calls, _ = store.run_calls(run_id)
-    return {call["key"]: json.dumps(call["answer"], sort_keys=True) for call in calls}
-
-
-def settled_answers(store: LedgerStore, run_id: str) -> dict[str, str]:
-    """The run's answers once the gateway has written them all: it writes its call log behind
-    its ledger (every half second), so read until two reads a second apart agree."""
-    previous: dict[str, str] = {}
-
-    def settled() -> dict[str, str] | None:
-        nonlocal previous
-        current = answers(store, run_id)
-        done = current if current and current == previous else None
-        previous = current
-        return done
-
-    return wait_until(settled, 60, f"the calls of {run_id}", interval=1.0)
-
-
-Outcome = dict[int, tuple[str, dict[str, str]]]  # seed -> (rows and curves, LLM answers)
-
-
-def sweep(env: dict[str, str], *options: str) -> None:
-    """`llmrl sweep` of WHEN2ASK with `options`, in a process of its own; it must succeed."""
+def same_bits(case: Case, model_dir: Path, folder: Path) -> dict[str, Any]:
+    """bench/same_bits.py on `case` with the tiny model (no cache): its report."""
+    config = folder / "gateway.yaml"
+    config.write_text(yaml.safe_dump(tiny_gateway_settings(model_dir, cache="none")))
     done = subprocess.run(
-        [sys.executable, "-m", "llmrl.cli", "sweep", *WHEN2ASK, *options],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        [sys.executable, str(BENCH), *case.arguments(), "--gateway-config", str(config),
+         "--work", str(folder / "work")],
+        env=child_env(), cwd=REPO, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    assert done.stdout.strip(), done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == (0 if report["same_bits"] else 1), done.stderr[-3000:]
+    return report
 
 
-def embedded_rows(home: Path, config: Path, out: Path, jobs: int) -> Outcome:
-    env = child_env({"LLMRL_HOME": str(home), "LLMRL_LLM_GATEWAY_CONFIG": str(config)})
-    sweep(env, "--out", str(out), "--quiet", "--jobs", str(jobs))
-    store = SqliteLedgerStore(home / "llm_ledger.sqlite")
-    rows = {}
-    for path in sorted((out / "runs").glob("*/results.json")):
-        results = json.loads(path.read_text())
-        run_id = path.parent.name
-        rows[int(run_id.rsplit("-s", 1)[1])] = (comparable(results), answers(store, run_id))
-    store.close()
-    assert sorted(rows) == list(SEEDS)
-    return rows
-
-
-def service_rows(home: Path, config: Path) -> Outcome:
-    ports = {f"LLMRL_{s.upper()}_PORT": str(free_port()) for s in DEFAULT_PORTS}
-    ports.update(
-        {f"LLMRL_{s.upper()}_GRPC_PORT": str(free_port()) for s in ("simulator", "llm_gateway")}
-    )
-    env = child_env(
-        {
-            **ports,
-            "LLMRL_TOKEN": TOKEN,
-            "LLMRL_LLM_GATEWAY_CONFIG": str(config),
-            "LLMRL_REDIS_PASSWORD": REDIS_PASSWORD,
-        }
-    )
-    redis_port = free_port()
-    command = [sys.executable, "-m", "llmrl.cli", "up", "--workers", "2", "--home", str(home)]
-    up = subprocess.Popen(
-        [*command, "--redis-port", str(redis_port)],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{ports['LLMRL_ORCHESTRATOR_PORT']}"
-    try:
-
-        def ready() -> bool:
-            assert up.poll() is None, up.stdout.read() if up.stdout else ""
-            try:
-                return httpx.get(f"{url}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, 150, "llmrl up: the orchestrator healthy", interval=0.3)
-        sweep(env, "--url", url, "--wait")
-        client = OrchestratorClient(url, token=TOKEN)
-        store = RedisLedgerStore(redis_url_with_password(redis_port, REDIS_PASSWORD))
-        rows = {}
-        for listed in client.runs():
-            run = client.run(listed["run_id"])
-            assert run["status"] == "completed", run
-            results = json.loads(client.artifact(run["run_id"], "results.json"))
-            calls = settled_answers(store, run["run_id"])
-            rows[int(run["config"]["seed"])] = (comparable(results), calls)
-        store.close()
-        client.close()
-        assert sorted(rows) == list(SEEDS)
-        return rows
-    finally:
-        up.terminate()
-        try:
-            up.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-
-
-def test_when2ask_with_an_llm_planner_gives_the_same_bits_embedded_with_jobs_and_as_services(
-    tiny_model_dir: Path, tmp_path: Path
+@pytest.mark.timeout(1800)  # three sweeps of two runs each and an `llmrl up` on 2 busy cores
+@pytest.mark.parametrize("case", CASES, ids=[case.recipe for case in CASES])
+def test_a_quick_file_gives_the_same_bits_embedded_with_jobs_and_as_services(
+    case: Case, tiny_model_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ):
-    config = gateway_config(tiny_model_dir, tmp_path)
-    one_by_one = embedded_rows(tmp_path / "home-1", config, tmp_path / "sweep-1", jobs=1)
-    two_at_once = embedded_rows(tmp_path / "home-2", config, tmp_path / "sweep-2", jobs=2)
-    services = service_rows(tmp_path / "home-up", config)
-    for seed in SEEDS:
-        rows, calls = one_by_one[seed]
-        assert calls, f"seed {seed}: the run asked the LLM nothing"
-        for mode, outcome in (("--jobs 2", two_at_once), ("llmrl up", services)):
-            other_rows, other_calls = outcome[seed]
-            assert other_calls.keys() == calls.keys(), f"seed {seed}: {mode} asked otherwise"
-            differing = [key for key in calls if other_calls[key] != calls[key]]
-            assert not differing, f"seed {seed}: {mode} answered {len(differing)} calls otherwise"
-            assert other_rows == rows, f"seed {seed}: {mode} gave other rows"
-    assert one_by_one[0] != one_by_one[1]  # the seeds play different games: not a constant
+    if case.needs:
+        request.getfixturevalue(case.needs)
+    report = same_bits(case, tiny_model_dir, tmp_path)
+    assert len(report["runs"]) == len(SEEDS)
+    assert all(report["calls"].values()), f"a run asked the LLM nothing: {report['calls']}"
+    # the seeds play different games: not a constant
+    assert len(set(report["runs"].values())) == len(SEEDS)
+    for mode in ("jobs2", "up"):
+        found = report["modes"][mode]
+        assert found == {"rows_differ": [], "calls_differ": {}, "same_bits": True}, mode
+    assert report["same_bits"]
