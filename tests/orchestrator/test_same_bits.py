@@ -24,8 +24,6 @@ import yaml
 from support.processes import REPO, child_env
 from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
-pytestmark = pytest.mark.slow
-
 BENCH = REPO / "bench" / "same_bits.py"
 SEEDS = (0, 1)
 
@@ -148,6 +146,7 @@ def same_bits(case: Case, model_dir: Path, folder: Path) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)  # three sweeps of two runs each and an `llmrl up` on 2 busy cores
 @pytest.mark.parametrize("case", CASES, ids=[case.recipe for case in CASES])
 def test_a_quick_file_gives_the_same_bits_embedded_with_jobs_and_as_services(
@@ -164,3 +163,56 @@ def test_a_quick_file_gives_the_same_bits_embedded_with_jobs_and_as_services(
         found = report["modes"][mode]
         assert found == {"rows_differ": [], "calls_differ": {}, "same_bits": True}, mode
     assert report["same_bits"]
+
+
+def bench_module() -> Any:
+    """bench/same_bits.py as a module (bench/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("same_bits_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_check_names_a_run_whose_rows_or_answers_differ():
+    """The comparison can fail: a last-bit difference in one answer, a call asked in one mode
+    only, other rows, other runs (what `deterministic: false` gives under `llmrl up`)."""
+    bench = bench_module()
+    config = {"seed": 0}
+    calls = {"score a": "[-1.0]", "score b": "[-2.0]"}
+    reference = {"0": bench.outcome(config, {"rows": [{"success": 1.0}]}, calls)}
+    label = reference["0"]["label"]
+    same = {"0": bench.outcome(config, {"rows": [{"success": 1.0}], "timings": 9}, dict(calls))}
+    assert bench.differences(reference, same) == {"rows_differ": [], "calls_differ": {}}
+    last_bit = {**calls, "score b": "[-2.0000002]"}
+    other = {"0": bench.outcome(config, {"rows": [{"success": 0.5}]}, last_bit)}
+    assert bench.differences(reference, other) == {
+        "rows_differ": [label],
+        "calls_differ": {label: {"asked_otherwise": 0, "answered_otherwise": 1}},
+    }
+    asked = {"0": bench.outcome(config, {"rows": [{"success": 1.0}]}, {"score a": "[-1.0]"})}
+    assert bench.differences(reference, asked)["calls_differ"] == {
+        label: {"asked_otherwise": 1, "answered_otherwise": 0}
+    }
+    assert bench.differences(reference, {})["runs"]
+
+
+def test_the_check_matches_calls_by_request_with_the_run_id_masked(tmp_path: Path):
+    """GLAM asks its adapter, named after the run: the same call under two run ids is one."""
+    from llmrl.llm_gateway.ledger_store import SqliteLedgerStore
+
+    bench = bench_module()
+    store = SqliteLedgerStore(tmp_path / "ledger.sqlite")
+    try:
+        for run_id in ("glam-quick-abc-s0", "glam-quick-20261205-abc-s0"):
+            request = {"adapter": f"{run_id}@1", "op": "score", "params": {"prompt": "go"}}
+            answer = {"token_logprobs": [[-1.5]]}
+            record = {"key": run_id, "sampled": False, "request": request, "answer": answer}
+            store.save_calls([(run_id, record)], {})
+        first = bench.answers(store, "glam-quick-abc-s0")
+        assert first == bench.answers(store, "glam-quick-20261205-abc-s0")
+        assert "<run>@1" in next(iter(first))
+    finally:
+        store.close()
