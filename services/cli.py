@@ -415,7 +415,13 @@ def results_keep(out_dir: Path, experiment_file: Path, partial: bool) -> None:
 
 @results.command("list")
 @click.argument("recipe", required=False)
-@click.option("--history", is_flag=True, help="Also the research notes' experiment files.")
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Also the research notes' experiment files (research/<recipe>/experiments/ of the "
+    "repository checkout llmrl runs from; an installed wheel has none), each with the commit "
+    "whose config schema reads it.",
+)
 def results_list(recipe: str | None, history: bool) -> None:
     """Each reported experiment file (of RECIPE, e.g. llm_personalize or llm-personalize)
     with its stored report: runs kept of those it plans, when kept, and the seeds still to
@@ -427,7 +433,7 @@ def results_list(recipe: str | None, history: bool) -> None:
     files = _load("llmrl.orchestrator.experiment_files", "experiment_files")
     state = _load("llmrl.orchestrator.stored_results", "experiment_state")
     package = recipe.replace("-", "_") if recipe else None
-    paths = files(package, history=history)
+    paths = files(package)
     if not paths:
         raise click.UsageError(f"no experiment files for recipe {recipe!r}; see `llmrl recipes`")
     table = Table(title="experiment files and their stored reports")
@@ -446,7 +452,33 @@ def results_list(recipe: str | None, history: bool) -> None:
             "-" if row["minutes_per_run"] is None else str(row["minutes_per_run"]),
         ]
         table.add_row(*(Text(cell) for cell in cells))  # Text: a [..] in a cell is no markup
-    Console(width=max(150, Console().width)).print(table)
+    console = Console(width=max(150, Console().width))
+    console.print(table)
+    if history:
+        console.print(_history_table(package))
+
+
+def _history_table(package: str | None) -> Any:
+    """The research notes' experiment files: not planned here, for today's config schema need
+    not read them, only listed with the commit to run each at (research/README.md)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    module = "llmrl.orchestrator.experiment_files"
+    history_files = _load(module, "history_files")
+    research_dir = _load(module, "RESEARCH_DIR")
+    commit_of = _load(module, "history_commit")
+    paths = history_files(package)
+    table = Table(title=f"history experiment files ({research_dir}): run each at its commit")
+    table.add_column("file", no_wrap=True)
+    table.add_column("commit", no_wrap=True)
+    for path in paths:
+        commit = commit_of(path)
+        cells = [str(path.relative_to(research_dir)).replace("/experiments/", "/"), commit or "-"]
+        table.add_row(*(Text(cell) for cell in cells))
+    if not paths:
+        table.add_row(Text("none here (an installed llmrl has no research/ folder)"), Text("-"))
+    return table
 
 
 @results.command("render")

@@ -72,7 +72,7 @@ def test_no_file_outside_docs_cites_the_internal_notes() -> None:
 NOTES = ROOT / "docs" / "notes"
 REPRODUCE = "*Reproduce:*"
 NOT_NOW = "not with the current code:"  # a note whose setting the code no longer has, and why
-REPO_PATH = re.compile(r"\b((?:services/recipes|bench)/[\w./-]+\.(?:yaml|py))\b")
+REPO_PATH = re.compile(r"\b((?:services/recipes|research|bench)/[\w./-]+\.(?:yaml|py))\b")
 MODULE = re.compile(r"python -m (llmrl(?:\.\w+)+)")
 
 
@@ -101,7 +101,9 @@ def test_every_research_note_names_what_reproduces_its_figures(note: Path) -> No
 
 
 def test_every_history_experiment_file_belongs_to_a_note() -> None:
+    """The research record's files (research/<recipe>/experiments/) are the notes' settings."""
     named = {p for note in NOTES.glob("*/*.md") for p in REPO_PATH.findall(note.read_text())}
-    history = sorted(ROOT.glob("services/recipes/*/experiments/history/*.yaml"))
+    history = sorted(ROOT.glob("research/*/experiments/*.yaml"))
+    assert history, "no research/<recipe>/experiments/*.yaml"
     orphans = [str(p.relative_to(ROOT)) for p in history if str(p.relative_to(ROOT)) not in named]
     assert not orphans, f"history experiment files no note names: {orphans}"

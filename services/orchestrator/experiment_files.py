@@ -18,6 +18,11 @@ what it is for:
 grid axes or seeds, as for `llmrl sweep RECIPE`), resumable as every sweep is; with `--url` it
 is submitted to an orchestrator. Loading validates the whole file, every planned run's config
 included: a bad key or value is a ConfigError naming the file and the key.
+
+The research notes' settings (`research/<recipe>/experiments/<note>.yaml` at the repository
+root, beside the code and not in the package) are history: each names the `commit:` whose
+config schema reads it, and is re-run in a checkout of that commit (research/README.md), so
+loading one here is refused with that commit.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ from llmrl.orchestrator.experiments import (
 from llmrl.recipes.base import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+# the repository checkout's research record (absent from an installed wheel, which ships only
+# services/): history experiment files, each read at its own commit
+RESEARCH_DIR = RECIPES_DIR.parent.parent / "research"
+HISTORY_KEY = "commit"  # a history file's pin: the commit whose config schema reads it
 DOCUMENTATION = ("description", "budget", "claim")  # what a file says of the spec
 RUNTIME = ("gateway", "threads")  # how its embedded runs are served, not what they are
 
@@ -102,7 +111,16 @@ def load_experiment(path: str | Path, arguments: Sequence[str] = ()) -> Experime
     `key=value` `arguments` over its config, grid and seeds; validated in full (every run's
     config), a ConfigError naming the file and the key otherwise."""
     path = Path(path)
-    data = _with_base(path, _read(path))
+    data = _read(path)
+    if HISTORY_KEY in data:
+        commit = str(data[HISTORY_KEY])
+        raise ConfigError(
+            f"{path}: a history experiment file, read with the config schema of commit "
+            f"{commit}, not today's: run it in a checkout of that commit (`git worktree add "
+            f"/tmp/at {commit}`; research/README.md)",
+            [{"loc": [HISTORY_KEY], "msg": "a history file: run it at its commit"}],
+        )
+    data = _with_base(path, data)
     if isinstance(data.get("recipe"), str):  # e.g. when2ask-quick: each recipe has a quick.yaml
         data.setdefault("name", f"{data['recipe']}-{path.stem}")
     data.setdefault("name", path.stem)
@@ -176,12 +194,20 @@ def _with_base(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) ->
     return merged
 
 
-def experiment_files(recipe: str | None = None, history: bool = True) -> list[Path]:
-    """The experiment files the project keeps, of one recipe (its package's name, e.g.
-    `llm_personalize`) or of all: the reported ones (`experiments/<name>.yaml`) and, unless
-    `history` is False, the research notes' (`experiments/history/<note>.yaml`, each the
-    setting of a dated note under docs/notes/)."""
-    folders = ["experiments", "experiments/history"] if history else ["experiments"]
-    return sorted(
-        path for folder in folders for path in RECIPES_DIR.glob(f"{recipe or '*'}/{folder}/*.yaml")
-    )
+def experiment_files(recipe: str | None = None) -> list[Path]:
+    """The reported experiment files (`services/recipes/<recipe>/experiments/<name>.yaml`), of
+    one recipe (its package's name, e.g. `llm_personalize`) or of all."""
+    return sorted(RECIPES_DIR.glob(f"{recipe or '*'}/experiments/*.yaml"))
+
+
+def history_files(recipe: str | None = None, research_dir: Path = RESEARCH_DIR) -> list[Path]:
+    """The research notes' experiment files (`research/<recipe>/experiments/<note>.yaml`, each
+    the setting of a dated note under docs/notes/, pinned to its commit), of one recipe or of
+    all; none where there is no repository checkout (an installed wheel)."""
+    return sorted(research_dir.glob(f"{recipe or '*'}/experiments/*.yaml"))
+
+
+def history_commit(path: Path) -> str | None:
+    """The commit a history file names (its `commit:`); None when it names none."""
+    commit = _read(path).get(HISTORY_KEY)
+    return None if commit is None else str(commit)

@@ -85,9 +85,6 @@ class RecipeConfig(BoundedModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    # keys a recipe renamed: an old command or experiment file gets the new name in its error
-    renamed_keys: ClassVar[dict[str, str]] = {}
-
     # where the run reports (`llmrl.recipes.tracking`): every recipe has these
     tracking: Annotated[
         list[TrackerName], BeforeValidator(tracker_list), AfterValidator(checked_trackers)
@@ -124,9 +121,6 @@ class RecipeConfig(BoundedModel):
     @classmethod
     def unknown_key_message(cls, key: str) -> str:
         """What to say of `key`, which the config does not have."""
-        if key in cls.renamed_keys:
-            new = cls.renamed_keys[key]
-            return f"renamed {new} (write {new}=... instead)"
         return "unknown config key"
 
     def memory_estimate(self) -> MemoryEstimate | None:
@@ -246,7 +240,7 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
         errors = [
             {
                 "loc": ["config", *map(str, err["loc"])],
-                "msg": _renamed(cls.Config, err) or err["msg"],
+                "msg": err["msg"],
                 "type": err["type"],
             }
             for err in exc.errors(include_url=False)
@@ -263,14 +257,6 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
         error = {"loc": ["config", exc.setting], "msg": str(exc), "type": "over_memory"}
         raise ConfigError(f"config.{exc.setting}: {exc}", [error]) from None
     return validated
-
-
-def _renamed(config: type[RecipeConfig], error: Any) -> str | None:
-    """The message for a key the recipe renamed, when `error` is that key's extra-input error."""
-    key = str(error["loc"][0]) if len(error["loc"]) == 1 else ""
-    if error["type"] == "extra_forbidden" and key in config.renamed_keys:
-        return config.unknown_key_message(key)
-    return None
 
 
 def config_fields(recipe: str) -> list[dict[str, str]]:

@@ -1,16 +1,26 @@
-"""Experiments kept as data (issue 53): every experiment file the project keeps validates
-against its recipe's config, a bad key or value names the file and the key, and `llmrl sweep
---config FILE` runs one, its arguments over the file's settings."""
+"""Experiments kept as data (issue 53): every reported experiment file validates against its
+recipe's config, a bad key or value names the file and the key, and `llmrl sweep --config FILE`
+runs one, its arguments over the file's settings. The research notes' files (research/, issue
+72) are history: each names a commit of this repository, whose schema reads it, not today's."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from llmrl.orchestrator.experiment_files import RECIPES_DIR, experiment_files, load_experiment
+from llmrl.orchestrator.experiment_files import (
+    RECIPES_DIR,
+    RESEARCH_DIR,
+    experiment_files,
+    history_commit,
+    history_files,
+    load_experiment,
+)
 from llmrl.recipes.base import ConfigError
 
 
@@ -19,7 +29,7 @@ def test_the_project_keeps_experiment_files():
 
 
 def recipe_package(path: Path) -> str:
-    """The recipe package an experiment file lies in (experiments/ or experiments/history/)."""
+    """The recipe package a reported experiment file lies in."""
     return path.relative_to(RECIPES_DIR).parts[0]
 
 
@@ -29,6 +39,37 @@ def test_every_experiment_file_validates_against_its_recipe(path: Path):
     assert experiment.name == f"{experiment.recipe}-{path.stem}"
     assert experiment.description and experiment.claim is not None
     assert recipe_package(path) in {r.replace("-", "_") for r in experiment.recipes()}
+
+
+def test_the_research_record_keeps_history_files_and_none_in_the_package():
+    assert history_files(), "no research/<recipe>/experiments/*.yaml"
+    assert not list(RECIPES_DIR.glob("*/experiments/history")), "history files belong in research/"
+
+
+@pytest.mark.parametrize("path", history_files(), ids=lambda p: str(p.relative_to(RESEARCH_DIR)))
+def test_every_history_file_names_a_commit_of_this_repository(path: Path):
+    """Not validated against today's schema: a history file is read at its commit, which must
+    be one git knows (a whole hash, so that no later commit can make it ambiguous)."""
+    commit = history_commit(path)
+    assert commit is not None and len(commit) == 40, f"{path}: commit: a whole commit hash"
+    assert path.parent.parent.name in {p.name for p in RECIPES_DIR.iterdir()}, "a recipe package"
+    if shutil.which("git") is None or not (RESEARCH_DIR.parent / ".git").exists():
+        pytest.skip("not a git checkout")
+    known = subprocess.run(
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+        cwd=RESEARCH_DIR.parent,
+        capture_output=True,
+        timeout=60,
+    )
+    assert known.returncode == 0, f"{path}: commit {commit} is no commit of this repository"
+
+
+def test_a_history_file_is_refused_naming_its_commit(tmp_path):
+    path = write(tmp_path, 'commit: "' + "ab" * 20 + '"\nrecipe: evaluate\nconfig: {episodez: 3}\n')
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(path)
+    assert f"read with the config schema of commit {'ab' * 20}" in str(refused.value)
+    assert "git worktree add" in str(refused.value)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -184,3 +225,14 @@ def test_a_variants_gateway_merges_as_the_gateways_settings_do(tmp_path):
     assert experiment.gateway == {
         "models": {"smollm2": {"backend": "openai", "remote_model": "gpt-4o-mini"}}
     }
+
+
+def test_results_list_history_lists_the_research_files_with_their_commits():
+    from llmrl.cli import main
+
+    result = CliRunner().invoke(main, ["results", "list", "glam", "--history"])
+    assert result.exit_code == 0, result.output
+    path = RESEARCH_DIR / "glam" / "experiments" / "2026-11-26-bc.yaml"
+    assert "glam/2026-11-26-bc.yaml" in result.output
+    assert history_commit(path) in result.output
+    assert "glam/quick.yaml" in result.output  # the reported files first, as without --history

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -41,8 +41,6 @@ GLAM_ENVS = "text and mission observations, BabyAI-Text's six action phrases as 
 
 
 class GlamConfig(RecipeConfig, PpoSettings):
-    renamed_keys: ClassVar[dict[str, str]] = {"rollout_steps": "num_steps", "lora_rank": "lora_r"}
-
     env: str = Field("BabyAIText-GoToLocalS5N2", description="Registered text env to train on.")
     model: ModelName = Field("smollm2", description="Gateway model name of the base LLM.")
     methods: list[str] = Field(

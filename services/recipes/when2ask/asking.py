@@ -2,8 +2,7 @@
 
 * `always`: asks at every step (the most informed, the most expensive).
 * `forced-only`: never asks by choice; the planner is only queried when the plan is finished
-  or infeasible (the forced queries every method has). Called `hard-coded` before the
-  paper-style rule joined it; that name is still accepted.
+  or infeasible (the forced queries every method has).
 * `news-or-skill-end`: the paper's hard-coded rule (Hu et al. 2023, Sec. 5): ask whenever the
   agent's knowledge changes (a new object or door seen, a door opened, an object picked up:
   its text observation differs from the one at the last query) or the current skill (option)
@@ -50,7 +49,6 @@ ALWAYS = "always"
 METHODS = (ALWAYS, FORCED_ONLY, NEWS_OR_SKILL_END, "random", "learned")
 # evaluated only when asked for
 REFERENCE_RULES = (UNTIL_CONFIRMED, NEWS_UNTIL_CONFIRMED, UNTIL_CONFIDENT)
-ALIASES = {"hard-coded": FORCED_ONLY}  # the name forced-only had before
 
 
 class AskPolicy(Protocol):
@@ -123,14 +121,10 @@ class LearnedAsk:
         return bool(int(np.asarray(action).reshape(-1)[0]) == 1)
 
 
-def canonical_method(name: str) -> str:
-    return ALIASES.get(name, name)
-
-
 def make_ask_policy(spec: dict[str, Any], seed: int = 0) -> AskPolicy:
     """`{"method": "always" | "forced-only" | "news-or-skill-end" | "random" (p) | "learned"
     (model: a PPO checkpoint or .zip path)}`."""
-    method = canonical_method(str(spec.get("method")))
+    method = str(spec.get("method"))
     if method == ALWAYS:
         return AlwaysAsk()
     if method == FORCED_ONLY:

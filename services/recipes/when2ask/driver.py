@@ -33,7 +33,6 @@ from llmrl.recipes.when2ask.asking import (
     REFERENCE_RULES,
     UNTIL_CONFIDENT,
     AskPolicy,
-    canonical_method,
     make_ask_policy,
 )
 from llmrl.recipes.when2ask.mediator import FEATURE_OBSERVATIONS, MediatorCore
@@ -84,13 +83,13 @@ class AskSpec(BaseModel):
     @field_validator("method")
     @classmethod
     def _known(cls, method: str) -> str:
-        if canonical_method(method) not in (*METHODS, *REFERENCE_RULES):
+        if method not in (*METHODS, *REFERENCE_RULES):
             raise ValueError(f"expected one of {', '.join((*METHODS, *REFERENCE_RULES))}")
         return method
 
     @model_validator(mode="after")
     def _learned_has_a_model(self) -> AskSpec:
-        if canonical_method(self.method) == "learned" and self.model is None:
+        if self.method == "learned" and self.model is None:
             raise ValueError("model: the learned method needs its saved asking policy")
         return self
 
@@ -108,7 +107,7 @@ class MediatorSpec(PolicySpec, MediatorSettings):
 
     @model_validator(mode="after")
     def _confidence_is_seen(self) -> MediatorSpec:
-        if canonical_method(self.ask.method) == UNTIL_CONFIDENT and not self.sees_confidence:
+        if self.ask.method == UNTIL_CONFIDENT and not self.sees_confidence:
             # without the feature the rule would read whatever feature comes last
             raise ValueError(f'sees_confidence: {UNTIL_CONFIDENT} needs "sees_confidence": true')
         return self
@@ -129,7 +128,7 @@ def _mediator_driver(
         # the clock runs to the cap the mediator was trained with; without one it has no scale
         raise ValueError("policy.sees_time: needs the episode job's max_steps (the step cap)")
     core = MediatorCore(planner, spec, step_cap=job.max_steps)
-    method = canonical_method(spec.ask.method)
+    method = spec.ask.method
     ask_policy = make_ask_policy(spec.ask.model_dump(exclude_none=True), seed=job.seed)
     # always-ask queries every step: reading the entries apart would only add a call per step
     every_step = spec.planner_entries == "every_step" or method == ALWAYS

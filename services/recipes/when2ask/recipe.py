@@ -45,7 +45,6 @@ from llmrl.recipes.when2ask.asking import (
     REFERENCE_RULES,
     UNTIL_CONFIDENT,
     UNTIL_CONFIRMED,
-    canonical_method,
 )
 from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
 from llmrl.recipes.when2ask.training import (
@@ -193,7 +192,6 @@ class When2AskConfig(RecipeConfig, When2AskPpoSettings):
     @classmethod
     def _known_methods(cls, value: list[str]) -> list[str]:
         allowed = (*METHODS, *REFERENCE_RULES, NEVER_ASK)
-        value = [canonical_method(m) for m in value]
         unknown = [m for m in value if m not in allowed]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; methods: {', '.join(allowed)}")

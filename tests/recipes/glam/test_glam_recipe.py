@@ -95,13 +95,15 @@ def test_bad_config_names_the_key(config, key):
         validate_config("glam", config)
 
 
-@pytest.mark.parametrize(("old", "new"), [("rollout_steps", "num_steps"), ("lora_rank", "lora_r")])
-def test_a_renamed_key_is_refused_with_its_new_name(old: str, new: str):
-    with pytest.raises(ConfigError, match=rf"config\.{old}: renamed {new} \(write {new}="):
+@pytest.mark.parametrize("old", ["rollout_steps", "lora_rank"])
+def test_a_key_of_an_older_schema_is_an_unknown_key(old: str):
+    """The names num_steps and lora_r had before: history files that used them are read at
+    their own commits (research/), so today's config knows them no more than any other."""
+    with pytest.raises(ConfigError, match=rf"config\.{old}: "):
         validate_config("glam", {old: 8})
     sweep = spec_from_arguments("glam", [f"{old}=[4,8]"])
-    with pytest.raises(ConfigError, match=rf"grid\.{old}: renamed {new} \(write {new}="):
-        plan_experiment(sweep, "renamed")
+    with pytest.raises(ConfigError, match=rf"grid\.{old}: unknown config key"):
+        plan_experiment(sweep, "old-key")
 
 
 def test_the_driver_scores_as_the_gateway(tiny_gateway: Path):

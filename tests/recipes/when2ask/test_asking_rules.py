@@ -74,7 +74,6 @@ def test_forced_only_never_asks_and_is_queried_once():
     asked, queried = run_episode("forced-only")
     assert not any(asked)
     assert queried == [True] + [False] * (len(EPISODE) - 1)
-    assert run_episode("hard-coded") == (asked, queried)  # the old name, same rule
 
 
 class Scripted(Planner):
