@@ -45,6 +45,7 @@ from llmrl.orchestrator.experiment_files import load_experiment
 from llmrl.orchestrator.launcher import redis_url_with_password
 from llmrl.orchestrator.rest_client import OrchestratorClient
 from llmrl.orchestrator.sources import STORE_FILE
+from llmrl.recipes.base import ConfigError
 
 MODES = ("jobs2", "up")  # compared with the embedded sweep of one run at a time
 Run = dict[str, Any]  # one run's outcome: label, rows (and curves) as bytes, LLM answers
@@ -252,7 +253,10 @@ def main() -> int:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"--modes: unknown {', '.join(sorted(unknown))}; known: {', '.join(MODES)}")
-    experiment = load_experiment(args.file, args.overrides)  # a bad file or key fails here
+    try:  # a bad file or key fails here, before anything runs
+        experiment = load_experiment(args.file, args.overrides)
+    except (ConfigError, OSError) as exc:
+        parser.error(str(exc))
     with tempfile.TemporaryDirectory(prefix="same-bits-") as scratch:
         work = (args.work or Path(scratch)).resolve()
         work.mkdir(parents=True, exist_ok=True)
