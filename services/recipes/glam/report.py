@@ -122,16 +122,7 @@ def glam_results(
             shares = ", ".join(f"{phrase} {p:.2f}" for phrase, p in distribution.items())
             notes.append(f"{e['method']}: mean policy over its held-out steps: {shares}")
     notes += list(PAPER_NOTES)
-    curves = [
-        learning_curve(
-            "held-out success by env step",
-            e["method"],
-            [point["global_step"] for point in e["curve"]],
-            [point["success_rate"] for point in e["curve"]],
-        )
-        for e in evaluations
-        if e["test"] == "train" and e.get("curve")
-    ]
+    curves = success_curves(evaluations)
     return Results(
         title=f"glam on {cfg.env}", rows=rows, notes=notes, plots=plots or [], curves=curves
     )
@@ -198,3 +189,18 @@ def per_step_means(scalars: list[Any]) -> tuple[list[int], list[float]]:
         by_step.setdefault(int(scalar.step), []).append(float(scalar.value))
     steps = sorted(by_step)
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+
+
+def success_curves(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each trained method's held-out success by env step (its versions' evaluations on the
+    training task), as the report's learning curves."""
+    return [
+        learning_curve(
+            "held-out success by env step",
+            e["method"],
+            [point["global_step"] for point in e["curve"]],
+            [point["success_rate"] for point in e["curve"]],
+        )
+        for e in evaluations
+        if e.get("test", "train") == "train" and e.get("curve")
+    ]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmrl.recipes.base import Results, learning_curve
+from llmrl.recipes.base import Results
+from llmrl.recipes.glam.report import success_curves
 from llmrl.recipes.grpo.config import GrpoConfig
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
@@ -87,16 +88,7 @@ def grpo_results(
             f"({out['update']} PPO updates, glam's settings{_glam_extra(cfg)}); "
             f"{out['wall_minutes']:.1f} wall-minutes"
         )
-    curves = [
-        learning_curve(
-            "held-out success by env step",
-            e["method"],
-            [point["global_step"] for point in e["curve"]],
-            [point["success_rate"] for point in e["curve"]],
-        )
-        for e in evaluations
-        if e.get("curve")
-    ]
+    curves = success_curves(evaluations)
     return Results(
         title=f"grpo on {cfg.env}", rows=rows, notes=notes, plots=plots or [], curves=curves
     )

@@ -1,4 +1,5 @@
-"""The glam tests' gateway: the tiny model served as "tiny", adapters under a tmp home."""
+"""The recipe tests' gateway (glam, grpo...): the tiny model served as "tiny", adapters under a tmp
+home; a test module that defines its own `tiny_gateway` uses that one."""
 
 from __future__ import annotations
 
