@@ -67,9 +67,13 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
     "backend": ("llmrl.llm_gateway.backends",),
     "planner": ("llmrl.planners", "llmrl.recipes"),  # shared planners, then recipes' own
     "recipe": ("llmrl.recipes",),
-    # the learner's families, then a method's own algorithm kept with its recipe (one module,
-    # so that looking an algorithm up does not import every recipe)
-    "algorithm": ("llmrl.learner.algorithms", "llmrl.recipes.glam.llm_ppo"),
+    # the learner's families, then the algorithms one method owns, kept with its recipe (a
+    # module each, so that looking an algorithm up does not import every recipe)
+    "algorithm": (
+        "llmrl.learner.algorithms",
+        "llmrl.recipes.glam.llm_ppo",
+        "llmrl.recipes.ellm.dqn",
+    ),
     "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
     "driver": ("llmrl.agents", "llmrl.recipes"),  # shared drivers, then recipes' own kinds
     "dataset": ("llmrl.annotator", "llmrl.recipes"),

@@ -173,7 +173,7 @@ class EllmTrainingJob(EllmEnvSettings):
         """Checked when the job is parsed (a 422 naming `dqn.<key>`), not when it runs: the
         keys the job sets itself are refused, the rest go through dqn-ellm's own checks."""
         from llmrl.learner.algorithms.base import settings_error
-        from llmrl.learner.algorithms.dqn_ellm import DqnEllmConfig
+        from llmrl.recipes.ellm.dqn import DqnEllmConfig
 
         known = set(DqnEllmConfig.model_fields) - JOB_OWNED_DQN_SETTINGS - PROCESS_SETTINGS
         for key in value:
@@ -277,7 +277,7 @@ def make_env(
 ) -> IntrinsicRewardWrapper:
     """The agent's vector env: a world of `num_envs` (at `simulator`, else in-process) under
     the method's reward; `llm`: a gateway client (None: connect in-process)."""
-    from llmrl.learner.algorithms.dqn_ellm import describe_space
+    from llmrl.recipes.ellm.dqn import describe_space
     from llmrl.simulator.client import make_world
     from llmrl.simulator.vector import WorldVectorEnv
 

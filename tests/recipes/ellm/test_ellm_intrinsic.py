@@ -11,7 +11,7 @@ import numpy as np
 import support.tiny_crafter_text  # noqa: F401  (registers TinyCrafterText)
 from support.tiny_crafter_text import DO, ENV_ID, LEFT, NOOP, PLACE_TABLE, RIGHT
 
-from llmrl.learner.algorithms.dqn_ellm import describe_space
+from llmrl.recipes.ellm.dqn import describe_space
 from llmrl.recipes.ellm.intrinsic import AGENT_KEYS
 from llmrl.recipes.ellm.novelty import KnnNoveltyReward, RndReward
 from llmrl.recipes.ellm.training import EllmEnvSettings, make_env

@@ -52,7 +52,7 @@ from llmrl.learner.algorithms.base import (
 )
 from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
-log = logging.getLogger("llmrl.learner.dqn_ellm")
+log = logging.getLogger("llmrl.recipes.ellm.dqn")
 DQN_ELLM = "dqn-ellm"
 MODEL_FILE = "q_network.pt"
 TRAINING_FILE = "training.pt"  # target network, optimizer, random states, wrapper state
