@@ -73,6 +73,7 @@ BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
         "llmrl.learner.algorithms",
         "llmrl.recipes.glam.llm_ppo",
         "llmrl.recipes.ellm.dqn",
+        "llmrl.recipes.kalm.grounding_sft",
     ),
     "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
     "driver": ("llmrl.agents", "llmrl.recipes"),  # shared drivers, then recipes' own kinds

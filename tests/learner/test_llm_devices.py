@@ -19,13 +19,13 @@ from support.tiny_text_env import CORRECT, ENV_ID, PHRASES
 
 from llmrl.common.devices import check_device, native_bf16, resolve_device
 from llmrl.common.registry import registry
-from llmrl.learner.llm.grounding import TASKS, GroundedLM, GroundingSpec, task_items
-from llmrl.learner.llm.imagine import imagine
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
 from llmrl.learner.versions import Versions
 from llmrl.recipes.glam.llm_ppo import LlmPpoConfig, ppo_minibatch_step
 from llmrl.recipes.glam.prompt import PromptHistory
+from llmrl.recipes.kalm.grounded_lm import TASKS, GroundedLM, GroundingSpec, task_items
+from llmrl.recipes.kalm.imagine import imagine
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU here")
 DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]

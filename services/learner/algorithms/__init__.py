@@ -21,10 +21,11 @@ The contract (`base.Algorithm`):
 Families: `sb3` (SB3 on-policy `ppo`, `a2c`; off-policy `dqn`; checkpoint: `model.zip`;
 resumable, with periodic versions), `sft` (LoRA supervised fine-tuning on chat JSONL;
 checkpoint: a LoRA adapter the gateway serves), `offline-rl` (d3rlpy's BC, CQL, TD3+BC, IQL,
-AWAC on a dataset), `grounding-sft` (KALM's grounding of an LLM in states and actions) and
-`dqn-ellm` (ELLM's DQN). A method's own algorithm may live with its recipe and register the
+AWAC on a dataset). An algorithm only one method uses lives with its recipe and registers the
 same way: `llm-ppo` (GLAM's PPO on an LLM policy over text actions) is
-`llmrl.recipes.glam.llm_ppo`. Each declares its settings as a pydantic model
+`llmrl.recipes.glam.llm_ppo`, `dqn-ellm` (ELLM's DQN) `llmrl.recipes.ellm.dqn`, and
+`kalm-grounding` (KALM's grounding of an LLM in states and actions)
+`llmrl.recipes.kalm.grounding_sft`. Each declares its settings as a pydantic model
 (`settings_model`, listed by `llmrl algorithms NAME`).
 
 Every module here is imported when the first algorithm is looked up, so a family imports its

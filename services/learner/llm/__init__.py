@@ -10,7 +10,9 @@
   `scorer.score_from_frozen` scores the same samples again running only the top layers.
 
 GLAM's prompt format and its PPO live with the recipe (`llmrl.recipes.glam.prompt`,
-`llmrl.recipes.glam.llm_ppo`): they are the method; this package is what methods share.
+`llmrl.recipes.glam.llm_ppo`), KALM's grounded LM and imagination with its own
+(`llmrl.recipes.kalm.grounded_lm`, `llmrl.recipes.kalm.imagine`): they are the methods; this
+package is what methods share.
 
 The learner holds its own copy of the model: on-policy PPO needs the freshest weights. The
 gateway's `score` stays the path for frozen models (its scorer runs under inference mode,

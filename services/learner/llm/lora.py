@@ -1,5 +1,6 @@
 """What LoRA is put on in the Llama-family models the learner trains (SmolLM2): one definition
-for policy PPO (`llm.model`), grounding (`llm.grounding`) and chat SFT (`algorithms.sft`)."""
+for policy PPO (`llm.model`), KALM's grounding (`llmrl.recipes.kalm.grounded_lm`) and chat SFT
+(`algorithms.sft`)."""
 
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ class KalmConfig(RecipeConfig):
     @field_validator("grounding_tasks")
     @classmethod
     def _grounding_tasks_are_known(cls, value: list[str] | None) -> list[str] | None:
-        from llmrl.learner.llm.grounding import TASKS
+        from llmrl.recipes.kalm.grounded_lm import TASKS
 
         return None if value is None else _subset(value, TASKS, "grounding task")
 
@@ -260,7 +260,7 @@ class KalmConfig(RecipeConfig):
                 f"algorithms: {unknown or self.algorithms} not available for {self.env}; "
                 f"choose from {', '.join(allowed)}"
             )
-        from llmrl.learner.llm.grounding import check_number_settings  # numpy only
+        from llmrl.recipes.kalm.grounded_lm import check_number_settings  # numpy only
 
         check_number_settings(self.numbers, self.state_target)
         if self.imagine_temperature > 0 and (self.env != "ClevrRobot" or self.numbers != "tokens"):

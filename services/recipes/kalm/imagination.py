@@ -3,7 +3,7 @@ from real initial states, filtered and labelled as an `OfflineDataset`.
 
 For each of `count` rollouts: a goal of the level with one of its instructions (cycling through
 them, seeded) and a real initial state that does not already meet the goal. The grounded model
-imagines the rollout (`llmrl.learner.llm.imagine`): greedily, as KALM does, or with
+imagines the rollout (`llmrl.recipes.kalm.imagine`): greedily, as KALM does, or with
 `temperature` > 0 drawing each discrete action from the action head's softmax (seeded), so
 that many rollouts per instruction explore pushes the argmax would not make. Two filters
 (`imagined_filter`):
@@ -54,8 +54,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from llmrl.learner.llm.imagine import FILTERS as LEARNER_FILTERS
-from llmrl.learner.llm.imagine import (
+from llmrl.recipes.kalm.imagine import FILTERS as LEARNER_FILTERS
+from llmrl.recipes.kalm.imagine import (
     Rollout,
     filter_rollouts,
     goal_match_rate,

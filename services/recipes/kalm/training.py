@@ -25,8 +25,8 @@ from llmrl.common.names import Name
 from llmrl.common.paths import confined_field
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
-from llmrl.learner.algorithms.grounding_sft import GroundingSftConfig
 from llmrl.learner.algorithms.offline_rl import OfflineRLConfig
+from llmrl.recipes.kalm.grounding_sft import GroundingSftConfig
 
 
 def grounding_setting(name: str, description: str | None = None, **bounds: float) -> Any:
@@ -93,7 +93,7 @@ class KalmGroundingJob(BaseModel):
     @field_validator("tasks")
     @classmethod
     def _tasks_are_known(cls, value: list[str] | None) -> list[str] | None:
-        from llmrl.learner.algorithms.grounding_sft import check_tasks
+        from llmrl.recipes.kalm.grounding_sft import check_tasks
 
         if value is not None:
             check_tasks(value)

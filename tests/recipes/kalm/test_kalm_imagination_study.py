@@ -26,8 +26,8 @@ def run_study(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess:
 def test_the_study_measures_each_level_and_temperature(tiny_model_dir, tmp_path):
     from test_kalm_recipe import random_push_dataset
 
-    from llmrl.learner.llm.grounding import GroundedLM, GroundingSpec
     from llmrl.learner.versions import save_version
+    from llmrl.recipes.kalm.grounded_lm import GroundedLM, GroundingSpec
 
     real = random_push_dataset()
     data = real.save(tmp_path / "data" / "real.npz")

@@ -85,9 +85,9 @@ def test_validity_keeps_real_states_and_drops_impossible_ones():
 def test_a_tiny_grounded_model_imagines_box_actions_inside_the_box(tiny_model_dir):
     import torch
 
-    from llmrl.learner.llm.grounding import GroundedLM, GroundingSpec
-    from llmrl.learner.llm.imagine import imagine
+    from llmrl.recipes.kalm.grounded_lm import GroundedLM, GroundingSpec
     from llmrl.recipes.kalm.imagination import MetaWorldImagination, imagine_level
+    from llmrl.recipes.kalm.imagine import imagine
 
     real = random_reach_dataset(episodes=2)
     model = GroundedLM.create(
@@ -156,8 +156,8 @@ def test_the_recipe_imagines_and_trains_on_both_data_variants(
 
 
 def test_imagined_meta_world_rollouts_join_the_real_data():
-    from llmrl.learner.llm.imagine import Rollout
     from llmrl.recipes.kalm.imagination import MetaWorldImagination, to_dataset
+    from llmrl.recipes.kalm.imagine import Rollout
 
     real = random_reach_dataset(episodes=2, steps=3)
     env = MetaWorldImagination()

@@ -336,8 +336,8 @@ def test_imagined_dynamics_are_checked_against_the_env():
     when replayed; one that only claims the goal (its action does something else) is caught."""
     from types import SimpleNamespace
 
-    from llmrl.learner.llm.imagine import Rollout
     from llmrl.recipes.kalm.imagination import ClevrImagination, dynamics_fidelity, select
+    from llmrl.recipes.kalm.imagine import Rollout
     from llmrl.simulator.envs.clevr_robot import LEVEL_SUCCESS, push, random_state
     from llmrl.simulator.envs.clevr_robot.goals import relation_goal
 

@@ -31,9 +31,9 @@ from rich.table import Table
 
 from llmrl.common.console import output_console
 from llmrl.common.threads import torch_threads
-from llmrl.learner.llm.grounding import TASKS, dynamics_prompt, trajectory_prompt
 from llmrl.recipes.base import ConfigError
 from llmrl.recipes.kalm.config import KalmConfig, discrete_action_size
+from llmrl.recipes.kalm.grounded_lm import TASKS, dynamics_prompt, trajectory_prompt
 from llmrl.recipes.options import add_model_options, check_each_value, model_from_options
 
 WHOLE_EPISODES = 10**6  # dataset_episodes cuts episodes longer than this: none here
@@ -98,9 +98,9 @@ def main() -> int:
 def measure(cfg: KalmConfig, args: argparse.Namespace) -> list[dict]:
     """One grounding per state weight, each measured on the same held-out transitions."""
     from llmrl.common.registry import registry
-    from llmrl.learner.algorithms.grounding_sft import dataset_episodes
     from llmrl.learner.versions import Versions
     from llmrl.recipes.kalm.collect import collect_clevr
+    from llmrl.recipes.kalm.grounding_sft import dataset_episodes
     from llmrl.recipes.progress import make_progress
 
     train = collect_clevr(

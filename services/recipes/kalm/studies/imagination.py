@@ -221,8 +221,8 @@ def first_actions(model, prompts: list) -> np.ndarray:
 
 def instruction_following(model, real, env, levels: list[str], count: int) -> dict[str, float]:
     """The instruction probe (module doc): shares of first actions that match."""
-    from llmrl.learner.llm.grounding import trajectory_prompt
     from llmrl.recipes.kalm.collect import ScriptedPusher
+    from llmrl.recipes.kalm.grounded_lm import trajectory_prompt
     from llmrl.recipes.kalm.imagination import level_rng
     from llmrl.simulator.envs.clevr_robot import named_balls
 

@@ -1,4 +1,4 @@
-"""Imagined rollouts: a grounded LM (`llmrl.learner.llm.grounding`) writes the trajectory an
+"""Imagined rollouts: a grounded LM (`llmrl.recipes.kalm.grounded_lm`) writes the trajectory an
 instruction asks for, from a real initial state, one action and one state at a time.
 
     rollouts = imagine(model, initial_states, instructions, max_steps=10)
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from llmrl.learner.llm.grounding import GroundedLM, trajectory_prompt
+from llmrl.recipes.kalm.grounded_lm import GroundedLM, trajectory_prompt
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Imagined rollouts (`llmrl.learner.llm.imagine`): a grounded tiny LM writes rollouts step by
+"""Imagined rollouts (`llmrl.recipes.kalm.imagine`): a grounded tiny LM writes rollouts step by
 step, the CLEVR-Robot validity check filters out the ones with impossible states, and the
 goal-match rate uses the env's success function."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmrl.learner.llm.grounding import GroundedLM, GroundingSpec
-from llmrl.learner.llm.imagine import (
+from llmrl.recipes.kalm.grounded_lm import GroundedLM, GroundingSpec
+from llmrl.recipes.kalm.imagine import (
     Rollout,
     filter_rollouts,
     goal_match_rate,
@@ -91,7 +91,7 @@ def test_cached_imagination_matches_reading_the_whole_sequence(tiny_model_dir, s
     """Rows of prompts of different lengths advance on the key/value cache (left-padded); each
     imagined state is what the model predicts when it reads the whole rollout so far (a delta
     head: added to the state before it)."""
-    from llmrl.learner.llm.grounding import trajectory_prompt
+    from llmrl.recipes.kalm.grounded_lm import trajectory_prompt
 
     rng = np.random.default_rng(3)
     starts = np.stack([random_state(rng) for _ in range(2)]).astype(np.float32)

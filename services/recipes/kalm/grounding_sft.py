@@ -2,7 +2,7 @@
 `grounding-sft`, registered `kalm-grounding`).
 
 Learns from a dataset (`source`: an `OfflineDataset`, or several) and saves each version as a
-LoRA adapter beside the grounding layers (`llmrl.learner.llm.grounding`: slot embeddings,
+LoRA adapter beside the grounding layers (`llmrl.recipes.kalm.grounded_lm`: slot embeddings,
 state/action/stop heads, the state normaliser), under the adapter line the caller names
 (`adapter_versions(model, adapter)` keeps it beside the other adapters). The gateway cannot
 serve it (its inputs are not only tokens): imagination loads it in-process.
@@ -42,7 +42,8 @@ from llmrl.learner.algorithms.base import (
     validate_settings,
 )
 from llmrl.learner.algorithms.offline_rl import check_action_size
-from llmrl.learner.llm.grounding import (
+from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
+from llmrl.recipes.kalm.grounded_lm import (
     TASKS,
     GroundedLM,
     GroundingSpec,
@@ -50,7 +51,6 @@ from llmrl.learner.llm.grounding import (
     episode_arrays,
     task_items,
 )
-from llmrl.learner.versions import Checkpoint, Versions, as_versions, find_checkpoint
 
 NAME = "kalm-grounding"
 

@@ -12,7 +12,7 @@ Text items carry the ordinary language-model loss where they are targets.
 
     model = GroundedLM.create("smollm2", GroundingSpec(state_dim=10, action_size=40), ...)
     loss = model.loss(batch_of_item_lists)                       # grounding SFT (training)
-    rollouts = imagine(model, initial_states, instructions)      # llmrl.learner.llm.imagine
+    rollouts = imagine(model, initial_states, instructions)      # llmrl.recipes.kalm.imagine
 
 The four supervised tasks (`task_items`) mixed in training, after the paper:
 * `trajectory`: instruction + initial state -> actions and states to the end (stop head);

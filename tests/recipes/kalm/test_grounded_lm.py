@@ -1,4 +1,4 @@
-"""KALM's grounded LM (`llmrl.learner.llm.grounding`) on the tiny random Llama: the state head
+"""KALM's grounded LM (`llmrl.recipes.kalm.grounded_lm`) on the tiny random Llama: the state head
 reproduces a state after a few SFT steps; every task builds; the numbers-as-text ablation
 trains under the text loss; a saved model loads back with the same predictions."""
 
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from llmrl.learner.llm.grounding import TASKS, GroundedLM, GroundingSpec, task_items
+from llmrl.recipes.kalm.grounded_lm import TASKS, GroundedLM, GroundingSpec, task_items
 
 torch = pytest.importorskip("torch")
 
