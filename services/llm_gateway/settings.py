@@ -404,26 +404,3 @@ def print_models(config_file: str | None = None) -> None:
             "; ".join(notes),
         )
     output_console().print(table)  # piped (scripts, tests): whole lines, not wrapped cells
-
-
-def use_patient_config(out: Path, model: str, timeout_s: float, **settings: Any) -> Path | None:
-    """For a long evaluation on a loaded CPU, where one request may wait longer than the
-    default timeout: unless $LLMRL_LLM_GATEWAY_CONFIG names a config already (the user's
-    wins) or `model` is not a built-in one, write `out/gateway.yaml` giving `model`
-    `timeout_s` (plus `settings`: the model's keys such as `dtype`, or `torch_threads`) and
-    point the variable at it, so that every gateway of this process reads it. Returns the
-    file written, if any."""
-    import yaml
-
-    if os.environ.get(CONFIG_ENV_VAR) or model not in load_settings().models:
-        return None
-    threads = settings.pop("torch_threads", None)
-    data: dict[str, Any] = {"models": {model: {"timeout_s": timeout_s, **settings}}}
-    if threads:
-        data["torch_threads"] = threads
-    load_settings(data)  # a bad value fails here, naming the key, not in a later phase
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "gateway.yaml"
-    path.write_text(yaml.safe_dump(data))
-    os.environ[CONFIG_ENV_VAR] = str(path)
-    return path

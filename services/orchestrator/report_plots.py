@@ -8,16 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.plots import pyplot
+
 MAX_HEADLINE_PANELS = 9  # a 3×3 grid stays readable; further metrics are in the tables
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _draw_band(ax: Any, band: dict[str, Any], label: str) -> None:
@@ -29,7 +22,7 @@ def _draw_band(ax: Any, band: dict[str, Any], label: str) -> None:
 def _save(fig: Any, axes: Any, used: int, path: Path, title: str, bottom: float = 0.0) -> None:
     """Hide the panels past the `used` first, title the figure and write it (`bottom`: the
     share of its height kept free below the panels, for a legend)."""
-    plt = _pyplot()
+    plt = pyplot()
     for ax in list(axes.flat)[used:]:
         ax.axis("off")
     fig.suptitle(title)
@@ -41,7 +34,7 @@ def _save(fig: Any, axes: Any, used: int, path: Path, title: str, bottom: float 
 
 def plot_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
     """One panel per tag; per config the mean over seeds and its 95% band."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
     for ax, (tag, bands) in zip(axes[0], curves.items(), strict=True):
         for band in bands:
@@ -61,7 +54,7 @@ def plot_recipe_curves(
 ) -> None:
     """The recipes' learning curves: a panel per measure (and config, when several), a line
     per method, each the smoothed mean over seeds with its 95% band."""
-    plt = _pyplot()
+    plt = pyplot()
     panels: dict[str, list[dict[str, Any]]] = {}
     for band in bands:
         name = f"{band['config']}: {band['panel']}" if name_configs else band["panel"]
@@ -105,7 +98,7 @@ def headline_metrics(methods: list[dict[str, Any]]) -> list[str]:
 def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None:
     """One panel per headline metric that is not zero everywhere; a bar per method with its
     95% interval, grouped (a task's methods together) and coloured by method."""
-    plt = _pyplot()
+    plt = pyplot()
     metrics = headline_metrics(methods)
     groups, series = headline_bars(methods)
     group_names = list(dict.fromkeys(groups))

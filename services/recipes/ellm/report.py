@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.plots import pyplot
 from llmrl.recipes.base import Results, learning_curve
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.training import TASKS, read_episodes
@@ -231,10 +232,7 @@ def ellm_results(
 
 
 def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     return plt
 

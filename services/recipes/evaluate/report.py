@@ -7,13 +7,11 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.plots import pyplot
 
 
 def plot_episodes(records: list[EpisodeRecord], path: Any, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     index = np.arange(len(records))
     returns = [r.episode_return for r in records]

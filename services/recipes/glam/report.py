@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.episodes import EpisodeRecord
+from llmrl.common.plots import pyplot
 from llmrl.recipes.base import Results, learning_curve
 from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
@@ -133,10 +134,7 @@ def plot_eval_curves(curves: dict[str, list[dict[str, Any]]], path: Path, title:
     method has a point."""
     if not any(curves.values()):
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, points in curves.items():
@@ -164,10 +162,7 @@ def plot_learning_curve(tb_dir: Path, path: Path, title: str) -> bool:
     events = EventAccumulator(str(tb_dir)).Reload()
     if "charts/success" not in events.Tags()["scalars"]:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for ax, tag in zip(axes, ("charts/success", "charts/episodic_return"), strict=True):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.plots import pyplot
 from llmrl.recipes.base import Results
 from llmrl.recipes.glam.report import success_curves
 from llmrl.recipes.grpo.config import GrpoConfig
@@ -117,10 +118,7 @@ def plot_learning_curve(
     curves = {e["method"]: e["curve"] for e in evaluations if e.get("curve")}
     if not training and not curves:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for method, (steps, values) in training.items():

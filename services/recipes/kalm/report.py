@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.plots import pyplot
 from llmrl.recipes.base import Results
 from llmrl.recipes.kalm.config import KalmConfig
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
@@ -138,10 +139,7 @@ def plot_results(
 ) -> list[str]:
     """success.png (success per level, one bar per algorithm x data, with the paper's unseen
     figures as lines) and, when there was imagination, imagination.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = aggregate(evaluations)
     plots = []

@@ -14,7 +14,6 @@ version (`version`) of the checkpoint line at `model_path`, replacing an interru
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -211,7 +210,3 @@ def train_offline(
         **job.offline,
     )
     return {"checkpoint": str(checkpoint.path), "algorithm": job.algorithm, **checkpoint.result}
-
-
-def checkpoint_dir(result: dict[str, Any]) -> Path:
-    return Path(result["checkpoint"])

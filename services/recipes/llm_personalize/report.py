@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.plots import pyplot
 from llmrl.recipes.base import Results, RunContext
 from llmrl.recipes.llm_personalize.analysis import (
     paired_differences,
@@ -247,10 +248,7 @@ def stage_rows(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def plot_rounds(rows: list[dict[str, Any]], stages: list[str], path: str | Path) -> None:
     """Success rate per stage (zero-shot, bootstrap, round 1..K), a line per scene and split."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     x = np.arange(len(stages))

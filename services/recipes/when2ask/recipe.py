@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from llmrl.common.bounds import Episodes, EpisodeSteps, Frames, Seed
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.names import ModelName
+from llmrl.common.plots import pyplot
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.recipes.base import (
@@ -588,10 +589,7 @@ def training_curves(curves: dict[str, dict[str, list[dict[str, float]]]]) -> lis
 
 def plot_learning_curves(curves: dict[str, dict[str, list[dict[str, float]]]], path: Path) -> None:
     """Per task: penalised return (top) and planner queries per episode (bottom) over training."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     columns = max(len(curves), 1)
     fig, axes = plt.subplots(2, columns, figsize=(4.2 * columns, 6), squeeze=False)
@@ -621,10 +619,7 @@ def plot_learning_curves(curves: dict[str, dict[str, list[dict[str, float]]]], p
 
 
 def plot_queries_vs_success(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     markers = {"SimpleDoorKey": "o", "KeyInBox": "s", "RandomBoxKey": "^", "ColoredDoorKey": "D"}

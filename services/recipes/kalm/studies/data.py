@@ -31,6 +31,7 @@ from rich.table import Table
 from llmrl.common.console import output_console
 from llmrl.common.datasets import missing_hint
 from llmrl.common.paths import allow_root
+from llmrl.common.plots import pyplot
 from llmrl.common.safe_numpy import load_npy
 from llmrl.recipes.base import ConfigError
 from llmrl.recipes.kalm import collect, released
@@ -52,10 +53,7 @@ def displacement_pairs(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plot_agreement(recorded: np.ndarray, ours: np.ndarray, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lengths = np.linalg.norm(recorded, axis=1)
     pushes = lengths > 0.05
@@ -80,10 +78,7 @@ def plot_agreement(recorded: np.ndarray, ours: np.ndarray, path: Path) -> None:
 
 
 def plot_collectors(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     noises = sorted({row["noise"] for row in rows})
     levels = list(dict.fromkeys(row["level"] for row in rows))

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from llmrl.common.datasets import HOUSEKEEP, dataset_dir, missing_hint
 from llmrl.common.paths import PathOutsideRootsError, confine
@@ -187,8 +186,3 @@ def load_house(data_dir: str | Path, scene: str, episode: int) -> House:
     return house_from_episode(
         episodes[episode], annotations(data_dir), source=f"{split}/{scene}#{episode}"
     )
-
-
-def read_splits(data_dir: str | Path) -> dict[str, Any]:
-    path = check_data_dir(data_dir) / "splits.yaml"
-    return yaml.safe_load(path.read_text()) if path.exists() else {}
