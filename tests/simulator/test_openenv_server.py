@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from openenv.core.generic_client import GenericEnvClient
+from support.processes import wait_until
 from support.sim_server import AUTH, TOKEN, Server, start_server, stop_server
 from websockets.asyncio.client import connect
 
@@ -194,6 +195,9 @@ def test_sessions_and_worlds_share_max_envs_total() -> None:
                 assert "limit of 3" in message
                 status, body = http(capped, "POST", f"/openenv/{BABYAI}/reset", {})
                 assert status == 429 and body["field"] == "max_envs_total"
+            # the server frees a session when it sees its WebSocket close, just after the
+            # client has closed it
+            wait_until(lambda: capped.health()["openenv_sessions"] == 0, 30, "the sessions' end")
             with session(capped, BABYAI) as third:  # the first one's env was given back
                 assert not third.reset(seed=0).done
     finally:
