@@ -17,8 +17,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from llmrl.agents import Decision, EpisodeDriver, EpisodeJob, RolloutResources
-from llmrl.agents.policy_spec import PolicySpec
+from llmrl.agents.policy_spec import ArtifactRef, PolicySpec
 from llmrl.common.episodes import LlmCall
+from llmrl.common.names import ModelName
 from llmrl.common.registry import registry
 from llmrl.recipes.glam.driver import env_phrases
 
@@ -43,9 +44,11 @@ class GrpoDriver(EpisodeDriver):
     def __init__(self, spec: GrpoSpec, seed: int) -> None:
         import torch
 
+        from llmrl.learner.adapters import base_model_dir
         from llmrl.recipes.grpo.policy import PhrasePolicy
 
-        model, tokenizer = cached_policy_model(spec.model, spec.adapter, spec.device)
+        base = spec.hub_model or str(base_model_dir(spec.model))
+        model, tokenizer = cached_policy_model(base, spec.adapter, spec.device)
         self.name = spec.model if spec.adapter is None else f"{spec.model}+{spec.adapter}"
         self.policy = PhrasePolicy(
             model,
@@ -81,9 +84,21 @@ class GrpoDriver(EpisodeDriver):
 
 
 class GrpoSpec(PolicySpec):
+    """A spec is request data (a run's `policy`, a queued episode job): it names the base model
+    as the gateway's settings do and the adapter as a version this project saved, so a worker
+    never opens a path a request chose, nor unpickles what it did not write."""
+
     kind: Literal["grpo"] = GRPO
-    model: str = Field(..., min_length=1, description="base model directory or hub id")
-    adapter: str | None = Field(None, description="PEFT adapter directory (None: the base)")
+    model: ModelName = Field(..., description="the base model's gateway name (its weights)")
+    hub_model: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=200,
+        description="instead: a Hugging Face hub id (the GPU option `hf_model`, downloaded)",
+    )
+    adapter: ArtifactRef | None = Field(
+        None, description="a GRPO adapter version this project saved (None: the base model)"
+    )
     greedy: bool = Field(True, description="argmax tokens (else sample, seeded per episode)")
     temperature: float = Field(1.0, gt=0, le=10_000, description="sampling temperature")
     device: Literal["cpu", "cuda"] = "cpu"

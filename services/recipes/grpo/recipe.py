@@ -127,7 +127,8 @@ class Grpo(Recipe):
         cfg = self.config
         return {
             "kind": driver.GRPO,
-            "model": self.base_model(),
+            "model": cfg.model,
+            "hub_model": cfg.hf_model,
             "adapter": adapter,
             "greedy": cfg.greedy,
             "temperature": cfg.temperature,

@@ -377,9 +377,15 @@ def train_grpo(
     def save(step: int) -> None:
         if points and points[-1]["update"] == step:
             return
+        from llmrl.learner.versions import save_version
+
         path = out_dir / f"v{step:05d}"
-        trainer.model.save_pretrained(str(path))
-        points.append({"adapter": str(path), "update": step, "global_step": rollouts.env_steps})
+        # a version with recorded metadata: the only kind a policy spec may name for loading
+        result = {"update": step, "global_step": rollouts.env_steps}
+        save_version(
+            path, lambda folder: trainer.model.save_pretrained(str(folder)), TAG, result=result
+        )
+        points.append({"adapter": str(path), **result})
 
     trainer = GRPOTrainer(
         model=model,

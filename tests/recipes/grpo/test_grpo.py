@@ -106,3 +106,18 @@ def test_a_tiny_run_trains_with_trl_and_counts_steps_and_tokens(tiny_gateway: Pa
         for step in json.loads(line)["steps"]
     }
     assert skills and skills <= set(PHRASES)
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        ({"model": "/etc"}, "policy.model"),  # a path is no model name
+        ({"model": "tiny", "adapter": "/etc"}, "policy.adapter"),  # not a version llmrl saved
+        ({"model": "tiny", "hub_model": "../x"}, "policy.hub_model"),
+    ],
+)
+def test_a_policy_spec_names_a_model_and_a_saved_adapter_never_a_path(policy, says):
+    """A run's `policy` (request data in service mode) cannot make a worker open a path."""
+    with pytest.raises(ConfigError) as refused:
+        validate_config("evaluate", {"env": ENV_ID, "policy": {"kind": "grpo", **policy}})
+    assert says in str(refused.value)
