@@ -256,6 +256,9 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
     except OverMemoryError as exc:
         error = {"loc": ["config", exc.setting], "msg": str(exc), "type": "over_memory"}
         raise ConfigError(f"config.{exc.setting}: {exc}", [error]) from None
+    except ValueError as exc:  # the operator's $LLMRL_LIMIT_MEMORY_GIB is no number: say so
+        error = {"loc": ["config"], "msg": str(exc), "type": "memory_limit"}
+        raise ConfigError(f"this server's memory limit is unusable: {exc}", [error]) from None
     return validated
 
 

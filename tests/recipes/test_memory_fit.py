@@ -50,6 +50,12 @@ def test_a_memory_variable_that_is_no_positive_number_is_refused(monkeypatch, va
         memory_limit()
 
 
+def test_a_run_submitted_under_a_broken_memory_variable_gets_a_config_error(monkeypatch):
+    monkeypatch.setenv(MEMORY_VARIABLE, "lots")
+    with pytest.raises(ConfigError, match=f"{MEMORY_VARIABLE}: expected a positive number"):
+        validate_config("glam", {})
+
+
 def test_without_the_variable_the_limit_is_the_machines(monkeypatch):
     monkeypatch.delenv(MEMORY_VARIABLE, raising=False)
     limit, source = memory_limit()
