@@ -1,5 +1,10 @@
-"""`openai`: any OpenAI-compatible endpoint through the official `openai` client (OpenAI
-itself; Vicuna or Llama served by FastChat, vLLM or Ollama).
+"""`openai`: any OpenAI-compatible endpoint (OpenAI itself; Vicuna or Llama served by
+FastChat, vLLM or Ollama). An engine on a plain `http://` URL is called through a lean
+keep-alive JSON client (`upstream_http`: ~0.2 ms of CPU a call where the official `openai`
+client spends ~1.1 ms, the largest part of a cache miss's cost in the gateway); `https://`
+(OpenAI's own API) or a proxy go through the official client's generic request, with its TLS
+and proxy handling. Both send the same JSON and read the answer as JSON: the same fields,
+errors and retries either way.
 
 Scoring through the endpoint (`score: true`, for engines that return a prompt's log-probs on
 the legacy `/v1/completions`: vLLM, llama-cpp-python, another llmrl gateway; not OpenAI's chat
@@ -27,12 +32,13 @@ never put in a message: provider error texts are redacted before they leave this
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -48,6 +54,14 @@ from llmrl.llm_gateway.backends.base import (
     Generation,
     Scores,
     utf8_token_bound,
+)
+from llmrl.llm_gateway.backends.upstream_http import (
+    JsonHttpClient,
+    UpstreamBadAnswer,
+    UpstreamStatus,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    lean_transport,
 )
 from llmrl.llm_gateway.errors import (
     GatewayTimeoutError,
@@ -245,6 +259,10 @@ class OpenAIBackend(Backend):
         self.client = openai.OpenAI(
             base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout_s
         )
+        # plain http engines (no proxy): the lean client (`upstream_http`); else the SDK
+        self.http: JsonHttpClient | None = None
+        if config.base_url is not None and lean_transport(config.base_url):
+            self.http = JsonHttpClient(config.base_url, self._key)  # "no-key" too, as the SDK
         self._published: set[str] = set()  # adapters this backend loaded on the engine
         self._publishing = threading.Lock()
         self.tokenizer: Any = None
@@ -380,6 +398,15 @@ class OpenAIBackend(Backend):
         raise UpstreamError(message)
 
     # -- calls -------------------------------------------------------------------------------
+    def _post(self, path: str, body: dict[str, Any], timeout_s: float, adapter: str = "") -> Any:
+        """POST `body` to the endpoint's `path` (e.g. "/chat/completions"): the JSON answered,
+        through the lean client or the SDK's generic request (no typed models either way);
+        errors mapped by `_errors`."""
+        with self._errors(adapter):
+            if self.http is not None:
+                return self.http.post(path, body, timeout_s)
+            return self.client.post(path, body=body, cast_to=object, options={"timeout": timeout_s})
+
     def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
         if request.guided_lines is not None:  # reached only as a fallback of a local model
             raise InvalidRequestError(
@@ -387,24 +414,41 @@ class OpenAIBackend(Backend):
                 "guided_lines",
             )
         args = self._generation_args(request, adapter, timeout_s)
-        with self._errors(adapter):
-            if request.messages is not None:
-                response = self.client.chat.completions.create(
-                    messages=request.messages, timeout=timeout_s, **args
-                )
-                texts = [choice.message.content or "" for choice in response.choices]
-            else:
-                response = self.client.completions.create(
-                    prompt=request.prompt, timeout=timeout_s, **args
-                )
-                texts = [choice.text for choice in response.choices]
-        usage = response.usage
+        if request.messages is not None:
+            answer = self._post("/chat/completions", {"messages": request.messages, **args},
+                                timeout_s, adapter)  # fmt: skip
+            choices = self._choices(answer)
+            texts = [_text(choice.get("message"), "content") for choice in choices]
+        else:
+            answer = self._post("/completions", {"prompt": request.prompt, **args}, timeout_s,
+                                adapter)  # fmt: skip
+            choices = self._choices(answer)
+            texts = [_text(choice, "text") for choice in choices]
+        prompt_tokens, completion_tokens = self._usage(answer, request)
         return Generation(
             texts=texts,
-            prompt_tokens=usage.prompt_tokens if usage else self.prompt_tokens(request),
-            completion_tokens=usage.completion_tokens if usage else 0,
-            finish_reasons=[choice.finish_reason or "stop" for choice in response.choices],
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reasons=[choice.get("finish_reason") or "stop" for choice in choices],
         )
+
+    def _choices(self, answer: Any) -> list[dict[str, Any]]:
+        """The answer's choices, each an object (a 502 naming the model otherwise)."""
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise UpstreamError(
+                f"model {self.name!r}: the endpoint's answer has no list of choices (is it "
+                "OpenAI-compatible?)"
+            )
+        return choices
+
+    def _usage(self, answer: dict[str, Any], request: GenerateRequest) -> tuple[int, int]:
+        """(prompt, completion) tokens the endpoint counted; without a `usage`, the prompt's
+        bound and 0, as before."""
+        usage = answer.get("usage")
+        if not isinstance(usage, dict):
+            return self.prompt_tokens(request), 0
+        return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
 
     def complete_logprobs(
         self, request: GenerateRequest, adapter: str, timeout_s: float
@@ -421,29 +465,26 @@ class OpenAIBackend(Backend):
             args["logprobs"] = request.logprobs
         if request.echo:
             args["echo"] = True
-        with self._errors(adapter):
-            response = self.client.completions.create(
-                prompt=request.prompt, timeout=timeout_s, **args
-            )
-        choices = sorted(response.choices, key=lambda choice: choice.index)
+        answer = self._post("/completions", {"prompt": request.prompt, **args}, timeout_s, adapter)
+        choices = _in_order(self._choices(answer))
         logprobs = None
         if request.logprobs is not None:
             logprobs = [self._legacy_logprobs(choice) for choice in choices]
-        usage = response.usage
+        prompt_tokens, completion_tokens = self._usage(answer, request)
         return Generation(
-            texts=[choice.text for choice in choices],
-            prompt_tokens=usage.prompt_tokens if usage else self.prompt_tokens(request),
-            completion_tokens=usage.completion_tokens if usage else 0,
-            finish_reasons=[choice.finish_reason or "stop" for choice in choices],
+            texts=[_text(choice, "text") for choice in choices],
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reasons=[choice.get("finish_reason") or "stop" for choice in choices],
             logprobs=logprobs,
         )
 
-    def _legacy_logprobs(self, choice: Any) -> dict[str, Any]:
-        if choice.logprobs is None:
+    def _legacy_logprobs(self, choice: dict[str, Any]) -> dict[str, Any]:
+        data = choice.get("logprobs")
+        if not isinstance(data, dict):
             raise UpstreamError(
                 f"model {self.name!r}: the endpoint answered without the logprobs asked for"
             )
-        data = choice.logprobs.model_dump()
         keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
         return {key: data.get(key) for key in keys}
 
@@ -519,20 +560,19 @@ class OpenAIBackend(Backend):
         batches = [prompts] if config.score_batch else [[p] for p in prompts]
         answers: list[dict[str, Any]] = []
         used = 0
-        with self._errors(adapter):
-            for batch in batches:
-                response = self.client.completions.create(
-                    prompt=batch if len(batch) > 1 else batch[0], timeout=timeout_s, **args
+        for batch in batches:
+            body = {"prompt": batch if len(batch) > 1 else batch[0], **args}
+            answer = self._post("/completions", body, timeout_s, adapter)
+            choices = _in_order(self._choices(answer))
+            if len(choices) != len(batch):
+                raise UpstreamError(
+                    f"model {self.name!r}: the endpoint answered {len(choices)} choices "
+                    f"for {len(batch)} prompts"
                 )
-                choices = sorted(response.choices, key=lambda choice: choice.index)
-                if len(choices) != len(batch):
-                    raise UpstreamError(
-                        f"model {self.name!r}: the endpoint answered {len(choices)} choices "
-                        f"for {len(batch)} prompts"
-                    )
-                answers.extend(self._legacy_logprobs(choice) for choice in choices)
-                if response.usage is not None:
-                    used += response.usage.prompt_tokens
+            answers.extend(self._legacy_logprobs(choice) for choice in choices)
+            usage = answer.get("usage")
+            if isinstance(usage, dict):
+                used += _count(usage.get("prompt_tokens"))
         if not used:
             used = sum(len(a["token_logprobs"]) - config.score_max_tokens for a in answers)
         return answers, used
@@ -557,13 +597,32 @@ class OpenAIBackend(Backend):
         return values[first:]
 
     def embed(self, texts: list[str], timeout_s: float) -> Embeddings:
-        with self._errors():
-            response = self.client.embeddings.create(
-                model=self.remote_model, input=texts, timeout=timeout_s
+        answer = self._post("/embeddings", {"model": self.remote_model, "input": texts}, timeout_s)
+        data = answer.get("data") if isinstance(answer, dict) else None
+        if not isinstance(data, list) or len(data) != len(texts):
+            raise UpstreamError(
+                f"model {self.name!r}: the endpoint answered no embedding per input "
+                f"({len(texts)} asked)"
             )
-        vectors = np.asarray([item.embedding for item in response.data], dtype=np.float32)
-        tokens = response.usage.prompt_tokens if response.usage else 0
+        rows = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
+        vectors = np.asarray([self._vector(item) for item in rows], dtype=np.float32)
+        usage = answer.get("usage")
+        tokens = _count(usage.get("prompt_tokens")) if isinstance(usage, dict) else 0
         return Embeddings(vectors, tokens)
+
+    def _vector(self, item: Any) -> Any:
+        """One embedding: a list of floats, or base64 float32 (an engine that sends it so)."""
+        embedding = item.get("embedding") if isinstance(item, dict) else None
+        if isinstance(embedding, str):
+            return np.frombuffer(base64.b64decode(embedding), dtype="<f4")
+        if not isinstance(embedding, list):
+            raise UpstreamError(f"model {self.name!r}: the endpoint answered no embedding")
+        return embedding
+
+    def close(self) -> None:
+        if self.http is not None:
+            self.http.close()
+        self.client.close()
 
     # -- errors out ------------------------------------------------------------------------
     def _clean(self, text: str) -> str:
@@ -578,19 +637,18 @@ class OpenAIBackend(Backend):
         openai, where = self._openai, f"model {self.name!r}"
         try:
             yield
-        except openai.NotFoundError as exc:
-            if not adapter:
-                raise UpstreamError(
-                    self._clean(f"{where}: the provider answered 404: {exc.message}")
-                ) from None
-            hint = "" if self.config.load_adapters else " (set load_adapters: true to publish it)"
-            raise InvalidRequestError(
-                self._clean(
-                    f"model: the engine serves no adapter {self._lora_name(adapter)!r} for "
-                    f"{self.name}:{adapter}{hint}; it answered 404: {exc.message}"
-                ),
-                "model",
+        except UpstreamStatus as exc:
+            self._status_error(exc.status, exc.message, exc.headers, adapter)
+        except UpstreamTimeout:
+            raise RetryableUpstreamError(
+                f"{where}: the provider timed out", timed_out=True
             ) from None
+        except UpstreamUnreachable:
+            raise RetryableUpstreamError(
+                f"{where}: cannot reach {self.config.base_url or 'the provider'}"
+            ) from None
+        except UpstreamBadAnswer as exc:
+            raise UpstreamError(self._clean(f"{where}: {exc}")) from None
         except openai.APITimeoutError:
             raise RetryableUpstreamError(
                 f"{where}: the provider timed out", timed_out=True
@@ -600,9 +658,40 @@ class OpenAIBackend(Backend):
                 f"{where}: cannot reach {self.config.base_url or 'the provider'}"
             ) from None
         except openai.APIStatusError as exc:
-            status = exc.status_code
-            message = self._clean(f"{where}: the provider answered {status}: {exc.message}")
-            if status == 429 or status >= 500:
-                retry_after = parse_retry_after(exc.response.headers)
-                raise RetryableUpstreamError(message, status, retry_after) from None
-            raise UpstreamError(message) from None
+            self._status_error(exc.status_code, exc.message, exc.response.headers, adapter)
+
+    def _status_error(self, status: int, text: str, headers: Any, adapter: str) -> NoReturn:
+        """An HTTP error status from the endpoint as the gateway's error: a 404 for an adapter
+        is a 400 naming `model`, 429 and 5xx are retryable (after Retry-After), others fail."""
+        where = f"model {self.name!r}"
+        if status == 404:
+            if not adapter:
+                raise UpstreamError(self._clean(f"{where}: the provider answered 404: {text}"))
+            hint = "" if self.config.load_adapters else " (set load_adapters: true to publish it)"
+            raise InvalidRequestError(
+                self._clean(
+                    f"model: the engine serves no adapter {self._lora_name(adapter)!r} for "
+                    f"{self.name}:{adapter}{hint}; it answered 404: {text}"
+                ),
+                "model",
+            )
+        message = self._clean(f"{where}: the provider answered {status}: {text}")
+        if status == 429 or status >= 500:
+            raise RetryableUpstreamError(message, status, parse_retry_after(headers))
+        raise UpstreamError(message)
+
+
+def _in_order(choices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Choices by their `index` (an engine may answer them in another order)."""
+    return sorted(choices, key=lambda choice: _count(choice.get("index")))
+
+
+def _text(holder: Any, key: str) -> str:
+    """A choice's text (`key` of `holder`); "" when absent or null (a refusal, a tool call)."""
+    value = holder.get(key) if isinstance(holder, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _count(value: Any) -> int:
+    """A token count (or index) from an answer: a whole number, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
