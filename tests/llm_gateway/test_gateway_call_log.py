@@ -203,3 +203,13 @@ def test_the_replay_backend_answers_embeddings(tmp_path: Path):
             replayed.embed(EmbedRequest(texts=["other"], run_id="replay"))
     finally:
         replayed.close()
+
+
+def test_a_call_records_dict_holds_every_field() -> None:
+    from dataclasses import fields
+
+    from llmrl.llm_gateway.call_log import CallRecord
+
+    record = CallRecord("k", "chat", "m", {"op": "chat"}, {"texts": ["a"]}, True, False)
+    assert list(record.to_dict()) == [f.name for f in fields(CallRecord)]
+    assert record.to_dict()["answer"] == {"texts": ["a"]} and record.to_dict()["sampled"] is True
