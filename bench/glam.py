@@ -36,16 +36,18 @@ from llmrl.recipes.options import add_model_options, parse_model_options
 
 
 def settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
-    """The PPO settings both modes share (llm-ppo's names)."""
+    """The llm-ppo settings both modes share."""
     return {
         "base_model": model,
-        "num_envs": args.num_envs,
-        "num_steps": args.num_steps,
         "total_timesteps": args.num_envs * args.num_steps * args.updates,
-        "update_epochs": args.update_epochs,
-        "minibatch_size": args.minibatch_size,
-        "learning_rate": 1e-4,
-        "lora_r": 16,
+        "ppo": {
+            "num_envs": args.num_envs,
+            "num_steps": args.num_steps,
+            "update_epochs": args.update_epochs,
+            "minibatch_size": args.minibatch_size,
+            "learning_rate": 1e-4,
+            "lora_r": 16,
+        },
         "bf16": False,
         "seed": 0,
         "torch_threads": args.threads,
@@ -58,13 +60,12 @@ def run_fast(args: argparse.Namespace, model: str, out: Path) -> dict[str, float
     from llmrl.common.registry import registry
     from llmrl.learner.versions import Versions
 
+    shared = settings(args, model)
     checkpoint = registry.get_algorithm("llm-ppo").train(
         args.env,
         Versions(out / "fast"),
-        lora_layers=args.lora_layers,
-        cache_frozen=True,
         checkpoint_every=10**6,
-        **settings(args, model),
+        **shared | {"ppo": shared["ppo"] | {"lora_layers": args.lora_layers, "cache_frozen": True}},
     )
     result = checkpoint.result
     return {
@@ -104,20 +105,19 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
     from llmrl.simulator.world import episode_ends
 
     steps = args.naive_envs * args.num_steps * args.updates
-    config = LlmPpoConfig(
-        **{**settings(args, model), "num_envs": args.naive_envs, "total_timesteps": steps},
-        lora_layers=None,
-    )
+    shared = settings(args, model)
+    ppo = shared["ppo"] | {"num_envs": args.naive_envs, "lora_layers": None}
+    config = LlmPpoConfig(**shared | {"total_timesteps": steps, "ppo": ppo})
     torch.set_num_threads(args.threads)
     torch.manual_seed(config.seed)
-    policy = LlmPolicyModel.load(model, lora=True, lora_r=config.lora_r, bf16=False)
+    policy = LlmPolicyModel.load(model, lora=True, lora_r=config.ppo.lora_r, bf16=False)
     policy.train()
     params = policy.parameters()
-    optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
+    optimizer = torch.optim.Adam(params, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps)
     phrases = action_phrases(config.action_set)
     candidates = [policy.encode(" " + phrase) for phrase in phrases]
     generator = torch.Generator().manual_seed(config.seed)
-    N, T = config.num_envs, config.num_steps
+    N, T = config.ppo.num_envs, config.ppo.num_steps
     world = make_world(args.env, N, config.seed)
     wanted = ["text", "mission", "reward", "discount", "step_type"]
     histories = [PromptHistory(phrases) for _ in range(N)]
@@ -144,7 +144,7 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
             taken = [phrases[int(a)] for a in actions[step]]
             result = world.step(skill=taken, observations=wanted)
             terminated, truncated = episode_ends(result)
-            rewards[step] = torch.as_tensor(result["reward"] * config.reward_scale)
+            rewards[step] = torch.as_tensor(result["reward"] * config.ppo.reward_scale)
             ended = terminated | truncated
             for i in range(N):
                 histories[i].advance(taken[i], str(result["text"][i]))
@@ -160,7 +160,7 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
                     for h in histories
                 ]
             )
-        advantages, returns = gae(rewards, values, dones, next_value, next_done, config)
+        advantages, returns = gae(rewards, values, dones, next_value, next_done, config.ppo)
         rollout_seconds += time.perf_counter() - started
         cpu += time.process_time() - cpu_started
         print(f"naive rollout: {rollout_seconds:.1f} s so far", flush=True)
@@ -172,10 +172,10 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
             returns.reshape(-1),
             values.reshape(-1),
         )
-        for _epoch in range(config.update_epochs):
-            order = np.random.default_rng(config.seed).permutation(config.batch_size)
-            for begin in range(0, config.batch_size, config.minibatch_size):
-                mb = torch.as_tensor(order[begin : begin + config.minibatch_size])
+        for _epoch in range(config.ppo.update_epochs):
+            order = np.random.default_rng(config.seed).permutation(config.ppo.batch_size)
+            for begin in range(0, config.ppo.batch_size, config.ppo.minibatch_size):
+                mb = torch.as_tensor(order[begin : begin + config.ppo.minibatch_size])
                 adv = b_advantages[mb]
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(mb) > 1 else adv
                 optimizer.zero_grad(set_to_none=True)
@@ -188,10 +188,10 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
                         adv[j : j + 1],
                         b_returns[index : index + 1],
                         b_values[index : index + 1],
-                        config,
+                        config.ppo,
                     )
                     (loss / len(mb)).backward()
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(params, config.ppo.max_grad_norm)
                 optimizer.step()
         update_seconds += time.perf_counter() - started
         cpu += time.process_time() - cpu_started
@@ -200,7 +200,7 @@ def run_naive(args: argparse.Namespace, model: str) -> dict[str, float]:
         "rollout_seconds": rollout_seconds,
         "update_seconds": update_seconds,
         "cpu_seconds": cpu,
-        "env_steps": config.batch_size * config.num_updates,
+        "env_steps": config.ppo.batch_size * config.num_updates,
     }
 
 
@@ -221,9 +221,10 @@ def main() -> None:
     add_model_options(
         parser,
         GlamConfig,
-        ["model", "env", "num_envs", "num_steps", "update_epochs", "minibatch_size",
-         "lora_layers"],
-        defaults={"num_steps": 1, "update_epochs": 1, "minibatch_size": 16, "lora_layers": 4},
+        ["model", "env", "ppo.num_envs", "ppo.num_steps", "ppo.update_epochs",
+         "ppo.minibatch_size", "ppo.lora_layers"],
+        defaults={"ppo.num_steps": 1, "ppo.update_epochs": 1, "ppo.minibatch_size": 16,
+                  "ppo.lora_layers": 4},
     )  # fmt: skip
     parser.add_argument("--updates", type=int, default=1, help="PPO updates per mode")
     parser.add_argument(

@@ -124,7 +124,10 @@ def main() -> None:
     # GLAM's settings, from its config model: prompts scored per rollout step (num_envs),
     # samples per PPO update step (minibatch_size), LoRA on the top N layers (lora_layers)
     add_model_options(
-        parser, GlamConfig, ["num_envs", "minibatch_size", "lora_layers"], {"lora_layers": 2}
+        parser,
+        GlamConfig,
+        ["ppo.num_envs", "ppo.minibatch_size", "ppo.lora_layers"],
+        {"ppo.lora_layers": 2},
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per figure (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")

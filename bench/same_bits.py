@@ -11,7 +11,7 @@ line printed is one JSON object: per mode, the runs whose rows or LLM answers di
 
     python bench/same_bits.py services/recipes/when2ask/experiments/quick.yaml
     python bench/same_bits.py services/recipes/glam/experiments/quick.yaml \\
-        'methods=[[glam]]' train_steps=16 num_envs=2 num_steps=8 'seeds=[0,1]'
+        'methods=[[glam]]' train_steps=16 ppo.num_envs=2 ppo.num_steps=8 'seeds=[0,1]'
     python bench/same_bits.py FILE --modes jobs2           # embedded only: no `llmrl up`
 
 The tests run it on each recipe's quick file at a small size with the tiny model

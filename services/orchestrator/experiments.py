@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llmrl.common.bounds import MAX_SEED, Seed
-from llmrl.common.config import env_int
+from llmrl.common.config import deep_merged, env_int
 from llmrl.recipes.base import ConfigError, recipe_class, validate_config
 from llmrl.recipes.tracking import identity
 
@@ -221,10 +221,32 @@ def spec_from_arguments(
     return parse_spec(data)
 
 
+def run_config(
+    base: dict[str, Any], entry: dict[str, Any], point: dict[str, Any], seed: int
+) -> dict[str, Any]:
+    """One run's config: the entry's config over the base, then the grid point (a dotted
+    axis, `ppo.learning_rate`, sets that key of its group), then the seed; groups merge key
+    by key, as `key=value` overrides do."""
+    config = deep_merged(base, entry)
+    for key, value in point.items():
+        config = deep_merged(config, _nested(key, value))
+    return {**config, "seed": seed}
+
+
+def _nested(key: str, value: Any) -> dict[str, Any]:
+    """{"ppo": {"learning_rate": value}} for key "ppo.learning_rate"."""
+    *groups, leaf = key.split(".")
+    nested: dict[str, Any] = {leaf: value}
+    for group in reversed(groups):
+        nested = {group: nested}
+    return nested
+
+
 def split_arguments(arguments: Sequence[str]) -> dict[str, Any]:
     """`key=value` arguments as an experiment's `config`, `grid` and (when given) `seeds`: a
-    top-level `key=[a,b]` is a grid axis (`key=[[a,b]]` one list value), `seeds=a..b` or
-    `seeds=[..]` the seeds, anything else the base config."""
+    `key=[a,b]` is a grid axis (`key=[[a,b]]` one list value; a group's key too:
+    `ppo.learning_rate=[1e-3,1e-4]`), `seeds=a..b` or `seeds=[..]` the seeds, anything else
+    the base config."""
     from llmrl.common.config import parse_overrides
 
     config: dict[str, Any] = {}
@@ -236,10 +258,15 @@ def split_arguments(arguments: Sequence[str]) -> dict[str, Any]:
             ((parsed_key, value),) = parse_overrides([pair]).items()
         except ValueError as exc:
             raise ConfigError(f"{pair!r}: {exc}", _errors(["config"], str(exc))) from None
+        leaf = value
+        while isinstance(leaf, dict) and len(leaf) == 1:  # ppo.learning_rate=[...]: its list
+            (leaf,) = leaf.values()
         if key.strip() == "seeds":
             data["seeds"] = value if isinstance(value, list | int) else raw.strip()
         elif isinstance(value, list):
             grid[parsed_key] = value
+        elif "." in key and isinstance(leaf, list):  # a grid axis of a group's key
+            grid[key.strip()] = leaf
         elif isinstance(value, dict) and isinstance(config.get(parsed_key), dict):
             config[parsed_key].update(value)
         else:
@@ -269,6 +296,7 @@ def plan_experiment(
         config_model = recipe_class(entry.recipe).Config  # unknown recipe: ConfigError
         keys = config_model.model_fields
         for key in [*spec.grid, *entry.config, *spec.config]:
+            key = key.split(".")[0]  # a grid axis of a group's key: ppo.learning_rate
             if key == "seed" and key not in spec.grid:
                 where = "config" if key in spec.config else "recipe.config"
                 message = f"{where}.seed: give seeds in `seeds`, not in a config"
@@ -291,7 +319,7 @@ def plan_experiment(
             # its run ids, its out dirs' resumes and its kept reports
             method_digest = digest([entry.recipe, identity(entry.config), identity(point)])[:8]
             for seed in spec.seeds:
-                config = {**spec.config, **entry.config, **point, "seed": seed}
+                config = run_config(spec.config, entry.config, point, seed)
                 try:
                     validated = validate_config(entry.recipe, config)
                 except ConfigError as exc:

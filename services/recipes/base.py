@@ -51,6 +51,7 @@ from llmrl.agents.episode import EpisodeJob
 from llmrl.common.bounds import BoundedModel
 from llmrl.common.episodes import EpisodeRecord, actions_array, write_jsonl
 from llmrl.common.memory_fit import MemoryEstimate, OverMemoryError, check_fits
+from llmrl.common.model_fields import owner_model
 from llmrl.common.numerics import numerics_provenance
 from llmrl.common.provenance import describe, machine_provenance
 from llmrl.common.registry import registry
@@ -120,7 +121,8 @@ class RecipeConfig(BoundedModel):
 
     @classmethod
     def unknown_key_message(cls, key: str) -> str:
-        """What to say of `key`, which the config does not have."""
+        """What to say of `key`, which the config does not have (a config whose keys moved
+        says where to)."""
         return "unknown config key"
 
     def memory_estimate(self) -> MemoryEstimate | None:
@@ -228,6 +230,17 @@ def recipe_class(name: str) -> type[Recipe]:
         raise ConfigError(str(exc), [{"loc": ["recipe"], "msg": str(exc)}]) from None
 
 
+def _unknown_key_message(config: type[RecipeConfig], loc: tuple[Any, ...]) -> str:
+    """What to say of a key at `loc` the config lacks: at the top level, the config's word
+    on it (a key may have moved into a group); in a settings group, the group's keys."""
+    if len(loc) == 1:
+        return config.unknown_key_message(str(loc[0]))
+    owner = owner_model(config, loc)
+    if owner is None:
+        return "unknown key"
+    return f"unknown key; {'.'.join(map(str, loc[:-1]))}'s keys: {', '.join(owner.model_fields)}"
+
+
 def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
     """The recipe's config model built from `config`; ConfigError names each bad field."""
     if config is not None and not isinstance(config, dict):
@@ -240,7 +253,10 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
         errors = [
             {
                 "loc": ["config", *map(str, err["loc"])],
-                "msg": err["msg"],
+                # a key the config lacks may have moved or been renamed: the config says where
+                "msg": _unknown_key_message(cls.Config, err["loc"])
+                if err["type"] == "extra_forbidden"
+                else err["msg"],
                 "type": err["type"],
             }
             for err in exc.errors(include_url=False)
@@ -254,7 +270,8 @@ def validate_config(recipe: str, config: dict[str, Any] | None) -> RecipeConfig:
     try:
         check_fits(validated.memory_estimate())
     except OverMemoryError as exc:
-        error = {"loc": ["config", exc.setting], "msg": str(exc), "type": "over_memory"}
+        loc = ["config", *exc.setting.split(".")]  # a group's key: ppo.microbatch_size
+        error = {"loc": loc, "msg": str(exc), "type": "over_memory"}
         raise ConfigError(f"config.{exc.setting}: {exc}", [error]) from None
     except ValueError as exc:  # the operator's $LLMRL_LIMIT_MEMORY_GIB is no number: say so
         error = {"loc": ["config"], "msg": str(exc), "type": "memory_limit"}

@@ -10,7 +10,8 @@ field's type, default and description, never written again:
     args = parser.parse_args()
     config = model_from_options(When2AskConfig, args)   # validated: a bad value names its key
 
-`--planner-noise 0.2` sets `planner_noise`; a list field takes several values
+`--planner-noise 0.2` sets `planner_noise`; a field of a settings group is named dotted
+(`ppo.num_envs`) and its option by its own name (`--num-envs`); a list field takes several values
 (`--envs KeyInBox ColoredDoorKey`), a bool field `--flag/--no-flag`, an optional field the
 word `none`; anything else the model parses from the text (numbers, literals). A study may
 give other defaults for its own purpose (`defaults={"eval_episodes": 20}`): the help says so.
@@ -63,6 +64,29 @@ def _allows_none(annotation: Any) -> bool:
     return annotation is None or type(None) in typing.get_args(annotation)
 
 
+def _field(model: type[BaseModel], name: str) -> Any:
+    """The field `name` of `model`, or of its group for a dotted name (`ppo.num_envs`)."""
+    *groups, leaf = name.split(".")
+    for group in groups:
+        annotation = model.model_fields[group].annotation if group in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            raise ValueError(f"{model.__name__} has no settings group {group!r}")
+        model = annotation
+    if leaf not in model.model_fields:
+        raise ValueError(f"{model.__name__} has no field {leaf!r}")
+    return model.model_fields[leaf]
+
+
+def _dest(name: str) -> str:
+    """Where a field's option lands in the parsed arguments: its own name (`num_envs` for
+    `ppo.num_envs`), so a script reads `args.num_envs` whichever group holds it."""
+    return name.rpartition(".")[2]
+
+
+def _flag(name: str) -> str:
+    return "--" + _dest(name).replace("_", "-")
+
+
 def add_model_options(
     parser: argparse.ArgumentParser,
     model: type[BaseModel],
@@ -71,12 +95,13 @@ def add_model_options(
 ) -> None:
     """One `--field-name` option per field of `model` named in `fields`."""
     defaults = dict(defaults or {})
-    unknown = [name for name in [*fields, *defaults] if name not in model.model_fields]
-    if unknown:
-        raise ValueError(f"{model.__name__} has no field(s) {unknown}")
+    infos = {name: _field(model, name) for name in [*fields, *defaults]}
+    dests = [_dest(name) for name in fields]
+    if len(set(dests)) < len(dests):
+        raise ValueError(f"{model.__name__}: options {fields} would share a name")
     group = parser.add_argument_group(f"settings ({model.__name__}'s keys)")
     for name in fields:
-        info = model.model_fields[name]
+        info = infos[name]
         default = (
             defaults[name] if name in defaults else info.get_default(call_default_factory=True)
         )
@@ -84,22 +109,22 @@ def add_model_options(
         note += f"{info.get_default(call_default_factory=True)!r})" if name in defaults else ""
         help_text = (info.description or name).rstrip(".") + f". Default: {default!r}"
         help_text += note if name in defaults else ""
-        flag = "--" + name.replace("_", "-")
+        flag = _flag(name)
         if _is_bool(info.annotation):
             group.add_argument(
                 flag,
-                dest=name,
+                dest=_dest(name),
                 action=argparse.BooleanOptionalAction,
                 default=default,
                 help=help_text,
             )
         elif _is_list(info.annotation):
             group.add_argument(
-                flag, dest=name, nargs="+", type=_parse_text, default=default, help=help_text
+                flag, dest=_dest(name), nargs="+", type=_parse_text, default=default, help=help_text
             )
         else:
             parse = _optional_text if _allows_none(info.annotation) else _parse_text
-            group.add_argument(flag, dest=name, type=parse, default=default, help=help_text)
+            group.add_argument(flag, dest=_dest(name), type=parse, default=default, help=help_text)
     known = getattr(parser, _FIELDS_ATTR, {})
     known[model.__name__] = [*known.get(model.__name__, []), *fields]
     setattr(parser, _FIELDS_ATTR, known)
@@ -110,14 +135,19 @@ def model_from_options(model: type[BaseModel], args: argparse.Namespace, **extra
     """The model built from the options `add_model_options` made for it (plus `extra` field
     values); ConfigError naming the option and what is allowed otherwise."""
     names = getattr(args, _FIELDS_ATTR, {}).get(model.__name__, [])
-    values = {name: getattr(args, name) for name in names}
-    values.update(extra)
+    values: dict[str, Any] = {}
+    for name, value in [*((name, getattr(args, _dest(name))) for name in names), *extra.items()]:
+        *groups, leaf = name.split(".")
+        target = values
+        for group in groups:
+            target = target.setdefault(group, {})
+        target[leaf] = value
     try:
         with local_model_paths_allowed():  # a study loads the model its user names here
             return model(**values)
     except ValidationError as exc:
         problems = [
-            f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}" if err["loc"] else err["msg"]
+            f"{_flag('.'.join(map(str, err['loc'])))}: {err['msg']}" if err["loc"] else err["msg"]
             for err in exc.errors(include_url=False)
         ]
         raise ConfigError("; ".join(problems), exc.errors()) from None

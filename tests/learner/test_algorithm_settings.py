@@ -113,13 +113,14 @@ def test_a_bad_sft_setting_is_a_422_naming_it(learner, tmp_path: Path, change, k
 @pytest.mark.parametrize(
     ("change", "key"),
     [
-        ({"learning_rate": 0}, "learning_rate"),
-        ({"num_steps": 0}, "num_steps"),  # llm-ppo's own key and bound
-        ({"gae_lambda": 1.5}, "gae_lambda"),
-        ({"reduction": "max"}, "reduction"),
-        ({"device": "tpu"}, "device"),
-        ({"lora_r": 0}, "lora_r"),
-        ({"rollout_steps": 8}, "rollout_steps"),  # unknown: the job uses llm-ppo's num_steps
+        ({"ppo": {"learning_rate": 0}}, "ppo.learning_rate"),
+        ({"ppo": {"num_steps": 0}}, "ppo.num_steps"),  # llm-ppo's own key and bound
+        ({"ppo": {"gae_lambda": 1.5}}, "ppo.gae_lambda"),
+        ({"ppo": {"reduction": "max"}}, "ppo.reduction"),
+        ({"ppo": {"device": "tpu"}}, "ppo.device"),
+        ({"ppo": {"lora_r": 0}}, "ppo.lora_r"),
+        ({"ppo": {"rollout_steps": 8}}, "ppo.rollout_steps"),  # unknown: llm-ppo's num_steps
+        ({"learning_rate": 0.1}, "learning_rate"),  # unknown: the job carries llm-ppo's group
     ],
 )
 def test_a_bad_llm_ppo_setting_is_a_422_naming_it(learner, change, key) -> None:
@@ -169,7 +170,7 @@ def test_a_bad_offline_rl_setting_is_a_422_naming_it(learner, tmp_path, change, 
     ("path", "body", "key"),
     [
         ("/jobs", {"data": ["x.jsonl"], "learning_rate": "NaN"}, "body.learning_rate"),
-        ("/policy-jobs", {"kind": "glam", "gamma": "Infinity"}, "body.gamma"),
+        ("/policy-jobs", {"kind": "glam", "ppo": {"gamma": "Infinity"}}, "body.ppo.gamma"),
         (
             "/policy-jobs",
             {"kind": "kalm-offline", "offline": {"alpha": "NaN"}},

@@ -22,7 +22,7 @@ from llmrl.common.registry import registry
 from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
 from llmrl.learner.versions import Versions
-from llmrl.recipes.glam.llm_ppo import LlmPpoConfig, ppo_minibatch_step
+from llmrl.recipes.glam.llm_ppo import LlmPpoSettings, ppo_minibatch_step
 from llmrl.recipes.glam.prompt import PromptHistory
 from llmrl.recipes.kalm.grounded_lm import TASKS, GroundedLM, GroundingSpec, task_items
 from llmrl.recipes.kalm.imagine import imagine
@@ -97,7 +97,7 @@ def test_a_ppo_step_on_a_device_moves_the_weights_as_on_the_cpu(
 
         with torch.no_grad():
             old_logprobs = torch.log_softmax(score(samples)[0], -1).cpu()[torch.arange(6), actions]
-        config = LlmPpoConfig(base_model=str(model_dir), max_grad_norm=1e4, device=where)
+        config = LlmPpoSettings(max_grad_norm=1e4, device=where)
         params = policy.parameters()
         before = [p.detach().cpu().clone() for p in params]
         optimizer = torch.optim.SGD(params, lr=1e-2)
@@ -125,16 +125,18 @@ def test_llm_ppo_learns_the_trivial_env_on_a_device(
         Versions(tmp_path / "line"),
         base_model=str(model_dir),
         lora=False,
-        learning_rate=1e-2,
         total_timesteps=16 * 10,
-        num_envs=8,
-        num_steps=2,
-        minibatch_size=16,
-        update_epochs=2,
-        value_hidden=16,
-        reduction="mean",
+        ppo={
+            "learning_rate": 1e-2,
+            "num_envs": 8,
+            "num_steps": 2,
+            "minibatch_size": 16,
+            "update_epochs": 2,
+            "value_hidden": 16,
+            "reduction": "mean",
+            "device": device,
+        },
         seed=0,
-        device=device,
     )
     policy = llm_ppo.load(checkpoint)  # device auto: this machine's GPU
     assert policy.device.type == device
@@ -239,7 +241,7 @@ def test_device_names_are_checked_by_field() -> None:
         with pytest.raises(ValueError, match=r"policy\.device: expected auto, cpu, cuda"):
             check_device(bad, "policy.device")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="device"):
-        LlmPpoConfig(base_model="x", device="tpu")
+        LlmPpoSettings(device="tpu")
     with pytest.raises(ValueError, match="device"):
         registry.get_algorithm("kalm-grounding").train([], "/nonexistent", device="gpu")
     assert resolve_device("cpu").type == "cpu"

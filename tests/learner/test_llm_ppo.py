@@ -24,19 +24,18 @@ from llmrl.learner.llm.model import LlmPolicyModel
 from llmrl.learner.llm.scorer import score_candidates
 from llmrl.learner.versions import Versions
 from llmrl.llm_gateway.client import connect
-from llmrl.recipes.glam.llm_ppo import LlmPpoConfig, ppo_minibatch_step
+from llmrl.recipes.glam.llm_ppo import LlmPpoConfig, LlmPpoSettings, ppo_minibatch_step
 from llmrl.recipes.glam.prompt import PromptHistory
 
-SMALL = {
+SMALL_PPO = {
     "num_envs": 8,
     "num_steps": 2,
     "minibatch_size": 16,
     "update_epochs": 1,
     "value_hidden": 16,
     "reduction": "mean",
-    "bf16": False,
-    "seed": 0,
 }
+SMALL = {"ppo": SMALL_PPO, "bf16": False, "seed": 0}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ def test_one_update_lowers_the_loss_and_favours_the_advantaged_action(
     flat_model_dir: Path,
 ) -> None:
     policy = LlmPolicyModel.load(str(flat_model_dir), lora=True, value_hidden=16, bf16=False)
-    config = LlmPpoConfig(base_model=str(flat_model_dir), norm_adv=False, learning_rate=1e-2)
+    config = LlmPpoSettings(norm_adv=False, learning_rate=1e-2)
     candidates = [policy.encode(" " + phrase) for phrase in PHRASES]
     prompts = [prompt_ids(policy)] * len(PHRASES)
     actions = torch.arange(len(PHRASES))  # every action once; only CORRECT was good
@@ -122,9 +121,7 @@ def one_ppo_step(
 
     with torch.no_grad():
         old_logprobs = torch.log_softmax(score(samples)[0], -1)[torch.arange(6), actions]
-    config = LlmPpoConfig(
-        base_model=str(model_dir), microbatch_size=microbatch_size, max_grad_norm=1e4, **settings
-    )
+    config = LlmPpoSettings(microbatch_size=microbatch_size, max_grad_norm=1e4, **settings)
     params = policy.parameters()
     before = [p.detach().clone() for p in params]
     # plain SGD, no clipping: the step is the gradient itself (Adam's first step is not)
@@ -174,11 +171,10 @@ def test_a_tiny_model_learns_the_trivial_env(flat_model_dir: Path, tmp_path: Pat
         on_progress=progress.append,
         base_model=str(flat_model_dir),
         lora=False,
-        learning_rate=1e-2,
         total_timesteps=16 * 10,
         checkpoint_every=5,
         tensorboard_dir=str(tmp_path / "tb"),
-        **{**SMALL, "update_epochs": 2},
+        **{**SMALL, "ppo": {**SMALL_PPO, "update_epochs": 2, "learning_rate": 1e-2}},
     )
     assert [n for n in progress if n] == [16] * 10  # per update (0s: cancel points)
     assert progress.count(0) > 10  # after loading the model, per rollout step, per minibatch
@@ -227,8 +223,9 @@ def test_resume_after_a_kill_continues_from_the_last_checkpoint(
     line = adapter_versions("tiny", "glam")
     llm = connect(**tiny_gateway_settings(flat_model_dir))  # running before any adapter exists
     llm_ppo = registry.get_algorithm("llm-ppo")
-    settings = {**SMALL, "num_envs": 2, "minibatch_size": 4, "total_timesteps": 4 * 3}
-    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4)
+    ppo = {**SMALL_PPO, "num_envs": 2, "minibatch_size": 4, "lora_r": 4}
+    settings = {**SMALL, "ppo": ppo, "total_timesteps": 4 * 3}
+    settings.update(base_model=str(flat_model_dir), lora=True)
     done: list[int] = []
 
     def kill_after_two_updates(steps: int) -> None:
@@ -266,24 +263,42 @@ def test_resume_after_a_kill_continues_from_the_last_checkpoint(
 @pytest.mark.parametrize(
     ("source", "settings", "named"),
     [
-        (ENV_ID, {"num_envs": -1}, "llm-ppo: num_envs: Input should be greater than 0"),
-        (ENV_ID, {"num_steps": 0}, "llm-ppo: num_steps: "),
-        (ENV_ID, {"num_steps": 4.0}, "llm-ppo: num_steps: Input should be a valid integer"),
-        (ENV_ID, {"minibatch_size": -4}, "llm-ppo: minibatch_size: "),
-        (ENV_ID, {"learning_rate": 0}, "llm-ppo: learning_rate: "),
-        (ENV_ID, {"learning_rate": "1e-4"}, "llm-ppo: learning_rate: "),
-        (ENV_ID, {"learning_rate": float("nan")}, "llm-ppo: learning_rate: .*finite"),
-        (ENV_ID, {"max_grad_norm": float("inf")}, "llm-ppo: max_grad_norm: .*finite"),
-        (ENV_ID, {"gamma": 1.5}, r"llm-ppo: gamma: .*less than or equal to 1 \(got 1\.5\)"),
+        (
+            ENV_ID,
+            {"ppo": {"num_envs": -1}},
+            "llm-ppo: ppo.num_envs: Input should be greater than 0",
+        ),
+        (ENV_ID, {"ppo": {"num_steps": 0}}, "llm-ppo: ppo.num_steps: "),
+        (
+            ENV_ID,
+            {"ppo": {"num_steps": 4.0}},
+            "llm-ppo: ppo.num_steps: Input should be a valid integer",
+        ),
+        (ENV_ID, {"ppo": {"minibatch_size": -4}}, "llm-ppo: ppo.minibatch_size: "),
+        (ENV_ID, {"ppo": {"learning_rate": 0}}, "llm-ppo: ppo.learning_rate: "),
+        (ENV_ID, {"ppo": {"learning_rate": "1e-4"}}, "llm-ppo: ppo.learning_rate: "),
+        (ENV_ID, {"ppo": {"learning_rate": float("nan")}}, "llm-ppo: ppo.learning_rate: .*finite"),
+        (ENV_ID, {"ppo": {"max_grad_norm": float("inf")}}, "llm-ppo: ppo.max_grad_norm: .*finite"),
+        (
+            ENV_ID,
+            {"ppo": {"gamma": 1.5}},
+            r"llm-ppo: ppo.gamma: .*less than or equal to 1 \(got 1\.5\)",
+        ),
         (ENV_ID, {"action_set": "klingon"}, "llm-ppo: action_set: unknown action phrase set"),
-        (ENV_ID, {"reduction": "max"}, "llm-ppo: reduction: Input should be 'sum' or 'mean'"),
+        (
+            ENV_ID,
+            {"ppo": {"reduction": "max"}},
+            "llm-ppo: ppo.reduction: Input should be 'sum' or 'mean'",
+        ),
         (ENV_ID, {"init": "scratch"}, "llm-ppo: init: "),
-        (ENV_ID, {"device": "tpu"}, "llm-ppo: device: expected auto"),
-        (ENV_ID, {"lora_layers": 0}, "llm-ppo: lora_layers: "),
-        (ENV_ID, {"cache_frozen": "yes"}, "llm-ppo: cache_frozen: "),
+        (ENV_ID, {"ppo": {"device": "tpu"}}, "llm-ppo: ppo.device: expected auto"),
+        (ENV_ID, {"ppo": {"lora_layers": 0}}, "llm-ppo: ppo.lora_layers: "),
+        (ENV_ID, {"ppo": {"cache_frozen": "yes"}}, "llm-ppo: ppo.cache_frozen: "),
         (ENV_ID, {"bf16": 1}, "llm-ppo: bf16: "),
-        (ENV_ID, {"target_kl": -0.1}, "llm-ppo: target_kl: "),
-        (ENV_ID, {"bogus": 1}, "llm-ppo: bogus: unknown setting; allowed: base_model, "),
+        (ENV_ID, {"ppo": {"target_kl": -0.1}}, "llm-ppo: ppo.target_kl: "),
+        (ENV_ID, {"bogus": 1}, "llm-ppo: bogus: unknown setting; allowed: total_timesteps, ppo, "),
+        (ENV_ID, {"ppo": {"bogus": 1}}, "llm-ppo: ppo.bogus: unknown setting; allowed: num_envs, "),
+        (ENV_ID, {"learning_rate": 0.1}, "llm-ppo: learning_rate: unknown setting; allowed: "),
         ("NoSuchEnv", {}, "env: unknown env 'NoSuchEnv'"),
     ],
 )
@@ -298,20 +313,23 @@ def test_bad_settings_are_named(source: str, settings: dict, named: str, tmp_pat
 def test_base_model_is_required_and_every_setting_has_help(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"^llm-ppo: base_model: required \(local HF model"):
         registry.get_algorithm("llm-ppo").train(ENV_ID, tmp_path / "line")
-    assert all(field.description for field in LlmPpoConfig.model_fields.values())
+    for model in (LlmPpoConfig, LlmPpoSettings):
+        assert all(field.description for field in model.model_fields.values())
 
 
 def test_the_frozen_layer_cache_trains_as_the_full_forward(
     flat_model_dir: Path, tmp_path: Path
 ) -> None:
     llm_ppo = registry.get_algorithm("llm-ppo")
-    settings = {**SMALL, "num_envs": 4, "minibatch_size": 4, "total_timesteps": 8 * 2}
-    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4, lora_layers=1)
-    settings.update(learning_rate=1e-2, update_epochs=2)
+    ppo = {**SMALL_PPO, "num_envs": 4, "minibatch_size": 4, "lora_r": 4, "lora_layers": 1}
+    ppo.update(learning_rate=1e-2, update_epochs=2)
+    settings = {**SMALL, "total_timesteps": 8 * 2, "base_model": str(flat_model_dir), "lora": True}
     weights = {}
     for cache in (True, False):
         checkpoint = llm_ppo.train(
-            ENV_ID, tmp_path / f"line-{cache}", cache_frozen=cache, **settings
+            ENV_ID,
+            tmp_path / f"line-{cache}",
+            **{**settings, "ppo": {**ppo, "cache_frozen": cache}},
         )
         assert checkpoint.result["update"] == 2
         policy = llm_ppo.load(checkpoint)
@@ -347,8 +365,9 @@ def test_a_killed_training_process_resumes_from_its_last_checkpoint(
     from support.processes import child_env, wait_until
 
     line = Versions(tmp_path / "line")
-    settings = {**SMALL, "num_envs": 2, "minibatch_size": 4, "total_timesteps": 4 * 5}
-    settings.update(base_model=str(flat_model_dir), lora=True, lora_r=4, lora_layers=1)
+    ppo = {**SMALL_PPO, "num_envs": 2, "minibatch_size": 4, "lora_r": 4, "lora_layers": 1}
+    settings = {**SMALL, "ppo": ppo, "total_timesteps": 4 * 5}
+    settings.update(base_model=str(flat_model_dir), lora=True)
     child = subprocess.Popen(
         [sys.executable, "-c", TRAIN_IN_A_CHILD, str(line.root), json.dumps(settings)],
         env=child_env({"LLMRL_HOME": str(tmp_path)}),

@@ -13,7 +13,10 @@ from starlette.testclient import TestClient
 from llmrl.common.memory_fit import GIB, MEMORY_VARIABLE, memory_limit
 from llmrl.recipes.base import ConfigError, validate_config
 
-FULL_WHOLE_MINIBATCH = {"methods": ["glam"], "finetune": "full", "minibatch_size": 64}
+# every weight trained, the whole minibatch in one backward (full fine-tuning's default is
+# microbatches of 8)
+WHOLE = {"minibatch_size": 64, "microbatch_size": 64}
+FULL_WHOLE_MINIBATCH = {"methods": ["glam"], "finetune": "full", "ppo": WHOLE}
 
 
 @pytest.fixture
@@ -25,17 +28,21 @@ def test_a_run_over_the_memory_is_refused_naming_the_setting_and_the_figures(sma
     with pytest.raises(ConfigError) as refused:
         validate_config("glam", FULL_WHOLE_MINIBATCH)
     (error,) = refused.value.errors
-    assert error["loc"] == ["config", "microbatch_size"] and error["type"] == "over_memory"
+    assert error["loc"] == ["config", "ppo", "microbatch_size"] and error["type"] == "over_memory"
     message = str(refused.value)
     assert "would need about 34.0 GiB" in message and "16.0 GiB" in message
-    assert MEMORY_VARIABLE in message and "lower microbatch_size" in message
+    assert MEMORY_VARIABLE in message and "lower ppo.microbatch_size" in message
 
 
 def test_the_same_run_in_microbatches_fits(small_machine):
-    config = validate_config("glam", {**FULL_WHOLE_MINIBATCH, "microbatch_size": 4})
+    config = validate_config(
+        "glam", {**FULL_WHOLE_MINIBATCH, "ppo": {**WHOLE, "microbatch_size": 4}}
+    )
     estimate = config.memory_estimate()
     assert estimate is not None and estimate.total < 16 * GIB
     assert validate_config("glam", {}).memory_estimate().total < 16 * GIB  # the defaults
+    full = validate_config("glam", {"finetune": "full"})  # microbatches of 8 unless set
+    assert full.memory_estimate().total < 16 * GIB
 
 
 def test_an_operator_with_a_bigger_machine_raises_the_memory(monkeypatch):
@@ -74,6 +81,6 @@ def test_post_runs_refuses_it_with_a_422_and_starts_nothing(orchestrator):
     refused = orchestrator.post("/runs", json={"recipe": "glam", "config": FULL_WHOLE_MINIBATCH})
     assert refused.status_code == 422, refused.text
     (error,) = refused.json()["errors"]
-    assert error["loc"] == ["config", "microbatch_size"] and "34.0 GiB" in error["msg"]
+    assert error["loc"] == ["config", "ppo", "microbatch_size"] and "34.0 GiB" in error["msg"]
     assert orchestrator.get("/runs").json() == []
     assert orchestrator.get("/health").status_code == 200  # still serving

@@ -121,7 +121,7 @@ def test_an_absurd_value_of_every_numeric_setting_is_refused_naming_it(recipe):
 
 # -- the four values an independent probe submitted (each failed only at run time) ----------
 MEASURED = [
-    ("glam", {"num_steps": 10**12}, "num_steps", "LLMRL_LIMIT_ROLLOUT_STEPS"),
+    ("glam", {"ppo": {"num_steps": 10**12}}, "ppo.num_steps", "LLMRL_LIMIT_ROLLOUT_STEPS"),
     ("ellm", {"hidden": 10**12}, "hidden", "LLMRL_LIMIT_HIDDEN"),
     ("kalm", {"lora_r": 10**9}, "lora_r", "LLMRL_LIMIT_LORA_RANK"),
     ("llm-personalize", {"max_tokens": 10**18}, "max_tokens", "LLMRL_LIMIT_TOKENS"),
@@ -135,10 +135,12 @@ def test_the_measured_absurd_values_are_refused_naming_field_and_variable(
     with pytest.raises(ConfigError) as refused:
         validate_config(recipe, config)
     message = str(refused.value)
-    value = str(config[field])
+    value = config
+    for part in field.split("."):  # a group's key: ppo.num_steps
+        value = value[part]
     assert f"config.{field}: {value} is above the limit" in message, message
     assert variable in message, message
-    error = next(e for e in refused.value.errors if e["loc"] == ["config", field])
+    error = next(e for e in refused.value.errors if e["loc"] == ["config", *field.split(".")])
     assert error["type"] == "over_limit"
 
 
@@ -189,7 +191,10 @@ def test_post_runs_refuses_the_measured_values_with_a_422_naming_the_field(
     refused = orchestrator.post("/runs", json={"recipe": recipe, "config": config})
     assert refused.status_code == 422, refused.text
     body = refused.json()
-    error = next(e for e in body["errors"] if e["loc"] == ["config", field])
-    assert variable in error["msg"] and str(config[field]) in error["msg"], error
+    error = next(e for e in body["errors"] if e["loc"] == ["config", *field.split(".")])
+    value = config
+    for part in field.split("."):
+        value = value[part]
+    assert variable in error["msg"] and str(value) in error["msg"], error
     assert f"config.{field}" in body["detail"]
     assert orchestrator.get("/runs").json() == []  # nothing was started

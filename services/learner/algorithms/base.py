@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmrl.common.model_fields import owner_model
 from llmrl.learner.versions import Checkpoint, Versions
 
 Progress = Callable[[int], None]  # `on_progress(n)`: n more steps done (timesteps, updates)
@@ -126,11 +127,14 @@ def settings_error(model: type[BaseModel], error: ValidationError, prefix: str =
         key = prefix + ".".join(map(str, detail["loc"]))
         message = detail["msg"].removeprefix("Value error, ")
         if detail["type"] == "extra_forbidden":
-            problems.append(f"{key}: unknown setting; allowed: {', '.join(model.model_fields)}")
+            owner = owner_model(model, detail["loc"]) or model  # a settings group's own keys
+            problems.append(f"{key}: unknown setting; allowed: {', '.join(owner.model_fields)}")
         elif detail["type"] == "missing":
             problems.append(f"{key}: required ({model.model_fields[detail['loc'][0]].description})")
-        elif not detail["loc"] or message.startswith(f"{detail['loc'][0]}: "):
-            problems.append(prefix + message)  # a validator's own message names its key
+        elif not detail["loc"] or message.startswith(f"{detail['loc'][-1]}: "):
+            # a validator's own message names its key (within its settings group, if any)
+            group = "".join(f"{part}." for part in detail["loc"][:-1])
+            problems.append(prefix + group + message)
         else:
             shown = repr(detail["input"])
             if len(shown) > _SHOWN_VALUE:

@@ -20,9 +20,8 @@ from llmrl.common.memory_fit import GIB, MemoryEstimate
 from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
-from llmrl.learner.llm.scorer import Reduction
 from llmrl.recipes.base import RecipeConfig, registered_env
-from llmrl.recipes.glam.training import PpoSettings, ppo_setting
+from llmrl.recipes.glam.llm_ppo import LlmPpoSettings
 
 NPAE_MICROBATCH = 8  # NPAE's default microbatch_size: fits a few GB of activations
 METHODS = ("zero-shot", "glam", "npae", "symbolic-ppo", "drrn", "bc", "random")
@@ -40,52 +39,34 @@ ACTIVATION_BYTES_PER_SAMPLE_LAYER = int(0.5 * GIB / 30)
 GLAM_ENVS = "text and mission observations, BabyAI-Text's six action phrases as skills"
 
 
-class GlamConfig(RecipeConfig, PpoSettings):
+class GlamConfig(RecipeConfig):
     env: str = Field("BabyAIText-GoToLocalS5N2", description="Registered text env to train on.")
     model: ModelName = Field("smollm2", description="Gateway model name of the base LLM.")
     methods: list[str] = Field(
         list(METHODS), description=f"Methods to run and compare: any of {', '.join(METHODS)}."
     )
     train_steps: Frames = Field(5120, ge=1, description="Training budget in env steps (all envs).")
-    num_envs: int = Field(16, ge=1, le=256, description="Envs stepped together in training.")
-    num_steps: int = ppo_setting("num_steps", "Steps per env per PPO rollout.")
-    minibatch_size: int = ppo_setting("minibatch_size", "Samples per PPO gradient step.")
-    microbatch_size: int | None = ppo_setting(
-        "microbatch_size",
-        "Samples per forward/backward of GLAM's and NPAE's PPO update, gradients "
-        f"accumulated over the minibatch (None: GLAM the whole minibatch, NPAE "
-        f"{NPAE_MICROBATCH}: full fine-tuning keeps every layer's activations for the backward, "
-        "tens of GB for a 64-sample minibatch of SmolLM2-135M).",
-    )
-    update_epochs: int = ppo_setting("update_epochs", "PPO epochs over each rollout.")
-    learning_rate: float = ppo_setting(
-        "learning_rate", "Adam learning rate of GLAM (its LoRA, or every weight)."
+    ppo: LlmPpoSettings = Field(
+        default_factory=LlmPpoSettings,
+        description="LLM-PPO's hyperparameters (`ppo: {learning_rate: 0.001, ...}`, or "
+        "`ppo.learning_rate=0.001`), GLAM's as given and NPAE's with its own learning rate "
+        "(npae_learning_rate), every layer trained and microbatches of "
+        f"{NPAE_MICROBATCH} unless set; Symbolic-PPO, DRRN and behaviour cloning share its "
+        "rollout shape (num_envs x num_steps, update_epochs, minibatch_size) and LoRA (lora_r, "
+        "lora_layers).",
     )
     finetune: Literal["lora", "full"] = Field(
         "lora",
         description="What GLAM trains: lora (a LoRA, served through the gateway as a versioned "
         "adapter) or full (every weight of the pretrained model, as the paper trains "
-        f"Flan-T5; microbatch_size {NPAE_MICROBATCH} unless set, evaluated from its "
+        f"Flan-T5; ppo.microbatch_size {NPAE_MICROBATCH} unless set, evaluated from its "
         "checkpoint in-process like NPAE).",
-    )
-    lora_layers: Annotated[int | None, limit("layers")] = Field(
-        2,
-        ge=1,
-        description="Adapt only the top N decoder layers (LoRA only; the setting every README "
-        "figure was measured with). The frozen layers below run once per sample, in the "
-        "rollout. None: all layers, whose activations a whole minibatch keeps for the backward "
-        "(~16 GB for 32 samples of SmolLM2-135M): set microbatch_size (e.g. 8) with it.",
-    )
-    lora_r: int = ppo_setting(
-        "lora_r",
-        "Rank of GLAM's and BC's LoRA (alpha = 2 x rank, so the update's scale stays the same "
-        "across ranks).",
     )
     eval_every: Updates = Field(
         2,
         ge=1,
         description="Evaluate every trained method on the held-out seeds every this many PPO "
-        "updates (num_envs x num_steps env steps each): the learning curve.",
+        "updates (ppo.num_envs x ppo.num_steps env steps each): the learning curve.",
     )
     npae_learning_rate: LearningRate = Field(
         1e-4, gt=0, description="Adam learning rate of NPAE (random weights, full fine-tuning)."
@@ -104,9 +85,6 @@ class GlamConfig(RecipeConfig, PpoSettings):
     )
     bc_learning_rate: float = setting_field(
         SftSettings, "learning_rate", "Learning rate of the BC LoRA."
-    )
-    reduction: Reduction = ppo_setting(
-        "reduction", "Candidate score: sum or mean of token log-probs."
     )
     greedy: bool = Field(
         False,
@@ -127,6 +105,12 @@ class GlamConfig(RecipeConfig, PpoSettings):
     )
     seed: Seed = Field(0, description="Seed of the training and of the evaluations.")
 
+    @classmethod
+    def unknown_key_message(cls, key: str) -> str:
+        if key in LlmPpoSettings.model_fields:
+            return f"moved into the ppo group: write ppo.{key}=... (YAML: ppo: {{{key}: ...}})"
+        return super().unknown_key_message(key)
+
     def full_finetune(self, method: str) -> bool:
         """Whether `method` trains every weight (NPAE always; GLAM with finetune=full), so is
         played from its checkpoint in-process rather than served as an adapter."""
@@ -143,9 +127,10 @@ class GlamConfig(RecipeConfig, PpoSettings):
         estimates = []
         for method in trained:
             full = self.full_finetune(method)
-            default_batch = NPAE_MICROBATCH if method == "npae" else self.minibatch_size
-            samples = min(self.microbatch_size or default_batch, self.minibatch_size)
-            layers = geometry["layers"] if full or self.lora_layers is None else self.lora_layers
+            ppo = self.ppo
+            default_batch = NPAE_MICROBATCH if full else ppo.minibatch_size
+            samples = min(ppo.microbatch_size or default_batch, ppo.minibatch_size)
+            layers = geometry["layers"] if full or ppo.lora_layers is None else ppo.lora_layers
             weights = geometry["parameters"] * 4
             parts = {
                 "weights": weights,
@@ -155,7 +140,7 @@ class GlamConfig(RecipeConfig, PpoSettings):
             }  # fmt: skip
             estimates.append(MemoryEstimate(
                 {name: size for name, size in parts.items() if size},
-                ("microbatch_size", "minibatch_size", "lora_layers", "finetune"),
+                ("ppo.microbatch_size", "ppo.minibatch_size", "ppo.lora_layers", "finetune"),
             ))  # fmt: skip
         return max(estimates, key=lambda estimate: estimate.total)
 

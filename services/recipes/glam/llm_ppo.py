@@ -74,18 +74,15 @@ GRAD_NORMS = ("grad_norm", "policy_grad_norm", "value_grad_norm")  # logged per 
 Init = Literal["pretrained", "random"]
 
 
-class LlmPpoConfig(AlgorithmSettings):
-    """Every setting of `llm-ppo`, with its description and bounds (a bad or unknown one is a
-    ValueError naming it: `validate_settings`). Defaults: the paper's where they fit a CPU
-    (GLAM's code: Adam eps 1e-5, gamma 0.99, lambda 0.99, clip 0.2 with a clipped value loss,
-    entropy 0.01, value 0.5, grad norm 0.5, 4 epochs, minibatch 64, 32 envs x 40 steps,
-    reward x 20)."""
+class LlmPpoSettings(AlgorithmSettings):
+    """LLM-PPO's hyperparameters: the one declaration of each, with its description and
+    bounds. A GLAM config (`ppo: {...}`, `ppo.<key>=...`), its training job and the algorithm
+    all carry this object whole. Defaults: GLAM's code's where they fit a CPU (Adam eps 1e-5,
+    gamma 0.99, lambda 0.99, clip 0.2 with a clipped value loss, entropy 0.01, value 0.5, grad
+    norm 0.5, 4 epochs, minibatch 64, 40 steps, reward x 20), with 16 envs (the paper's 32
+    halved for a 2-core CPU) and LoRA on the top 2 layers (every GLAM figure's setting)."""
 
-    base_model: str = Field(description="local HF model directory or gateway model name")
-    total_timesteps: Frames = Field(
-        5120, gt=0, description="env steps to train for (all envs together)"
-    )
-    num_envs: int = Field(32, gt=0, description="envs stepped together in one world")
+    num_envs: int = Field(16, gt=0, le=256, description="envs stepped together in one world")
     num_steps: RolloutSteps = Field(40, gt=0, description="steps per env per rollout")
     learning_rate: LearningRate = Field(
         1e-4,
@@ -94,8 +91,8 @@ class LlmPpoConfig(AlgorithmSettings):
         "wants more)",
     )
     anneal_lr: bool = Field(False, description="anneal the learning rate linearly to 0")
-    adam_eps: float = Field(1e-5, gt=0, description="Adam epsilon")
-    gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
+    adam_eps: float = Field(1e-5, gt=0, le=1, description="Adam epsilon")
+    gamma: float = Field(0.99, gt=0, le=1, description="discount factor")
     gae_lambda: float = Field(0.99, ge=0, le=1, description="GAE lambda")
     update_epochs: Epochs = Field(4, gt=0, description="epochs over each rollout")
     minibatch_size: LlmBatch = Field(64, gt=0, description="samples per gradient step")
@@ -103,16 +100,16 @@ class LlmPpoConfig(AlgorithmSettings):
         None,
         gt=0,
         description="samples per forward/backward within a minibatch, gradients accumulated "
-        "(None: the whole minibatch at once); full fine-tuning keeps every layer's activations "
-        "for the backward, so a 64-sample minibatch of a 135M model needs tens of GB: 8 fits in "
-        "a few",
+        "(None: the whole minibatch at once; NPAE and full fine-tuning: 8); full fine-tuning "
+        "keeps every layer's activations for the backward, so a 64-sample minibatch of a 135M "
+        "model needs tens of GB: 8 fits in a few",
     )
     norm_adv: bool = Field(True, description="normalise advantages per minibatch")
-    clip_coef: Coefficient = Field(0.2, ge=0, description="policy ratio clip")
+    clip_coef: Coefficient = Field(0.2, gt=0, description="policy ratio clip")
     clip_vloss: bool = Field(True, description="clip the value loss as the policy's")
     ent_coef: Coefficient = Field(0.01, ge=0, description="entropy bonus coefficient")
     vf_coef: Coefficient = Field(0.5, ge=0, description="value loss coefficient")
-    max_grad_norm: Coefficient = Field(0.5, ge=0, description="gradient norm clip")
+    max_grad_norm: Coefficient = Field(0.5, gt=0, description="gradient norm clip")
     target_kl: Annotated[float | None, limit("coefficient")] = Field(
         None, gt=0, description="stop the update's epochs past this approx KL"
     )
@@ -125,21 +122,24 @@ class LlmPpoConfig(AlgorithmSettings):
     reward_scale: Coefficient = Field(
         20.0, gt=0, description="reward multiplier (the paper: 20 x BabyAI's)"
     )
-    action_set: str = Field("babyai", description="the action phrases (llmrl.recipes.glam.prompt)")
     reduction: Reduction = Field(
         "sum", description="candidate score: sum or mean of its token log-probs"
     )
-    lora: bool = Field(True, description="train a LoRA (False: fine-tune every weight)")
-    init: Init = Field(
-        "pretrained",
-        description="the LLM's weights: pretrained, or random (NPAE: the architecture only)",
+    lora_r: LoraRank = Field(
+        16,
+        gt=0,
+        description="LoRA rank (alpha = 2 x rank unless lora_alpha is set, so the update's "
+        "scale stays the same across ranks)",
     )
-    lora_r: LoraRank = Field(16, gt=0, description="LoRA rank")
     lora_alpha: Annotated[int | None, limit("coefficient")] = Field(
         None, gt=0, description="LoRA alpha (None: 2 x rank)"
     )
     lora_layers: Annotated[int | None, limit("layers")] = Field(
-        None, gt=0, description="adapt only the top N decoder layers (None: all)"
+        2,
+        gt=0,
+        description="adapt only the top N decoder layers; the frozen layers below run once per "
+        "sample, in the rollout. None: all layers, whose activations a whole minibatch keeps "
+        "for the backward (~16 GB for 32 samples of SmolLM2-135M): set microbatch_size with it",
     )
     cache_frozen: bool = Field(
         True,
@@ -149,17 +149,52 @@ class LlmPpoConfig(AlgorithmSettings):
     value_hidden: Hidden = Field(
         1024, gt=0, description="width of the value head's two hidden layers"
     )
+    device: Device = device_field("trains")
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+
+class LlmPpoTraining(AlgorithmSettings):
+    """What one LLM-PPO training is, beside the model and the world it runs on: its budget,
+    its hyperparameters (`ppo`), what it trains, its checkpoints, seed and logs. GLAM's
+    training job carries these keys as they are declared here."""
+
+    total_timesteps: Frames = Field(
+        5120, gt=0, description="env steps to train for (all envs together)"
+    )
+    ppo: LlmPpoSettings = Field(
+        default_factory=LlmPpoSettings, description="LLM-PPO's hyperparameters"
+    )
+    lora: bool = Field(True, description="train a LoRA (False: fine-tune every weight)")
+    init: Init = Field(
+        "pretrained",
+        description="the LLM's weights: pretrained, or random (NPAE: the architecture only)",
+    )
+    checkpoint_every: Updates = Field(1, gt=0, description="save a version every this many updates")
+    seed: int = Field(0, ge=0, description="seed of the world, the sampling and the initialisation")
+    tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
+
+    def training(self) -> dict[str, Any]:
+        """These keys' values (of a job, or of any model that extends this one)."""
+        return {name: getattr(self, name) for name in LlmPpoTraining.model_fields}
+
+
+class LlmPpoConfig(LlmPpoTraining):
+    """Every setting of `llm-ppo` (a bad or unknown one is a ValueError naming it:
+    `validate_settings`): the training's (`LlmPpoTraining`), and the model, world and
+    process it runs with."""
+
+    base_model: str = Field(description="local HF model directory or gateway model name")
+    action_set: str = Field("babyai", description="the action phrases (llmrl.recipes.glam.prompt)")
     bf16: bool | None = Field(
         None,
         description="bf16 autocast (None: the process's precision, $LLMRL_PRECISION: "
         "float32 unless set)",
     )
-    device: Device = device_field("trains")
-    checkpoint_every: Updates = Field(1, gt=0, description="save a version every this many updates")
     resume: bool = Field(True, description="continue from the line's latest version, if any")
-    seed: int = Field(0, ge=0, description="seed of the world, the sampling and the initialisation")
     address: str | None = Field(None, description="simulator address (None: an in-process world)")
-    tensorboard_dir: str | None = Field(None, description="TensorBoard directory (None: none)")
     torch_threads: int | None = Field(
         None, gt=0, description="torch CPU threads (None: torch's default)"
     )
@@ -171,12 +206,8 @@ class LlmPpoConfig(AlgorithmSettings):
         return value
 
     @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
     def num_updates(self) -> int:
-        return max(1, self.total_timesteps // self.batch_size)
+        return max(1, self.total_timesteps // self.ppo.batch_size)
 
 
 # -- the loop ------------------------------------------------------------------------------
@@ -208,14 +239,14 @@ def train_llm_ppo(
     policy = LlmPolicyModel.load(
         config.base_model,
         lora=config.lora,
-        lora_r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_layers=config.lora_layers,
-        value_hidden=config.value_hidden,
+        lora_r=config.ppo.lora_r,
+        lora_alpha=config.ppo.lora_alpha,
+        lora_layers=config.ppo.lora_layers,
+        value_hidden=config.ppo.value_hidden,
         bf16=config.bf16,
         init_from=previous.path if previous else None,
         random_init=config.init == "random",
-        device=config.device,
+        device=config.ppo.device,
     )
     policy.train()
     # `on_progress(0)`: no step done, but a cancel lands here (before the first update too);
@@ -223,7 +254,7 @@ def train_llm_ppo(
     cancel_point = on_progress or (lambda _n: None)
     cancel_point(0)
     params = policy.parameters()
-    optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
+    optimizer = torch.optim.Adam(params, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps)
     if previous is not None:
         saved = torch.load(previous.path / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
         optimizer.load_state_dict(saved)  # its state moves to the parameters' device
@@ -231,21 +262,21 @@ def train_llm_ppo(
     candidates = [policy.encode(" " + phrase) for phrase in phrases]
     value_head = policy.heads["value"]
     # LoRA on the top layers only: the rollout keeps what enters them, the epochs start there
-    cached = config.cache_frozen and config.lora and policy.frozen_layers > 0
+    cached = config.ppo.cache_frozen and config.lora and policy.frozen_layers > 0
     generator = torch.Generator().manual_seed(config.seed + start_update)
     writer = tensorboard_writer(config.tensorboard_dir)
 
     # 2. the world: N envs, each with its prompt history
     if isinstance(source, str):
         check_env(source)
-        world = make_world(source, config.num_envs, config.seed, config.address)
+        world = make_world(source, config.ppo.num_envs, config.seed, config.address)
         owns_world = True
     else:
         world, owns_world = source, False
-        if world.num_envs != config.num_envs:
-            raise ValueError(f"num_envs: {config.num_envs}, but the world has {world.num_envs}")
+        if world.num_envs != config.ppo.num_envs:
+            raise ValueError(f"num_envs: {config.ppo.num_envs}, but the world has {world.num_envs}")
     wanted = ["text", "mission", "reward", "discount", "step_type"]
-    N, T = config.num_envs, config.num_steps
+    N, T = config.ppo.num_envs, config.ppo.num_steps
     histories = [PromptHistory(phrases) for _ in range(N)]
     first = world.reset(seed=config.seed + start_update * N, observations=wanted)
     for i, history in enumerate(histories):
@@ -257,7 +288,7 @@ def train_llm_ppo(
     def act(prompts: list[list[int]], keep_frozen: bool = False) -> tuple[Any, Any, Any]:
         """(action scores [B, K], values [B], frozen states or None) of prompts, with
         gradients when enabled; on the model's device, in fp32."""
-        scored = score_candidates(policy, prompts, candidates, config.reduction, keep_frozen)
+        scored = score_candidates(policy, prompts, candidates, config.ppo.reduction, keep_frozen)
         value = value_head(scored.hidden).squeeze(-1)
         return scored.scores.float(), value.float(), scored.frozen
 
@@ -265,7 +296,7 @@ def train_llm_ppo(
         """(scores, values) of rollout samples (prompts, or their frozen states), with
         gradients: the update's forward."""
         if cached:
-            scored = score_from_frozen(policy, samples, candidates, config.reduction)
+            scored = score_from_frozen(policy, samples, candidates, config.ppo.reduction)
             return scored.scores.float(), value_head(scored.hidden).squeeze(-1).float()
         return act(samples)[:2]
 
@@ -281,9 +312,9 @@ def train_llm_ppo(
     checkpoint = previous
     try:
         for update in range(start_update + 1, config.num_updates + 1):
-            if config.anneal_lr:
+            if config.ppo.anneal_lr:
                 fraction = 1.0 - (update - 1.0) / config.num_updates
-                optimizer.param_groups[0]["lr"] = fraction * config.learning_rate
+                optimizer.param_groups[0]["lr"] = fraction * config.ppo.learning_rate
             finished.clear()
             rollout_started, rollout_cpu_started = time.perf_counter(), time.process_time()
 
@@ -305,7 +336,9 @@ def train_llm_ppo(
                 result = world.step(skill=taken, observations=wanted)
                 terminated, truncated = episode_ends(result)
                 reward = result["reward"].astype(np.float64)
-                rewards[step] = torch.as_tensor(reward * config.reward_scale, dtype=torch.float32)
+                rewards[step] = torch.as_tensor(
+                    reward * config.ppo.reward_scale, dtype=torch.float32
+                )
                 episode_return += reward
                 episode_length += 1
                 ended = terminated | truncated
@@ -325,7 +358,9 @@ def train_llm_ppo(
             with torch.no_grad():
                 next_prompts = [policy.encode(history.prompt()) for history in histories]
                 _, next_value, _ = act(next_prompts)
-            advantages, returns = gae(rewards, values, dones, next_value.cpu(), next_done, config)
+            advantages, returns = gae(
+                rewards, values, dones, next_value.cpu(), next_done, config.ppo
+            )
             rollout_seconds += time.perf_counter() - rollout_started
             rollout_cpu += time.process_time() - rollout_cpu_started
             update_started, update_cpu_started = time.perf_counter(), time.process_time()
@@ -339,11 +374,11 @@ def train_llm_ppo(
             clipfracs: list[float] = []
             grad_norms: dict[str, list[float]] = {}  # per minibatch, before clipping
             stats: dict[str, float] = {}
-            for _epoch in range(config.update_epochs):
-                indices = order(config.batch_size)
-                for start in range(0, config.batch_size, config.minibatch_size):
+            for _epoch in range(config.ppo.update_epochs):
+                indices = order(config.ppo.batch_size)
+                for start in range(0, config.ppo.batch_size, config.ppo.minibatch_size):
                     cancel_point(0)
-                    mb = torch.as_tensor(indices[start : start + config.minibatch_size])
+                    mb = torch.as_tensor(indices[start : start + config.ppo.minibatch_size])
                     stats = ppo_minibatch_step(
                         act_again,
                         [b_samples[i] for i in mb],
@@ -352,7 +387,7 @@ def train_llm_ppo(
                         b_advantages[mb],
                         b_returns[mb],
                         b_values[mb],
-                        config,
+                        config.ppo,
                         optimizer,
                         params,
                     )
@@ -360,7 +395,7 @@ def train_llm_ppo(
                     for name in GRAD_NORMS:
                         if name in stats:
                             grad_norms.setdefault(name, []).append(stats[name])
-                if config.target_kl is not None and stats["approx_kl"] > config.target_kl:
+                if config.ppo.target_kl is not None and stats["approx_kl"] > config.ppo.target_kl:
                     break
 
             update_seconds += time.perf_counter() - update_started
@@ -401,7 +436,7 @@ def train_llm_ppo(
                 stats["loss"],
             )
             if on_progress is not None:
-                on_progress(config.batch_size)
+                on_progress(config.ppo.batch_size)
 
             # 7. a checkpoint version every `checkpoint_every` updates, and at the end
             last = update == config.num_updates
@@ -432,7 +467,7 @@ def train_llm_ppo(
 
 
 def gae(
-    rewards: Any, values: Any, dones: Any, next_value: Any, next_done: Any, config: LlmPpoConfig
+    rewards: Any, values: Any, dones: Any, next_value: Any, next_done: Any, ppo: LlmPpoSettings
 ) -> tuple[Any, Any]:
     """(advantages, returns) [T, N] by generalised advantage estimation; `dones[t]`: the
     env's episode started at step t (the previous one ended)."""
@@ -446,8 +481,8 @@ def gae(
             not_done, following = 1.0 - next_done, next_value
         else:
             not_done, following = 1.0 - dones[t + 1], values[t + 1]
-        delta = rewards[t] + config.gamma * following * not_done - values[t]
-        last_gae = delta + config.gamma * config.gae_lambda * not_done * last_gae
+        delta = rewards[t] + ppo.gamma * following * not_done - values[t]
+        last_gae = delta + ppo.gamma * ppo.gae_lambda * not_done * last_gae
         advantages[t] = last_gae
     return advantages, advantages + values
 
@@ -460,21 +495,21 @@ def ppo_minibatch_step(
     advantages: Any,
     returns: Any,
     old_values: Any,
-    config: LlmPpoConfig,
+    ppo: LlmPpoSettings,
     optimizer: Any,
     params: list[Any],
 ) -> dict[str, float]:
     """One gradient step of PPO's clipped objective on a minibatch; its statistics (with the
-    gradient's norm before clipping, and with `config.grad_diagnostics` the policy and value
+    gradient's norm before clipping, and with `ppo.grad_diagnostics` the policy and value
     terms' norms on the weights both reach). `score(samples)` gives the samples' (scores,
-    values) with gradients; it runs on chunks of `config.microbatch_size` samples whose
+    values) with gradients; it runs on chunks of `ppo.microbatch_size` samples whose
     gradients add up to the minibatch's."""
     import torch
 
-    if config.norm_adv and len(advantages) > 1:  # over the whole minibatch, as unchunked
+    if ppo.norm_adv and len(advantages) > 1:  # over the whole minibatch, as unchunked
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     size = len(samples)
-    chunk = config.microbatch_size or size
+    chunk = ppo.microbatch_size or size
     optimizer.zero_grad(set_to_none=True)
     stats: dict[str, float] = {}
     # with diagnostics: each term's gradient summed over the chunks, per parameter
@@ -488,10 +523,10 @@ def ppo_minibatch_step(
             advantages[part],
             returns[part],
             old_values[part],
-            config,
+            ppo,
         )
         weight = len(samples[part]) / size  # every statistic is a mean over samples
-        if config.grad_diagnostics:
+        if ppo.grad_diagnostics:
             for i, (name, term) in enumerate(terms.items()):
                 grads = torch.autograd.grad(
                     term * weight, params, retain_graph=i < len(terms) - 1, allow_unused=True
@@ -506,7 +541,7 @@ def ppo_minibatch_step(
             stats[name] = stats.get(name, 0.0) + value * weight
     if term_grads:
         stats.update(_apply_term_grads(params, term_grads))
-    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, ppo.max_grad_norm))
     optimizer.step()
     return stats
 
@@ -537,7 +572,7 @@ def ppo_loss(
     advantages: Any,
     returns: Any,
     old_values: Any,
-    config: LlmPpoConfig,
+    ppo: LlmPpoSettings,
 ) -> tuple[Any, dict[str, float], dict[str, Any]]:
     """PPO's loss on samples (advantages already normalised), its statistics, and its two
     terms: policy (clipped objective and entropy bonus) and value (weighted)."""
@@ -560,23 +595,21 @@ def ppo_loss(
     with torch.no_grad():
         old_approx_kl = (-log_ratio).mean()
         approx_kl = ((ratio - 1) - log_ratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+        clipfrac = ((ratio - 1.0).abs() > ppo.clip_coef).float().mean()
     # clipped policy loss
     pg_loss = torch.max(
         -advantages * ratio,
-        -advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef),
+        -advantages * torch.clamp(ratio, 1 - ppo.clip_coef, 1 + ppo.clip_coef),
     ).mean()
     # value loss, clipped around the rollout's values
-    if config.clip_vloss:
+    if ppo.clip_vloss:
         unclipped = (new_values - returns) ** 2
-        clipped = old_values + torch.clamp(
-            new_values - old_values, -config.clip_coef, config.clip_coef
-        )
+        clipped = old_values + torch.clamp(new_values - old_values, -ppo.clip_coef, ppo.clip_coef)
         v_loss = 0.5 * torch.max(unclipped, (clipped - returns) ** 2).mean()
     else:
         v_loss = 0.5 * ((new_values - returns) ** 2).mean()
     entropy_loss = entropy.mean()
-    terms = {"policy": pg_loss - config.ent_coef * entropy_loss, "value": v_loss * config.vf_coef}
+    terms = {"policy": pg_loss - ppo.ent_coef * entropy_loss, "value": v_loss * ppo.vf_coef}
     loss = terms["policy"] + terms["value"]
     stats = {
         "loss": float(loss.detach()),
@@ -643,7 +676,7 @@ class LlmPpo(Algorithm):
         policy = LlmPolicyModel.load(
             config["base_model"],
             lora=bool(config.get("lora", True)),
-            value_hidden=int(config.get("value_hidden", 1024)),
+            value_hidden=int(config.get("ppo", {}).get("value_hidden", 1024)),
             bf16=config.get("bf16"),
             init_from=found.path,
             device="auto",  # where this process runs, whatever device trained it

@@ -128,24 +128,25 @@ class Glam(Recipe):
         cfg = self.config
         npae = method == "npae"
         full = cfg.full_finetune(method)
+        ppo = cfg.ppo
+        if full:  # NPAE, or GLAM fine-tuning every weight: every layer, in microbatches
+            ppo = ppo.model_copy(
+                update={
+                    "lora_layers": None,
+                    "microbatch_size": ppo.microbatch_size or NPAE_MICROBATCH,
+                }
+            )
+        if npae:
+            ppo = ppo.model_copy(update={"learning_rate": cfg.npae_learning_rate})
         job = GlamTrainingJob(
             env=cfg.env,
             model=cfg.model,
             adapter=self.adapter_name(ctx, method),
             total_timesteps=cfg.train_steps,
-            num_envs=cfg.num_envs,
-            num_steps=cfg.num_steps,
-            minibatch_size=cfg.minibatch_size,
-            microbatch_size=cfg.microbatch_size or (NPAE_MICROBATCH if full else None),
-            update_epochs=cfg.update_epochs,
-            learning_rate=cfg.npae_learning_rate if npae else cfg.learning_rate,
-            lora_layers=None if full else cfg.lora_layers,
-            lora_r=cfg.lora_r,
-            reduction=cfg.reduction,
+            ppo=ppo,
             lora=not full,
             init="random" if npae else "pretrained",
             checkpoint_every=cfg.eval_every,
-            **cfg.ppo_settings(),
             seed=cfg.seed,
             tensorboard_dir=str(self.train_tb(ctx, method)),
             simulator=ctx.simulator,
@@ -160,10 +161,10 @@ class Glam(Recipe):
                 cfg.env,
                 ctx.out_dir / "models" / method,
                 steps=cfg.train_steps,
-                num_envs=cfg.num_envs,
-                num_steps=cfg.num_steps,
-                minibatch_size=cfg.minibatch_size,
-                update_epochs=cfg.update_epochs,
+                num_envs=cfg.ppo.num_envs,
+                num_steps=cfg.ppo.num_steps,
+                minibatch_size=cfg.ppo.minibatch_size,
+                update_epochs=cfg.ppo.update_epochs,
                 learning_rate=cfg.symbolic_learning_rate,
                 eval_every=cfg.eval_every,
                 seed=cfg.seed,
@@ -181,8 +182,8 @@ class Glam(Recipe):
                 cfg.env,
                 ctx.out_dir / "models" / "drrn",
                 steps=cfg.train_steps,
-                num_envs=cfg.num_envs,
-                num_steps=cfg.num_steps,
+                num_envs=cfg.ppo.num_envs,
+                num_steps=cfg.ppo.num_steps,
                 learning_rate=cfg.drrn_learning_rate,
                 eval_every=cfg.eval_every,
                 seed=cfg.seed,
@@ -199,7 +200,7 @@ class Glam(Recipe):
                 cfg.env,
                 ctx.out_dir / "data" / "bc_demonstrations.jsonl",
                 steps=cfg.train_steps,
-                num_envs=cfg.num_envs,
+                num_envs=cfg.ppo.num_envs,
                 seed=cfg.seed,
                 simulator=ctx.simulator,
                 on_progress=ctx.progress.advance,
@@ -216,8 +217,8 @@ class Glam(Recipe):
                 steps=cfg.bc_steps,
                 batch_size=cfg.bc_batch_size,
                 learning_rate=cfg.bc_learning_rate,
-                lora_layers=cfg.lora_layers,
-                lora_r=cfg.lora_r,
+                lora_layers=cfg.ppo.lora_layers,
+                lora_r=cfg.ppo.lora_r,
                 seed=cfg.seed,
                 on_progress=ctx.progress.advance,
             )
@@ -237,7 +238,7 @@ class Glam(Recipe):
             return {"kind": driver.SYMBOLIC, "model": point["model"], "greedy": cfg.greedy}
         if method == "drrn":
             return {"kind": driver.DRRN, "model": point["model"], "greedy": cfg.greedy}
-        scoring = {"reduction": cfg.reduction, "greedy": cfg.greedy}
+        scoring = {"reduction": cfg.ppo.reduction, "greedy": cfg.greedy}
         if cfg.full_finetune(method):
             return {"kind": driver.CHECKPOINT, "checkpoint": point["checkpoint"], **scoring}
         if method == "zero-shot":

@@ -107,7 +107,7 @@ def glam_results(
             learner = "SB3 PPO" if method == "symbolic-ppo" else "SB3 DQN"
             notes.append(
                 f"{method}: {learner} after {out['global_step']} env steps "
-                f"({out['update']} updates of {cfg.num_envs} x {cfg.num_steps})"
+                f"({out['update']} updates of {cfg.ppo.num_envs} x {cfg.ppo.num_steps})"
             )
         else:
             full = cfg.full_finetune(method)

@@ -25,69 +25,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from llmrl.common.bounds import Frames, Seed
-from llmrl.common.devices import Device
 from llmrl.common.names import Name
 from llmrl.common.registry import registry
-from llmrl.learner.algorithms.base import setting_field, settings_of
-from llmrl.learner.llm.scorer import Reduction
-from llmrl.recipes.glam.llm_ppo import LlmPpoConfig
+from llmrl.recipes.glam.llm_ppo import LlmPpoSettings, LlmPpoTraining
 
 
-def ppo_setting(name: str, description: str | None = None, **bounds: float) -> Any:
-    """A field that passes llm-ppo's setting `name` on: its default and bounds (plus
-    `bounds`), its description (`LLM-PPO: ...`) unless the key describes itself."""
-    own = f"LLM-PPO: {LlmPpoConfig.model_fields[name].description}."
-    return setting_field(LlmPpoConfig, name, description or own, **bounds)
-
-
-class PpoSettings(BaseModel):
-    """LLM-PPO's return, loss and logging settings that GLAM's config, its training job and
-    experiment files all carry unchanged (defaults, bounds and help: `LlmPpoConfig`'s, GLAM's
-    code's values)."""
-
-    gamma: float = ppo_setting("gamma", gt=0)  # GLAM's own bounds beside llm-ppo's
-    gae_lambda: float = ppo_setting("gae_lambda")
-    clip_coef: float = ppo_setting("clip_coef", gt=0)
-    ent_coef: float = ppo_setting("ent_coef")
-    vf_coef: float = ppo_setting("vf_coef")
-    max_grad_norm: float = ppo_setting("max_grad_norm", gt=0)
-    reward_scale: float = ppo_setting("reward_scale")
-    grad_diagnostics: bool = ppo_setting("grad_diagnostics")
-    device: Device = ppo_setting("device")
-
-    def ppo_settings(self) -> dict[str, Any]:
-        """These settings as llm-ppo's keyword arguments."""
-        return settings_of(self, PpoSettings)
-
-
-class GlamTrainingJob(PpoSettings):
-    """Everything needed to train one GLAM adapter anywhere; unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
+class GlamTrainingJob(LlmPpoTraining):
+    """Everything needed to train one GLAM adapter anywhere: the model, env and adapter line,
+    and LLM-PPO's training keys (`LlmPpoTraining`, `ppo` among them) as the algorithm
+    declares them; unknown keys are errors."""
 
     kind: Literal["glam"] = Field("glam", description="the learner's policy job kind")
     env: str = Field(..., description="registered text env id")
     # a gateway model name, or a local model directory (confined by the learner, as paths are)
     model: str = Field(..., description="gateway model name of the base LLM, or its directory")
     adapter: Name = Field(..., description="the adapter line's name (one folder name)")
-    total_timesteps: Frames = Field(..., ge=1, description="env steps to train for (all envs)")
-    num_envs: int = Field(16, ge=1, le=256)
-    num_steps: int = ppo_setting("num_steps")
-    minibatch_size: int = ppo_setting("minibatch_size")
-    microbatch_size: int | None = ppo_setting("microbatch_size")
-    update_epochs: int = ppo_setting("update_epochs")
-    learning_rate: float = ppo_setting("learning_rate")
-    lora_layers: int | None = ppo_setting("lora_layers")
-    lora_r: int = ppo_setting("lora_r", "LoRA rank (alpha = 2 x rank)")
-    reduction: Reduction = ppo_setting("reduction")
-    lora: bool = ppo_setting("lora")
-    init: Literal["pretrained", "random"] = ppo_setting("init")
-    checkpoint_every: int = ppo_setting("checkpoint_every")
-    seed: Seed = 0
-    tensorboard_dir: str | None = ppo_setting("tensorboard_dir")
     simulator: str | None = Field(None, description="simulator address; None: in-process")
 
     @field_validator("env")
@@ -98,11 +52,6 @@ class GlamTrainingJob(PpoSettings):
         from llmrl.recipes.glam.config import GLAM_ENVS
 
         return registered_env(value, "glam", GLAM_ENVS)
-
-    def llm_ppo_settings(self) -> dict[str, Any]:
-        """The job's llm-ppo settings, each under llm-ppo's own name (the job's fields that
-        `LlmPpoConfig` has), so none is renamed on its way to the algorithm."""
-        return settings_of(self, LlmPpoConfig)
 
 
 @registry.register_policy_job("glam", request=GlamTrainingJob)
@@ -121,7 +70,7 @@ def train_glam(
         on_progress=on_progress,
         base_model=job.model,
         address=job.simulator,
-        **job.llm_ppo_settings(),
+        **job.training(),
     )
     points = []
     for version in line.versions():
@@ -203,14 +152,14 @@ def symbolic_ppo_returns() -> dict[str, float]:
     """Symbolic-PPO's return and loss settings: llm-ppo's defaults (GLAM's code's values) under
     SB3's names. They stay at these values whatever a run sets for GLAM (gamma, gae_lambda...):
     the baseline as GLAM's code trains it."""
-    defaults = {name: field.default for name, field in LlmPpoConfig.model_fields.items()}
+    defaults = LlmPpoSettings()
     return {
-        "gamma": defaults["gamma"],
-        "gae_lambda": defaults["gae_lambda"],
-        "clip_range": defaults["clip_coef"],
-        "ent_coef": defaults["ent_coef"],
-        "vf_coef": defaults["vf_coef"],
-        "max_grad_norm": defaults["max_grad_norm"],
+        "gamma": defaults.gamma,
+        "gae_lambda": defaults.gae_lambda,
+        "clip_range": defaults.clip_coef,
+        "ent_coef": defaults.ent_coef,
+        "vf_coef": defaults.vf_coef,
+        "max_grad_norm": defaults.max_grad_norm,
     }
 
 

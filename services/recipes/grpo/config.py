@@ -122,7 +122,7 @@ class GrpoConfig(RecipeConfig):
     glam: dict[str, Any] = Field(
         default_factory=dict,
         description="Other settings of the glam method (any key of the glam recipe's config "
-        f"but {', '.join(SHARED_WITH_GLAM)}, which this recipe sets), e.g. num_envs.",
+        f"but {', '.join(SHARED_WITH_GLAM)}, which this recipe sets), e.g. ppo: {{num_envs: 8}}.",
     )
     seed: Seed = Field(0, description="Seed of the training and of the evaluations.")
 

@@ -42,10 +42,7 @@ def test_the_baselines_train_on_the_budget_and_are_evaluated_alike(
         "model": TINY_MODEL,
         "methods": ["npae", "symbolic-ppo", "drrn", "bc"],
         "train_steps": 32,  # 2 updates of 4 envs x 4 steps
-        "num_envs": 4,
-        "num_steps": 4,
-        "minibatch_size": 8,
-        "update_epochs": 1,
+        "ppo": {"num_envs": 4, "num_steps": 4, "minibatch_size": 8, "update_epochs": 1},
         "eval_every": 1,
         "bc_steps": 2,
         "bc_batch_size": 2,
@@ -119,15 +116,17 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
         "model": TINY_MODEL,
         "methods": ["glam"],
         "finetune": "full",
-        "grad_diagnostics": True,
-        "vf_coef": 0.25,  # reaches the learner's PPO
         "train_steps": 16,  # 1 update of 4 envs x 4 steps
-        "num_envs": 4,
-        "num_steps": 4,
-        "minibatch_size": 8,
-        "microbatch_size": 4,
-        "update_epochs": 1,
-        "learning_rate": 1e-4,
+        "ppo": {
+            "grad_diagnostics": True,
+            "vf_coef": 0.25,  # reaches the learner's PPO
+            "num_envs": 4,
+            "num_steps": 4,
+            "minibatch_size": 8,
+            "microbatch_size": 4,
+            "update_epochs": 1,
+            "learning_rate": 1e-4,
+        },
         "eval_every": 1,
         "eval_episodes": 2,
         "max_steps": 5,
@@ -144,8 +143,9 @@ def test_glam_can_train_every_pretrained_weight(tiny_gateway: Path, tmp_path: Pa
         next(n for n in results["notes"] if n.startswith("glam:")).split()[1]
     )
     assert checkpoint.config["init"] == "pretrained" and checkpoint.config["lora"] is False
-    assert checkpoint.config["microbatch_size"] == 4 and checkpoint.config["grad_diagnostics"]
-    assert checkpoint.config["vf_coef"] == 0.25
+    ppo = checkpoint.config["ppo"]  # the recipe's group, whole, as the algorithm saved it
+    assert ppo["microbatch_size"] == 4 and ppo["grad_diagnostics"] and ppo["vf_coef"] == 0.25
+    assert ppo["lora_layers"] is None  # every layer trained
     # the policy and value losses' gradient norms, logged apart
     trained_tb = EventAccumulator(str(out / "tb" / "train" / "glam")).Reload()
     norms = {tag: trained_tb.Scalars(tag)[0].value for tag in trained_tb.Tags()["scalars"]}

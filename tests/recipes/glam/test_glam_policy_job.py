@@ -25,12 +25,14 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "model": model,
         "adapter": "glam-job",
         "total_timesteps": 8,
-        "num_envs": 4,
-        "num_steps": 2,
-        "minibatch_size": 8,
-        "update_epochs": 1,
-        "reduction": "mean",
-        "lora_r": 4,
+        "ppo": {
+            "num_envs": 4,
+            "num_steps": 2,
+            "minibatch_size": 8,
+            "update_epochs": 1,
+            "reduction": "mean",
+            "lora_r": 4,
+        },
     }
     reported: list[int] = []
     result = run_policy_job(parse_policy_job(body), reported.append)
@@ -47,8 +49,9 @@ def test_the_learner_runs_a_glam_job(tmp_path: Path, monkeypatch: pytest.MonkeyP
     ("change", "field"),
     [
         ({"total_timesteps": 0}, "total_timesteps"),
-        ({"reduction": "max"}, "reduction"),
-        ({"lora_r": 0}, "lora_r"),
+        ({"ppo": {"reduction": "max"}}, "ppo.reduction"),
+        ({"ppo": {"lora_r": 0}}, "ppo.lora_r"),
+        ({"learning_rate": 0.1}, "learning_rate"),  # a flat key: the group's keys only
         ({"env": "NoSuchEnv"}, "env"),  # unknown
         ({"env": "SimpleDoorKey"}, "env"),  # registered, but not a GLAM text env
     ],

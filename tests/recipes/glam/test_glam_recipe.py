@@ -70,15 +70,17 @@ def test_phase_plan_follows_methods_and_variants():
     [
         ({"env": "NoSuchEnv"}, "env"),
         ({"env": "SimpleDoorKey"}, "env"),  # registered, but not a GLAM text env
-        ({"device": "gpu"}, "device"),
+        ({"ppo": {"device": "gpu"}}, "ppo.device"),
         ({"variants": ["klingon"]}, "variants"),
         ({"methods": ["npae-by-magic"]}, "methods"),
         ({"train_steps": -5}, "train_steps"),
-        ({"num_envs": 0}, "num_envs"),
+        ({"ppo": {"num_envs": 0}}, "ppo.num_envs"),
         ({"eval_episodes": -1}, "eval_episodes"),
-        ({"reduction": "max"}, "reduction"),
-        ({"lora_layers": 0}, "lora_layers"),
-        ({"lora_r": 0}, "lora_r"),
+        ({"ppo": {"reduction": "max"}}, "ppo.reduction"),
+        ({"ppo": {"lora_layers": 0}}, "ppo.lora_layers"),
+        ({"ppo": {"lora_r": 0}}, "ppo.lora_r"),
+        ({"ppo": {"learning_rate": "fast"}}, "ppo.learning_rate"),
+        ({"ppo": {"bogus": 1}}, "ppo.bogus: unknown key; ppo's keys: num_envs"),
         ({"eval_every": 0}, "eval_every"),
         ({"eval_every": -2}, "eval_every"),
         ({"methods": ["glam", "dqn"]}, "methods"),
@@ -86,13 +88,45 @@ def test_phase_plan_follows_methods_and_variants():
         ({"bc_steps": 0}, "bc_steps"),
         ({"npae_learning_rate": 0}, "npae_learning_rate"),
         ({"finetune": "qlora"}, "finetune"),
-        ({"vf_coef": -1}, "vf_coef"),
-        ({"gamma": 1.5}, "gamma"),
+        ({"ppo": {"vf_coef": -1}}, "ppo.vf_coef"),
+        ({"ppo": {"gamma": 1.5}}, "ppo.gamma"),
     ],
 )
 def test_bad_config_names_the_key(config, key):
     with pytest.raises(ConfigError, match=f"config.{key}"):
         validate_config("glam", config)
+
+
+@pytest.mark.parametrize("key", ["learning_rate", "num_envs", "gamma", "lora_layers", "device"])
+def test_a_flat_llm_ppo_key_is_refused_with_its_place_in_the_ppo_group(key: str):
+    """LLM-PPO's settings are one group, declared once (`LlmPpoSettings`): a flat key, as
+    experiment files wrote them before, is refused naming where it went."""
+    with pytest.raises(
+        ConfigError, match=rf"config\.{key}: moved into the ppo group: write ppo\.{key}="
+    ):
+        validate_config("glam", {key: 1})
+    sweep = spec_from_arguments("glam", [f"{key}=[1,2]"])
+    with pytest.raises(ConfigError, match=rf"grid\.{key}: moved into the ppo group"):
+        plan_experiment(sweep, "flat-key")
+
+
+def test_a_ppo_key_is_set_in_yaml_on_the_command_line_and_as_a_grid_axis():
+    """`ppo: {...}`, `ppo.<key>=...` and a `ppo.<key>=[...]` grid axis reach the same group;
+    the keys not given keep the group's defaults."""
+    config = validate_config("glam", {"ppo": {"learning_rate": 0.001, "num_envs": 4}})
+    assert (config.ppo.learning_rate, config.ppo.num_envs, config.ppo.num_steps) == (0.001, 4, 40)
+    sweep = spec_from_arguments("glam", ["ppo.learning_rate=[0.001,0.0001]", "ppo.num_envs=4"])
+    planned = plan_experiment(sweep, "ppo-grid")
+    assert [run.point for run in planned] == [
+        {"ppo.learning_rate": 0.001},
+        {"ppo.learning_rate": 0.0001},
+    ]
+    assert [(r.config["ppo"]["learning_rate"], r.config["ppo"]["num_envs"]) for r in planned] == [
+        (0.001, 4),
+        (0.0001, 4),
+    ]
+    with pytest.raises(ConfigError, match=r"config\.ppo\.learning_rat: unknown key"):
+        plan_experiment(spec_from_arguments("glam", ["ppo.learning_rat=[1,2]"]), "typo")
 
 
 @pytest.mark.parametrize("old", ["rollout_steps", "lora_rank"])
@@ -133,12 +167,14 @@ def test_a_tiny_run_trains_and_compares_the_methods(tiny_gateway: Path, tmp_path
         "methods": ["zero-shot", "glam", "random"],
         "eval_every": 5,
         "train_steps": 16 * 10,
-        "num_envs": 8,
-        "num_steps": 2,
-        "minibatch_size": 16,
-        "update_epochs": 2,
-        "learning_rate": 1e-2,
-        "reduction": "mean",
+        "ppo": {
+            "num_envs": 8,
+            "num_steps": 2,
+            "minibatch_size": 16,
+            "update_epochs": 2,
+            "learning_rate": 1e-2,
+            "reduction": "mean",
+        },
         "eval_episodes": 6,
         "greedy": True,  # argmax: the trained policy's one step is certain
     }

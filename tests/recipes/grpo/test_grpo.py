@@ -41,7 +41,8 @@ def lora_b(adapter: Path) -> dict[str, object]:
         ({"methods": ["grpo", "ppo"]}, "methods"),
         ({"scale_rewards": "max"}, "scale_rewards"),
         ({"device": "tpu"}, "device"),
-        ({"glam": {"num_envs": 0}}, "glam.num_envs"),
+        ({"glam": {"ppo": {"num_envs": 0}}}, "glam.*ppo.num_envs"),
+        ({"glam": {"num_envs": 8}}, "glam.*num_envs"),  # a flat key: refused
         ({"glam": {"train_steps": 5}}, "glam"),  # the recipe's own key, set at the top
     ],
 )

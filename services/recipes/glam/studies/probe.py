@@ -40,8 +40,8 @@ from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.options import add_model_options, parse_model_options
 
 # the recipe's keys this study takes, and its defaults where they differ from the recipe's
-RECIPE_KEYS = ["env", "model", "train_steps", "num_envs", "reduction", "seed"]
-STUDY_DEFAULTS = {"train_steps": 2560, "num_envs": 8, "reduction": "mean"}
+RECIPE_KEYS = ["env", "model", "train_steps", "ppo.num_envs", "ppo.reduction", "seed"]
+STUDY_DEFAULTS = {"train_steps": 2560, "ppo.num_envs": 8, "ppo.reduction": "mean"}
 
 
 def read_examples(path: Path) -> list[tuple[str, str]]:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     held_out = config.seed + config.eval_seed_offset
     splits = {"train": (config.seed, config.train_steps), "test": (held_out, args.test_steps)}
     # files are named by what they hold, so a rerun with other settings never reads stale ones
-    bot_name = f"{config.env}-e{config.num_envs}".replace("/", "_")
+    bot_name = f"{config.env}-e{config.ppo.num_envs}".replace("/", "_")
     model_name = f"{Path(config.model).name}-L{'_'.join(map(str, args.layers))}"
     data = {}
     for split, (seed, steps) in splits.items():
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     config.env,
                     path.with_suffix(".part"),
                     steps=steps,
-                    num_envs=config.num_envs,
+                    num_envs=config.ppo.num_envs,
                     seed=seed,
                     on_progress=bar.update,
                 )
@@ -231,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     test_prompts = [prompt for prompt, _ in data["test"]]
-    probs = zero_shot_policy(policy, test_prompts, env_phrases, config.reduction, args.batch_size)
+    probs = zero_shot_policy(
+        policy, test_prompts, env_phrases, config.ppo.reduction, args.batch_size
+    )
     target = np.array([env_phrases.index(y) for y in labels["test"]])
     figures["zero_shot"] = {
         "argmax_accuracy": float(np.mean(probs.argmax(-1) == target)),
@@ -257,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     zero = figures["zero_shot"]
     print(
-        f"| zero-shot GLAM policy ({config.reduction}), argmax | | {zero['argmax_accuracy']:.3f} |"
+        f"| zero-shot GLAM policy ({config.ppo.reduction}), argmax | "
+        f"| {zero['argmax_accuracy']:.3f} |"
     )
     print(
         f"\nzero-shot policy's mean probability of the bot's action: "

@@ -52,8 +52,8 @@ from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.options import add_model_options, parse_model_options
 
 # the recipe's keys this study takes, and its defaults where they differ from the recipe's
-RECIPE_KEYS = ["env", "gamma", "reward_scale", "num_envs", "num_steps", "seed"]
-STUDY_DEFAULTS = {"num_envs": 8}  # the reported setting's envs per PPO update
+RECIPE_KEYS = ["env", "ppo.gamma", "ppo.reward_scale", "ppo.num_envs", "ppo.num_steps", "seed"]
+STUDY_DEFAULTS = {"ppo.num_envs": 8}  # the reported setting's envs per PPO update
 
 # mean probabilities of turn left / turn right / go forward / pick up / drop / toggle over the
 # held-out steps of the README's runs (the zero-shot model; GLAM's LoRA after 1,280 env steps)
@@ -106,7 +106,7 @@ def measure(args: argparse.Namespace, config: GlamConfig, level: str, name: str)
     probs = normalised(BEHAVIOURS[name])
     rng = np.random.default_rng(config.seed)
     env = BabyAITextEnv(level=level, expert=True)
-    discounting = (config.gamma, config.reward_scale)
+    discounting = (config.ppo.gamma, config.ppo.reward_scale)
     gaps, within, correct_returns, wrong_returns = [], [], [], []
     steps = episodes = successes = 0
     episode_seed = config.seed
@@ -147,7 +147,9 @@ def measure(args: argparse.Namespace, config: GlamConfig, level: str, name: str)
         for label, sigma in (("perfect_baseline", noise_within), ("constant", noise_total))
     }
     turn_share = len(gaps) / steps
-    per_update = config.num_envs * config.num_steps * turn_share * float(probs[list(TURNS)].sum())
+    per_update = (
+        config.ppo.num_envs * config.ppo.num_steps * turn_share * float(probs[list(TURNS)].sum())
+    )
     updates = {
         label: args.bc_turn_labels / (share * per_update) if share > 0 else None
         for label, share in label_share.items()
