@@ -100,6 +100,7 @@ REFUSAL_WAIT_S = 10.0
 MAX_PHRASE_CHARS = 1000
 # WebSocket close codes: policy violation (unknown env), try again later (capacity).
 CLOSE_UNKNOWN, CLOSE_CAPACITY = 1008, 1013
+CLOSE_IDLE = 1001  # going away: the server ends a session that sent nothing for openenv_idle_s
 
 
 class OpenEnvError(Exception):
@@ -449,8 +450,9 @@ class OpenEnvEndpoints:
     """The OpenEnv routes of a simulator: sessions counted by `servicer`, envs built with its
     `build_world` (so a world's cost bounds apply), stepped on a pool of threads."""
 
-    def __init__(self, servicer: SimulatorServicer) -> None:
+    def __init__(self, servicer: SimulatorServicer, idle_s: float) -> None:
         self.servicer = servicer
+        self.idle_s = idle_s
         # a session holds at most one thread at a time, and sessions are capped by
         # max_connections: this many threads step them all at once
         self.executor = ThreadPoolExecutor(
@@ -545,7 +547,11 @@ class OpenEnvEndpoints:
         try:
             await websocket.accept()
             while True:
-                message = await websocket.receive()
+                try:
+                    message = await asyncio.wait_for(websocket.receive(), self.idle_s)
+                except TimeoutError:  # an abandoned client gives its place back
+                    await self._close_idle(websocket, env)
+                    return
                 if message["type"] == "websocket.disconnect":
                     break
                 answer = await self._answer(session, message)
@@ -616,6 +622,21 @@ class OpenEnvEndpoints:
                 exc, "message", "a message is {'type': ..., 'data': {...}}"
             ) from None
         return parsed.type, parsed.data
+
+    async def _close_idle(self, websocket: WebSocket, env: str) -> None:
+        """Tell an idle session why it ends (its client raises the message on its next
+        call), then close it; the caller's `finally` frees its env and connection."""
+        exc = OpenEnvError(
+            "openenv_idle_s",
+            f"this session sent no message for {self.idle_s:g} s (the simulator's "
+            "openenv_idle_s) and was closed; open a new session",
+            "SESSION_IDLE",
+        )
+        self.servicer.metrics.error("openenv_session_idle", exc.field)
+        log_event(logger, "openenv session idle", env=env, idle_s=self.idle_s)
+        with _suppress_closed():
+            await websocket.send_text(json.dumps({"type": "error", "data": _error_data(exc)}))
+            await websocket.close(code=CLOSE_IDLE, reason="openenv_idle_s")
 
     async def _refuse(self, websocket: WebSocket, exc: OpenEnvError) -> None:
         """Accept, answer the client's first message with the refusal, close: OpenEnv's client
@@ -728,16 +749,20 @@ def websockets_available() -> bool:
 
 
 def simulator_app(
-    servicer: SimulatorServicer, token: str | None, check: Callable[[], dict[str, Any]]
+    servicer: SimulatorServicer,
+    token: str | None,
+    check: Callable[[], dict[str, Any]],
+    idle_s: float,
 ) -> tuple[Any, OpenEnvEndpoints]:
-    """The FastAPI app of the simulator's HTTP port, and its OpenEnv endpoints."""
+    """The FastAPI app of the simulator's HTTP port, and its OpenEnv endpoints (sessions
+    closed after `idle_s` seconds without a message)."""
     from fastapi import FastAPI
 
     from llmrl.common.auth import add_bearer_auth
     from llmrl.common.http import ERROR_RESPONSES, configured_max_body_bytes, guard_app
     from llmrl.common.metrics import add_health_and_metrics
 
-    endpoints = OpenEnvEndpoints(servicer)
+    endpoints = OpenEnvEndpoints(servicer, idle_s)
     app = FastAPI(
         title="llmrl simulator",
         version="1",

@@ -18,7 +18,10 @@ refused naming the setting, the current use and the limit:
 * `grace_s` (seconds open streams get to finish at shutdown, default 1; a finite number up to
   600, so that a shutdown ends),
 * `openenv` (serve the OpenEnv endpoints on the HTTP port, default true). An OpenEnv session
-  counts as one connection holding one env against `max_connections` and `max_envs_total`.
+  counts as one connection holding one env against `max_connections` and `max_envs_total`;
+* `openenv_idle_s` (default 600): an OpenEnv session that sends no message for this long is
+  closed with an error naming the setting, so an abandoned client gives its place back (a
+  finite number of seconds, up to a day).
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "max_workers_per_world": MAX_WORKERS_PER_WORLD,
     "max_workers_total": MAX_WORKERS_TOTAL,
     "openenv": True,
+    "openenv_idle_s": 600.0,
 }
+MAX_IDLE_S = 86_400.0  # an idle session is closed after at most a day
 MAX_GRACE_S = 600.0  # a shutdown waits at most this long for open streams
 _COUNT_SETTINGS = ("max_connections", "max_envs_per_world", "max_worlds_per_connection",
                    "max_envs_total", "max_workers_per_world", "max_workers_total")  # fmt: skip
@@ -105,16 +110,20 @@ def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{name}: expected an integer >= 1, got {merged[name]!r}")
     if not isinstance(merged["openenv"], bool):
         raise ValueError(f"openenv: expected true or false, got {merged['openenv']!r}")
-    grace = merged["grace_s"]
-    if (
-        isinstance(grace, bool)
-        or not isinstance(grace, int | float)
-        or not math.isfinite(grace)
-        or not 0 <= grace <= MAX_GRACE_S
-    ):  # a shutdown must end: inf (or nan, or a string) would wait forever, or fail late
-        raise ValueError(
-            f"grace_s: expected a finite number of seconds from 0 to {MAX_GRACE_S:g}, got {grace!r}"
-        )
+    # a shutdown must end, an idle session must be closed: inf (or nan, or a string) would
+    # wait forever, or fail late
+    for name, low, high in (("grace_s", 0, MAX_GRACE_S), ("openenv_idle_s", 1, MAX_IDLE_S)):
+        value = merged[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            raise ValueError(
+                f"{name}: expected a finite number of seconds from {low:g} to {high:g}, "
+                f"got {value!r}"
+            )
     return merged
 
 
@@ -148,7 +157,8 @@ def serve(host: str, port: int, grpc_port: int | None, settings: dict[str, Any])
         }
 
     try:
-        http = _start_http(servicer, token, host, port, check, options["openenv"], logger)
+        openenv = options["openenv_idle_s"] if options["openenv"] else None
+        http = _start_http(servicer, token, host, port, check, openenv, logger)
     except (OSError, ValueError) as exc:  # a busy port, or a bad LLMRL_AUTH_OPEN
         grpc_server.stop(grace=None)
         raise SystemExit(f"simulator: cannot serve HTTP on {host}:{port}: {exc}") from None
@@ -191,12 +201,13 @@ def _start_http(
     host: str,
     port: int,
     check: Callable[[], dict[str, Any]],
-    openenv: bool,
+    openenv: float | None,
     logger: Any,
 ) -> _Http:
-    """The HTTP port: FastAPI with /health, /metrics and the OpenEnv routes; without `openenv`
-    (or without FastAPI/uvicorn installed) the small stdlib server of /health and /metrics."""
-    if openenv:
+    """The HTTP port: FastAPI with /health, /metrics and the OpenEnv routes, whose idle
+    sessions close after `openenv` seconds; with None (or without FastAPI/uvicorn installed)
+    the small stdlib server of /health and /metrics."""
+    if openenv is not None:
         try:
             from llmrl.simulator.openenv_server import (
                 HttpServer,
@@ -204,7 +215,7 @@ def _start_http(
                 websockets_available,
             )
 
-            app, endpoints = simulator_app(servicer, token, check)
+            app, endpoints = simulator_app(servicer, token, check, idle_s=openenv)
         except ImportError as exc:  # the `serve` extra is not installed: no OpenEnv
             log_event(logger, "openenv unavailable", reason=f"{exc.name} is not installed")
         else:

@@ -22,6 +22,7 @@ from openenv.core.generic_client import GenericEnvClient
 from support.processes import wait_until
 from support.sim_server import AUTH, TOKEN, Server, start_server, stop_server
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from llmrl.simulator.client import RemoteWorld
 from llmrl.simulator.world import World
@@ -202,6 +203,32 @@ def test_sessions_and_worlds_share_max_envs_total() -> None:
                 assert not third.reset(seed=0).done
     finally:
         assert stop_server(capped)[0] == 0
+
+
+def test_an_idle_session_is_closed_and_gives_its_place_back() -> None:
+    """A client that stops sending is closed after openenv_idle_s, with an error naming the
+    setting on its next call; with one connection allowed, the next client gets the place."""
+    idle = start_server({"max_connections": 1, "openenv_idle_s": 1})
+    try:
+        with session(idle, BABYAI) as abandoned:
+            assert not abandoned.reset(seed=0).done
+            wait_until(lambda: idle.health()["openenv_sessions"] == 0, 30, "the idle close")
+            # the server's close (1001, going away) names the setting
+            with pytest.raises(ConnectionClosed, match=r"1001.*openenv_idle_s"):
+                abandoned.step({"phrase": "go forward"})
+        with session(idle, BABYAI) as next_client:  # the one connection is free again
+            assert not next_client.reset(seed=1).done
+            assert "text" in next_client.step({"phrase": "go forward"}).observation
+    finally:
+        assert stop_server(idle)[0] == 0
+
+
+def test_an_unusable_idle_setting_is_refused_naming_it() -> None:
+    from llmrl.simulator.service import _check_settings
+
+    for value in (0, float("inf"), "soon", True, 10**6):
+        with pytest.raises(ValueError, match=r"^openenv_idle_s: expected a finite number"):
+            _check_settings({"openenv_idle_s": value})
 
 
 def test_a_session_without_the_token_is_refused(server: Server) -> None:
