@@ -11,11 +11,13 @@ TTL, and a small in-process LRU in front of either serves repeated hits without 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from pathlib import Path
@@ -95,7 +97,11 @@ def cache_namespace(key_id: str | None, share: str) -> str:
 
 
 class ResponseCache(ABC):
-    """A key → JSON-able value store with a TTL (0: keep forever)."""
+    """A key → JSON-able value store with a TTL (0: keep forever). A store that `serves_async`
+    is read and written from an event loop too (`aget`, `aput`): Redis, through a client of
+    that loop's own."""
+
+    serves_async = False
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
@@ -106,6 +112,12 @@ class ResponseCache(ABC):
     @abstractmethod
     def put(self, key: str, value: dict[str, Any]) -> None: ...
 
+    async def aget(self, key: str) -> dict[str, Any] | None:
+        raise NotImplementedError(f"{type(self).__name__} is not read from an event loop")
+
+    async def aput(self, key: str, value: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not written from an event loop")
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
@@ -113,10 +125,18 @@ class ResponseCache(ABC):
 class NullCache(ResponseCache):
     """No cache at all (cache.backend: none)."""
 
+    serves_async = True
+
     def get(self, key: str) -> dict[str, Any] | None:
         return None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
+        return None
+
+    async def aget(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    async def aput(self, key: str, value: dict[str, Any]) -> None:
         return None
 
 
@@ -164,24 +184,51 @@ class SqliteCache(ResponseCache):
 class RedisCache(ResponseCache):
     """Keys `<prefix><sha256>` holding JSON, expiring through Redis's own TTL."""
 
+    serves_async = True
+
     def __init__(self, url: str, ttl_s: float, prefix: str = "llmrl:llm_cache:") -> None:
         super().__init__(ttl_s)
         import redis
 
         self.prefix = prefix
+        self._url = url
         self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._redis.ping()  # fail at start-up, not on the first request
+        # an event loop's own client (redis.asyncio's connections belong to one loop)
+        self._async: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+    def _ttl_ms(self) -> int | None:
+        return max(1, int(self.ttl_s * 1000)) if self.ttl_s > 0 else None
 
     def get(self, key: str) -> dict[str, Any] | None:
         raw = self._redis.get(self.prefix + key)
         return None if raw is None else json.loads(raw)
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        ttl_ms = max(1, int(self.ttl_s * 1000)) if self.ttl_s > 0 else None
-        self._redis.set(self.prefix + key, json.dumps(value), px=ttl_ms)
+        self._redis.set(self.prefix + key, json.dumps(value), px=self._ttl_ms())
+
+    def _loop_client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            import redis.asyncio
+
+            client = self._async[loop] = redis.asyncio.Redis.from_url(
+                self._url, socket_timeout=5, socket_connect_timeout=5
+            )
+        return client
+
+    async def aget(self, key: str) -> dict[str, Any] | None:
+        raw = await self._loop_client().get(self.prefix + key)
+        return None if raw is None else json.loads(raw)
+
+    async def aput(self, key: str, value: dict[str, Any]) -> None:
+        await self._loop_client().set(self.prefix + key, json.dumps(value), px=self._ttl_ms())
 
     def close(self) -> None:
         self._redis.close()
+        # the loops' clients: their connections close with their loops (uvicorn's at shutdown)
+        self._async.clear()
 
 
 class FrontedCache(ResponseCache):
@@ -205,6 +252,23 @@ class FrontedCache(ResponseCache):
                 self._entries.popitem(last=False)
 
     def get(self, key: str) -> dict[str, Any] | None:
+        value = self._local(key)
+        if value is not None:
+            return value
+        value = self.store.get(key)
+        if value is not None:
+            self._remember(key, value)  # (its remaining TTL in the store may be shorter)
+        return value
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put(key, value)
+        self._remember(key, value)
+
+    @property
+    def serves_async(self) -> bool:  # type: ignore[override]
+        return self.store.serves_async
+
+    def _local(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -213,13 +277,19 @@ class FrontedCache(ResponseCache):
                     self._entries.move_to_end(key)
                     return value
                 del self._entries[key]
-        value = self.store.get(key)
+        return None
+
+    async def aget(self, key: str) -> dict[str, Any] | None:
+        value = self._local(key)
         if value is not None:
-            self._remember(key, value)  # (its remaining TTL in the store may be shorter)
+            return value
+        value = await self.store.aget(key)
+        if value is not None:
+            self._remember(key, value)
         return value
 
-    def put(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put(key, value)
+    async def aput(self, key: str, value: dict[str, Any]) -> None:
+        await self.store.aput(key, value)
         self._remember(key, value)
 
     def close(self) -> None:

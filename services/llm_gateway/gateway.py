@@ -9,6 +9,7 @@ Both clients, the gRPC service and the REST API call this class.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import random
@@ -64,7 +65,7 @@ from llmrl.llm_gateway.keys import (
     digest_of,
     new_key,
 )
-from llmrl.llm_gateway.ledger import Ledger
+from llmrl.llm_gateway.ledger import Ledger, Reservation
 from llmrl.llm_gateway.ledger_store import LedgerStore, RedisLedgerStore, SqliteLedgerStore
 from llmrl.llm_gateway.metrics import GatewayMetrics
 from llmrl.llm_gateway.names import check_adapter
@@ -157,6 +158,125 @@ class _Outcome:
     cost_usd: float
     latency_s: float
     model: str
+
+
+@dataclass
+class _Job:
+    """One request through the pipeline (`Gateway._job`)."""
+
+    op: str
+    request: Any  # GenerateRequest | ScoreRequest | EmbedRequest
+    name: str
+    backend: Backend
+    label: str  # <model> or <model>:<adapter>
+    sampled: bool
+    completion_tokens: int  # the most it may generate (its budget estimate)
+    cacheable: bool
+    recorded: bool  # its run keeps its calls
+    document: dict[str, Any]
+    key: str
+    started: float
+
+
+def _generation_payload(result: Any) -> dict[str, Any]:
+    """A backend's `Generation` as the cache and the call log keep it."""
+    payload = {
+        "texts": result.texts,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "finish_reasons": result.finish_reasons,
+    }
+    if result.logprobs is not None:  # absent otherwise: older answers read the same
+        payload["logprobs"] = result.logprobs
+    return payload
+
+
+def _chat_result(outcome: _Outcome) -> ChatResult:
+    payload = outcome.payload
+    return ChatResult(
+        texts=list(payload["texts"]),
+        model=outcome.model,
+        prompt_tokens=payload["prompt_tokens"],
+        completion_tokens=payload["completion_tokens"],
+        cost_usd=outcome.cost_usd,
+        cached=outcome.cached,
+        latency_s=outcome.latency_s,
+        finish_reasons=list(payload.get("finish_reasons", [])),
+        logprobs=payload.get("logprobs"),
+    )
+
+
+class _Retries:
+    """The attempts of one model call: model `name`, then each fallback, a remote one retried
+    with exponential backoff that honours Retry-After, all within the request's timeout. The
+    caller makes each attempt `attempts()` yields and reports a retryable failure to `failed`
+    (which says how long to wait before the next); a thread sleeps, an event loop awaits."""
+
+    def __init__(self, gateway: Gateway, name: str, timeout_s: float | None) -> None:
+        self.gateway, self.name = gateway, name
+        self.timeout = gateway._timeout(name, timeout_s)
+        self.deadline = time.monotonic() + self.timeout
+        self.last: RetryableUpstreamError | None = None
+        self._retry = False
+        self._model, self._attempt, self._tries = name, 0, 1
+        self._attempt_timeout = self._remaining = 0.0
+
+    def attempts(self) -> Iterator[tuple[str, Backend, float]]:
+        """(model, backend, this attempt's timeout) until one answers; raises
+        GatewayTimeoutError past the deadline, UpstreamError when every attempt failed."""
+        gateway = self.gateway
+        chain = gateway._fallback_chain(self.name)
+        for model in chain:
+            backend = gateway.backend(model)
+            config = gateway.settings.models[model]
+            tries = config.max_retries + 1 if backend.remote else 1
+            for attempt in range(tries):
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    raise GatewayTimeoutError(
+                        f"model {self.name!r} did not answer within the request's timeout of "
+                        f"{self.timeout:g} s"
+                        + (f" (last error: {self.last})" if self.last else ""),
+                        "timeout_s",
+                    )
+                self._model, self._attempt, self._tries = model, attempt, tries
+                self._remaining = remaining
+                self._attempt_timeout = min(remaining, config.timeout_s)
+                self._retry = False
+                yield model, backend, self._attempt_timeout
+                if not self._retry:  # (resumed only after a failure)
+                    break
+            if model != chain[-1]:
+                log_event(log, "falling back", logging.WARNING, model=model, error=str(self.last))
+        tried = " then ".join(repr(m) for m in chain)
+        raise UpstreamError(f"model {tried} failed after retries: {self.last}")
+
+    def failed(self, exc: RetryableUpstreamError) -> float | None:
+        """The last attempt failed retryably: the seconds to wait before the same model's next
+        attempt, or None to go on to the next model (no attempt left, or waiting would pass
+        the deadline). Raises GatewayTimeoutError when the attempt timed out at the deadline."""
+        self.last = exc
+        if exc.timed_out and self._attempt_timeout >= self._remaining:
+            raise GatewayTimeoutError(
+                f"model {self.name!r} did not answer within the request's timeout of "
+                f"{self.timeout:g} s",
+                "timeout_s",
+            ) from None
+        if self._attempt + 1 >= self._tries:
+            return None
+        config = self.gateway.settings.models[self._model]
+        backoff = min(config.max_backoff_s, config.backoff_s * 2**self._attempt)
+        delay = max(backoff * random.uniform(0.5, 1.0), exc.retry_after_s or 0.0)
+        if delay >= self.deadline - time.monotonic():
+            return None  # waiting would pass the deadline: go to the fallback now
+        reason = str(exc.status) if exc.status else "network"
+        self.gateway.metrics.retries.labels(self._model, reason).inc()
+        log_event(
+            log, "retrying", logging.WARNING, model=self._model, attempt=self._attempt + 1,
+            delay_s=round(delay, 3), reason=reason,
+        )  # fmt: skip
+        self._retry = True
+        return delay
 
 
 class Gateway:
@@ -338,12 +458,30 @@ class Gateway:
             return self._generate(request)
 
     def _generate(self, request: GenerateRequest) -> ChatResult:
+        op, name, adapter, backend, key_params = self._generation_job(request)
+
+        def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
+            if request.wants_logprobs:  # echo, logprobs or token ids: OpenAI's legacy shape
+                result = backend.complete_logprobs(request, adapter, timeout_s)
+            else:
+                result = backend.generate(request, adapter, timeout_s)
+            return _generation_payload(result)
+
+        outcome = self._execute(
+            op, request, name, adapter, backend, key_params, request.sampled,
+            completion_tokens=request.max_tokens * request.n, call=call,
+        )  # fmt: skip
+        return _chat_result(outcome)
+
+    def _generation_job(self, request: GenerateRequest) -> tuple[str, str, str, Backend, dict]:
+        """The checks of a generation before any cache or model: (op, model, adapter, backend,
+        cache key parameters)."""
         request.validate()
-        op = request.op
         if request.messages is not None:
             self._check_prompt_chars([m["content"] for m in request.messages], "messages")
         else:
             self._check_prompt_chars([request.prompt or ""], "prompt")
+        op = request.op
         name, adapter, backend = self._resolve(request.model, self.settings.default_model, op)
         if request.guided_lines is not None and not backend.guided_decoding:
             raise InvalidRequestError(
@@ -352,39 +490,74 @@ class Gateway:
                 "guided_lines",
             )
         self._check_prompt_size(request, backend, "messages" if request.messages else "prompt")
-        key_params = request.key_params()
+        return op, name, adapter, backend, request.key_params()
 
-        def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
-            if request.wants_logprobs:  # echo, logprobs or token ids: OpenAI's legacy shape
-                result = backend.complete_logprobs(request, adapter, timeout_s)
-            else:
-                result = backend.generate(request, adapter, timeout_s)
-            payload = {
-                "texts": result.texts,
-                "prompt_tokens": result.prompt_tokens,
-                "completion_tokens": result.completion_tokens,
-                "finish_reasons": result.finish_reasons,
-            }
-            if result.logprobs is not None:  # absent otherwise: older answers read the same
-                payload["logprobs"] = result.logprobs
-            return payload
+    # -- generation on an event loop (the REST routes) -------------------------------------------
+    def generates_async(self, request: GenerateRequest) -> bool:
+        """Whether `agenerate` serves `request` on the event loop that calls it, with no hop to
+        a worker thread: its model and fallbacks are loaded and call their engines from a loop
+        (`Backend.serves_async`: an `openai` engine on plain http), its model has no fair gate
+        (local models have), and the cache is read and written from a loop too (Redis, or
+        none). Anything else is served by `generate` in a worker thread."""
+        if not self.cache.serves_async:
+            return False
+        spec = self.settings.default_model if request.model in (None, "") else request.model
+        if not isinstance(spec, str):
+            return False
+        lora = self._loras.get(spec)
+        name, adapter = lora if lora is not None else spec.partition(":")[::2]
+        if name not in self.settings.models:
+            return False  # refused by `generate`, in its words
+        backend = self._backends.get(name)
+        if backend is None or self.admission.gate(name, backend) is not None:
+            return False
+        for model in self._fallback_chain(name):
+            backend = self._backends.get(model)
+            if backend is None or not backend.serves_async(request, adapter):
+                return False
+        return True
 
-        outcome = self._execute(
-            op, request, name, adapter, backend, key_params, request.sampled,
-            completion_tokens=request.max_tokens * request.n, call=call,
-        )  # fmt: skip
-        payload = outcome.payload
-        return ChatResult(
-            texts=list(payload["texts"]),
-            model=outcome.model,
-            prompt_tokens=payload["prompt_tokens"],
-            completion_tokens=payload["completion_tokens"],
-            cost_usd=outcome.cost_usd,
-            cached=outcome.cached,
-            latency_s=outcome.latency_s,
-            finish_reasons=list(payload.get("finish_reasons", [])),
-            logprobs=payload.get("logprobs"),
-        )
+    async def agenerate(self, request: GenerateRequest) -> ChatResult:
+        """`generate` on the running event loop, where `generates_async` says it can be: the
+        same checks, cache, budget, retries, fallbacks, ledger and metrics."""
+        with self._accounted_errors(request.op, request):
+            op, name, adapter, backend, key_params = self._generation_job(request)
+
+            async def call(backend: Backend, timeout_s: float) -> dict[str, Any]:
+                return _generation_payload(await backend.agenerate(request, adapter, timeout_s))
+
+            job = self._job(
+                op, request, name, adapter, backend, key_params, request.sampled,
+                request.max_tokens * request.n,
+            )  # fmt: skip
+            if job.cacheable:
+                hit = await self._acache_get(job.key)
+                if hit is not None:
+                    return _chat_result(self._served_from_cache(job, hit))
+            reservation = self._reserve_for(job)
+            try:
+                retries = _Retries(self, name, request.timeout_s)
+                for model, model_backend, attempt_timeout in retries.attempts():
+                    try:
+                        payload, used = await call(model_backend, attempt_timeout), model
+                        break
+                    except RetryableUpstreamError as exc:
+                        delay = retries.failed(exc)
+                        if delay is not None:
+                            await asyncio.sleep(delay)
+            except GatewayError:
+                self.ledger.release(reservation)
+                raise
+            except Exception as exc:
+                self.ledger.release(reservation)
+                raise self._model_failure(name, exc) from exc
+            except BaseException:  # cancelled: the reservation must not stay held
+                self.ledger.release(reservation)
+                raise
+            outcome = self._answered(job, payload, used, reservation)
+            if job.cacheable and used == name:
+                await self._acache_put(job.key, payload)
+            return _chat_result(outcome)
 
     def score(self, request: ScoreRequest) -> ScoreResult:
         with self._accounted_errors("score", request):
@@ -624,12 +797,41 @@ class Gateway:
         completion_tokens: int,
         call: Callable[[Backend, float], dict[str, Any]],
     ) -> _Outcome:
-        started = time.perf_counter()
-        run_id, tag = request.run_id, request.tag
-        label = f"{name}:{adapter}" if adapter else name
-        backend_name = backend.config.backend
+        job = self._job(op, request, name, adapter, backend, key_params, sampled,
+                        completion_tokens)  # fmt: skip
+        if job.cacheable:
+            hit = self._cache_get(job.key)
+            if hit is not None:
+                return self._served_from_cache(job, hit)
+        reservation = self._reserve_for(job)
+        try:
+            payload, used = self._fair_call(name, backend, request, call)
+        except GatewayError:
+            self.ledger.release(reservation)
+            raise
+        except Exception as exc:  # a bug or a model failure: never take the server down
+            self.ledger.release(reservation)
+            raise self._model_failure(name, exc) from exc
+        outcome = self._answered(job, payload, used, reservation)
+        if job.cacheable and used == name:  # a fallback's answer is not the primary's
+            self._cache_put(job.key, payload)
+        return outcome
+
+    def _job(
+        self,
+        op: str,
+        request: GenerateRequest | ScoreRequest | EmbedRequest,
+        name: str,
+        adapter: str,
+        backend: Backend,
+        key_params: dict[str, Any],
+        sampled: bool,
+        completion_tokens: int,
+    ) -> _Job:
+        """What the pipeline knows of a request before its cache lookup: its cache key (when
+        it is cacheable, or its run keeps its calls) among the rest."""
         cacheable = request.cache == "always" or (request.cache == "auto" and not sampled)
-        recorded = self.ledger.records_calls(run_id)  # the run keeps its calls (call_log)
+        recorded = self.ledger.records_calls(request.run_id)  # the run keeps its calls
         document: dict[str, Any] = {}
         key = ""
         if cacheable or recorded:
@@ -638,58 +840,62 @@ class Gateway:
                 namespace=request.cache_namespace, **key_params,
             )  # fmt: skip
             key = document_key(document)
+        label = f"{name}:{adapter}" if adapter else name
+        return _Job(op, request, name, backend, label, sampled, completion_tokens, cacheable,
+                    recorded, document, key, time.perf_counter())  # fmt: skip
 
-        def keep(payload: dict[str, Any], cached: bool) -> None:
-            if recorded:
-                call = CallRecord(key, op, label, document, payload, sampled, cached)
-                self.ledger.record_call(run_id, call, self._call_settings())
+    def _keep(self, job: _Job, payload: dict[str, Any], cached: bool) -> None:
+        if job.recorded:
+            call = CallRecord(job.key, job.op, job.label, job.document, payload, job.sampled,
+                              cached)  # fmt: skip
+            self.ledger.record_call(job.request.run_id, call, self._call_settings())
 
-        if cacheable:
-            hit = self._cache_get(key)
-            if hit is not None:
-                latency = time.perf_counter() - started
-                self.ledger.record(run_id, tag, cached=True, latency_s=latency)
-                keep(hit, cached=True)
-                self._observe(op, backend_name, label, "hit", latency)
-                return _Outcome(hit, True, 0.0, latency, label)
+    def _served_from_cache(self, job: _Job, hit: dict[str, Any]) -> _Outcome:
+        latency = time.perf_counter() - job.started
+        self.ledger.record(job.request.run_id, job.request.tag, cached=True, latency_s=latency)
+        self._keep(job, hit, cached=True)
+        self._observe(job.op, job.backend.config.backend, job.label, "hit", latency)
+        return _Outcome(hit, True, 0.0, latency, job.label)
 
-        estimate = self._estimate_usd(request, name, backend, completion_tokens)
-        reservation = self.ledger.reserve(run_id, estimate)
-        try:
-            payload, used = self._fair_call(name, backend, request, call)
-        except GatewayError:
-            self.ledger.release(reservation)
-            raise
-        except Exception as exc:  # a bug or a model failure: never take the server down
-            self.ledger.release(reservation)
-            log.exception("request to model %s failed", name)
-            raise GatewayError(f"model {name!r} failed: {type(exc).__name__}") from exc
+    def _reserve_for(self, job: _Job) -> Reservation:
+        estimate = self._estimate_usd(job.request, job.name, job.backend, job.completion_tokens)
+        return self.ledger.reserve(job.request.run_id, estimate)
+
+    @staticmethod
+    def _model_failure(name: str, exc: Exception) -> GatewayError:
+        log.exception("request to model %s failed", name)
+        return GatewayError(f"model {name!r} failed: {type(exc).__name__}")
+
+    def _answered(
+        self, job: _Job, payload: dict[str, Any], used: str, reservation: Reservation
+    ) -> _Outcome:
+        """Account a model's answer (`used`: the model that gave it, a fallback maybe): the
+        ledger settles the reservation at the real cost, the run keeps the call, metrics."""
+        request, name, op = job.request, job.name, job.op
         cost = self.settings.price(used).cost(
             payload["prompt_tokens"], payload["completion_tokens"]
         )
-        latency = time.perf_counter() - started
+        latency = time.perf_counter() - job.started
         self.ledger.record(
-            run_id, tag, cached=False, prompt_tokens=payload["prompt_tokens"],
+            request.run_id, request.tag, cached=False, prompt_tokens=payload["prompt_tokens"],
             completion_tokens=payload["completion_tokens"], cost_usd=cost, latency_s=latency,
             reservation=reservation,
         )  # fmt: skip
-        keep(payload, cached=False)
+        self._keep(job, payload, cached=False)
         self.admission.record_tokens(
             request.tenant, payload["prompt_tokens"] + payload["completion_tokens"]
         )
         used_backend = self.settings.models[used].backend
         self._observe(
-            op, used_backend, label if used == name else used,
-            "miss" if cacheable else "bypass", latency,
+            op, used_backend, job.label if used == name else used,
+            "miss" if job.cacheable else "bypass", latency,
         )  # fmt: skip
         self.metrics.tokens.labels(used_backend, used, "prompt").inc(payload["prompt_tokens"])
         self.metrics.tokens.labels(used_backend, used, "completion").inc(
             payload["completion_tokens"]
         )
         self.metrics.cost.labels(used_backend, used).inc(cost)
-        if cacheable and used == name:  # a fallback's answer is not the primary's
-            self._cache_put(key, payload)
-        return _Outcome(payload, False, cost, latency, label if used == name else used)
+        return _Outcome(payload, False, cost, latency, job.label if used == name else used)
 
     def _estimate_usd(
         self,
@@ -744,50 +950,15 @@ class Gateway:
         self, name: str, timeout_s: float | None, call: Callable[[Backend, float], dict[str, Any]]
     ) -> tuple[dict[str, Any], str]:
         """Call model `name`; retry remote failures with backoff, then try its fallbacks."""
-        timeout = self._timeout(name, timeout_s)
-        deadline = time.monotonic() + timeout
-        last: RetryableUpstreamError | None = None
-        chain = self._fallback_chain(name)
-        for model in chain:
-            backend = self.backend(model)
-            config = self.settings.models[model]
-            attempts = config.max_retries + 1 if backend.remote else 1
-            for attempt in range(attempts):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise GatewayTimeoutError(
-                        f"model {name!r} did not answer within the request's timeout of "
-                        f"{timeout:g} s" + (f" (last error: {last})" if last else ""),
-                        "timeout_s",
-                    )
-                attempt_timeout = min(remaining, config.timeout_s)
-                try:
-                    return call(backend, attempt_timeout), model
-                except RetryableUpstreamError as exc:
-                    last = exc
-                    if exc.timed_out and attempt_timeout >= remaining:
-                        raise GatewayTimeoutError(
-                            f"model {name!r} did not answer within the request's timeout of "
-                            f"{timeout:g} s",
-                            "timeout_s",
-                        ) from None
-                    if attempt + 1 >= attempts:
-                        break
-                    backoff = min(config.max_backoff_s, config.backoff_s * 2**attempt)
-                    delay = max(backoff * random.uniform(0.5, 1.0), exc.retry_after_s or 0.0)
-                    if delay >= deadline - time.monotonic():
-                        break  # waiting would pass the deadline: go to the fallback now
-                    reason = str(exc.status) if exc.status else "network"
-                    self.metrics.retries.labels(model, reason).inc()
-                    log_event(
-                        log, "retrying", logging.WARNING, model=model, attempt=attempt + 1,
-                        delay_s=round(delay, 3), reason=reason,
-                    )  # fmt: skip
+        retries = _Retries(self, name, timeout_s)
+        for model, backend, attempt_timeout in retries.attempts():
+            try:
+                return call(backend, attempt_timeout), model
+            except RetryableUpstreamError as exc:
+                delay = retries.failed(exc)
+                if delay is not None:
                     time.sleep(delay)
-            if model != chain[-1]:
-                log_event(log, "falling back", logging.WARNING, model=model, error=str(last))
-        tried = " then ".join(repr(m) for m in chain)
-        raise UpstreamError(f"model {tried} failed after retries: {last}")
+        raise AssertionError("unreachable: the attempts end by raising")
 
     def _call_settings(self) -> dict[str, Any]:
         """The settings note a run's kept calls carry (`call_log.settings_note`), made once."""
@@ -806,6 +977,19 @@ class Gateway:
     def _cache_put(self, key: str, payload: dict[str, Any]) -> None:
         try:
             self.cache.put(key, payload)
+        except Exception as exc:
+            log_event(log, "cache write failed", logging.WARNING, error=type(exc).__name__)
+
+    async def _acache_get(self, key: str) -> dict[str, Any] | None:
+        try:
+            return await self.cache.aget(key)
+        except Exception as exc:  # as `_cache_get`: an outage is a miss
+            log_event(log, "cache read failed", logging.WARNING, error=type(exc).__name__)
+            return None
+
+    async def _acache_put(self, key: str, payload: dict[str, Any]) -> None:
+        try:
+            await self.cache.aput(key, payload)
         except Exception as exc:
             log_event(log, "cache write failed", logging.WARNING, error=type(exc).__name__)
 

@@ -34,13 +34,13 @@ from llmrl.llm_gateway.rest_requests import (
     GatewayDep,
     cache_header,
     declared_body,
+    generated,
     in_thread,
     json_body,
     key_models,
     llmrl_extra,
     request_context,
     text_content,
-    unless_disconnected,
 )
 
 router = APIRouter()
@@ -181,7 +181,7 @@ async def _generation_answer(
     fields = {**_generation_fields(body), **(extra or {})}
     generates = [GenerateRequest(**prompt, **fields, **context) for prompt in prompts]
     results: list[ChatResult] = await asyncio.gather(
-        *(unless_disconnected(request, gateway.generate, generate) for generate in generates)
+        *(generated(request, gateway, generate) for generate in generates)
     )
     choices = []
     for result in results:

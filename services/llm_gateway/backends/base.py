@@ -88,6 +88,16 @@ class Backend:
     def generate(self, request: GenerateRequest, adapter: str, timeout_s: float) -> Generation:
         raise self._unsupported(request.op)
 
+    def serves_async(self, request: GenerateRequest, adapter: str) -> bool:
+        """Whether `agenerate` serves this request from an event loop (the REST routes then
+        run it there, with no hop to a worker thread); False: `generate` in a thread."""
+        return False
+
+    async def agenerate(
+        self, request: GenerateRequest, adapter: str, timeout_s: float
+    ) -> Generation:
+        raise self._unsupported(request.op)
+
     def score(self, request: ScoreRequest, adapter: str, timeout_s: float) -> Scores:
         raise self._unsupported("score")
 

@@ -32,9 +32,11 @@ never put in a message: provider error texts are redacted before they leave this
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +58,7 @@ from llmrl.llm_gateway.backends.base import (
     utf8_token_bound,
 )
 from llmrl.llm_gateway.backends.upstream_http import (
+    AsyncJsonHttpClient,
     JsonHttpClient,
     UpstreamBadAnswer,
     UpstreamStatus,
@@ -261,6 +264,9 @@ class OpenAIBackend(Backend):
         )
         # plain http engines (no proxy): the lean client (`upstream_http`); else the SDK
         self.http: JsonHttpClient | None = None
+        self._async_http: weakref.WeakKeyDictionary[Any, AsyncJsonHttpClient] = (
+            weakref.WeakKeyDictionary()
+        )
         if config.base_url is not None and lean_transport(config.base_url):
             self.http = JsonHttpClient(config.base_url, self._key)  # "no-key" too, as the SDK
         self._published: set[str] = set()  # adapters this backend loaded on the engine
@@ -413,16 +419,51 @@ class OpenAIBackend(Backend):
                 f"guided_lines: model {self.name!r} is remote and cannot guide its decoding",
                 "guided_lines",
             )
+        path, body = self._generation_body(request, adapter, timeout_s)
+        return self._generation(self._post(path, body, timeout_s, adapter), request)
+
+    # -- calls from an event loop (the REST routes: no hop to a worker thread) -------------------
+    def serves_async(self, request: GenerateRequest, adapter: str) -> bool:
+        """Whether `agenerate` serves this request: a plain chat or completion to an engine on
+        plain http (the lean client), naming no adapter that must first be published."""
+        return (
+            self.http is not None
+            and request.guided_lines is None
+            and not request.wants_logprobs
+            and (not adapter or not self.config.load_adapters or adapter in self._published)
+        )
+
+    def async_http(self) -> AsyncJsonHttpClient:
+        """The running event loop's client (its connections belong to that loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._async_http.get(loop)
+        if client is None:
+            assert self.config.base_url is not None
+            client = self._async_http[loop] = AsyncJsonHttpClient(self.config.base_url, self._key)
+        return client
+
+    async def agenerate(
+        self, request: GenerateRequest, adapter: str, timeout_s: float
+    ) -> Generation:
+        """`generate` from an event loop, where `serves_async` says so."""
+        path, body = self._generation_body(request, adapter, timeout_s)
+        with self._errors(adapter):
+            answer = await self.async_http().post(path, body, timeout_s)
+        return self._generation(answer, request)
+
+    def _generation_body(
+        self, request: GenerateRequest, adapter: str, timeout_s: float
+    ) -> tuple[str, dict[str, Any]]:
         args = self._generation_args(request, adapter, timeout_s)
         if request.messages is not None:
-            answer = self._post("/chat/completions", {"messages": request.messages, **args},
-                                timeout_s, adapter)  # fmt: skip
-            choices = self._choices(answer)
+            return "/chat/completions", {"messages": request.messages, **args}
+        return "/completions", {"prompt": request.prompt, **args}
+
+    def _generation(self, answer: Any, request: GenerateRequest) -> Generation:
+        choices = self._choices(answer)
+        if request.messages is not None:
             texts = [_text(choice.get("message"), "content") for choice in choices]
         else:
-            answer = self._post("/completions", {"prompt": request.prompt, **args}, timeout_s,
-                                adapter)  # fmt: skip
-            choices = self._choices(answer)
             texts = [_text(choice, "text") for choice in choices]
         prompt_tokens, completion_tokens = self._usage(answer, request)
         return Generation(
@@ -622,6 +663,8 @@ class OpenAIBackend(Backend):
     def close(self) -> None:
         if self.http is not None:
             self.http.close()
+        for client in list(self._async_http.values()):
+            client.close()
         self.client.close()
 
     # -- errors out ------------------------------------------------------------------------

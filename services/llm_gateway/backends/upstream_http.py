@@ -20,6 +20,8 @@ the engine). Errors are this module's own (`UpstreamStatus`, `UpstreamTimeout`,
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
 import json
 import select
@@ -204,3 +206,144 @@ def _readable(sock: Any) -> bool:
         return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
+
+
+class AsyncJsonHttpClient:
+    """`JsonHttpClient` for an event loop (asyncio streams): the gateway's REST routes call an
+    engine from the loop itself, with no hop to a worker thread and back. Its connections
+    belong to the loop that opened them: one client per loop (`OpenAIBackend.async_http`)."""
+
+    def __init__(self, base_url: str, api_key: str | None) -> None:
+        sync = JsonHttpClient(base_url, api_key)  # the same URL checks and headers
+        self.host, self.port, self.prefix = sync.host, sync.port, sync.prefix
+        self._head = "".join(f"{k}: {v}\r\n" for k, v in sync.headers.items())
+        self._host_header = self.host if self.port == 80 else f"{self.host}:{self.port}"
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+
+    async def post(self, path: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        message = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self._host_header}\r\n{self._head}"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        ).encode("latin-1") + data
+        try:
+            async with asyncio.timeout(timeout_s):
+                conn = self._pooled()
+                if conn is not None:
+                    try:
+                        return await self._exchange(conn, message)
+                    except _StaleConnection:
+                        pass  # closed by the server while idle: once more, afresh
+                try:
+                    conn = await asyncio.open_connection(self.host, self.port)
+                except OSError as exc:
+                    raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}") from None
+                try:
+                    return await self._exchange(conn, message)
+                except _StaleConnection as exc:
+                    raise UpstreamUnreachable(str(exc.__cause__ or exc)) from None
+        except TimeoutError:
+            raise UpstreamTimeout(f"no answer within {timeout_s:g} s") from None
+
+    def _pooled(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        now = time.monotonic()
+        while self._idle:
+            reader, writer, since = self._idle.pop()
+            # EOF: the server closed it while it was idle (the loop saw it)
+            if now - since > IDLE_S or reader.at_eof() or writer.is_closing():
+                writer.close()
+                continue
+            return reader, writer
+        return None
+
+    async def _exchange(
+        self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], message: bytes
+    ) -> dict[str, Any]:
+        reader, writer = conn
+        answered = False
+        try:
+            writer.write(message)
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                answered = True
+                status, headers, keep = _parse_head(head)
+                if status >= 200:
+                    break  # (a 1xx interim answer is followed by the real one)
+            raw = await _read_body(reader, headers, keep)
+        except asyncio.IncompleteReadError as exc:
+            writer.close()
+            if not answered and not exc.partial:
+                raise _StaleConnection() from exc
+            raise UpstreamUnreachable("the connection closed before the answer ended") from None
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            writer.close()
+            if not answered:
+                raise _StaleConnection() from exc
+            raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}") from None
+        except (OSError, ValueError, asyncio.LimitOverrunError) as exc:
+            writer.close()
+            raise UpstreamUnreachable(f"{type(exc).__name__}: {exc}") from None
+        except BaseException:  # a timeout or a cancellation mid-answer: the stream is spoilt
+            writer.close()
+            raise
+        if keep and len(self._idle) < MAX_IDLE:
+            self._idle.append((reader, writer, time.monotonic()))
+        else:
+            writer.close()
+        if status >= 400:
+            raise UpstreamStatus(status, status_message(status, raw), headers)
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise UpstreamBadAnswer(f"the answer ({status}) is not a JSON object")
+        return answer
+
+    def close(self) -> None:
+        """Close the idle connections (from their loop's thread, or once it has stopped)."""
+        idle, self._idle = self._idle, []
+        for _, writer, _ in idle:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
+    """(status, headers with lower-case names, whether the connection stays open) of an
+    answer's status line and headers."""
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    status_text = rest.partition(" ")[0]
+    if not version.startswith("HTTP/1.") or not status_text.isdigit():
+        raise ValueError(f"not an HTTP/1.x status line: {lines[0][:100]!r}")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            value = value.strip()
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    connection = headers.get("connection", "").lower()
+    keep = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
+    return int(status_text), headers, keep
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], keep: bool) -> bytes:
+    """An answer's body: by Content-Length, chunked, or up to the end of the connection."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        chunks = []
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                    pass  # trailers
+                return b"".join(chunks)
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+    length = headers.get("content-length")
+    if length is not None:
+        return await reader.readexactly(int(length))
+    if keep:
+        return b""  # neither length nor chunks on a kept connection: no body (204, 304)
+    return await reader.read()
