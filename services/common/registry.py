@@ -9,10 +9,16 @@ Kinds: environments, LLM backends, planners, recipes, algorithms, the learner's 
 jobs (`register_policy_job`: a job kind a recipe offers the learner service), episode drivers
 (`register_driver`: how a policy spec of one kind plays an episode), dataset builders
 (`register_dataset`: how the annotator turns episode records into a dataset) and exploration-goal
-suggesters (`register_suggester`: ELLM's goal proposers). Built-in components
-are imported lazily, per kind, the first time that kind is looked up, so that `llmrl envs`
-does not import torch. The modules named in LLMRL_PLUGINS (`common/plugins.py`) are imported
-before a kind's first lookup, so every process that looks anything up knows the plugins.
+suggesters (`register_suggester`: ELLM's goal proposers).
+
+Where a component lives is declared as a Python entry point, one per name, in the group
+`llmrl.<kind>` (pyproject.toml's `[project.entry-points."llmrl.recipe"]`: `glam =
+"llmrl.recipes.glam.recipe"`), so this module names no higher layer and a lookup imports only
+the module of the name looked up: a worker that plays GLAM's episodes imports GLAM's driver
+and no other recipe, the learner imports the one training job it runs, and `llmrl envs` does
+not import torch. Listing a kind imports all of its modules. Any installed package may declare
+entry points in these groups; the modules named in LLMRL_PLUGINS (`common/plugins.py`) are
+imported before a kind's first lookup, so every process that looks anything up knows them.
 
 Optional packages never break a whole kind:
 
@@ -27,8 +33,8 @@ Optional packages never break a whole kind:
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
-import pkgutil
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -61,25 +67,15 @@ KINDS: tuple[Kind, ...] = (
     "suggester",
 )
 
-# Where each kind's built-in components live; every module below is imported on first use.
-BUILTIN_PACKAGES: dict[Kind, tuple[str, ...]] = {
-    "env": ("llmrl.simulator.envs",),
-    "backend": ("llmrl.llm_gateway.backends",),
-    "planner": ("llmrl.planners", "llmrl.recipes"),  # shared planners, then recipes' own
-    "recipe": ("llmrl.recipes",),
-    # the learner's families, then the algorithms one method owns, kept with its recipe (a
-    # module each, so that looking an algorithm up does not import every recipe)
-    "algorithm": (
-        "llmrl.learner.algorithms",
-        "llmrl.recipes.glam.llm_ppo",
-        "llmrl.recipes.ellm.dqn",
-        "llmrl.recipes.kalm.grounding_sft",
-    ),
-    "policy_job": ("llmrl.recipes",),  # recipes offer the learner their training jobs
-    "driver": ("llmrl.agents", "llmrl.recipes"),  # shared drivers, then recipes' own kinds
-    "dataset": ("llmrl.annotator", "llmrl.recipes"),
-    "suggester": ("llmrl.recipes",),  # exploration-goal suggesters (ELLM's)
-}
+ENTRY_POINT_GROUP = "llmrl.{kind}"  # e.g. llmrl.recipe: name = module that registers it
+
+
+def declared_modules(kind: Kind) -> dict[str, str]:
+    """Component name -> the module that registers it, for `kind`, as the installed packages
+    declare them (entry points of the group `llmrl.<kind>`)."""
+    group = ENTRY_POINT_GROUP.format(kind=kind)
+    return {point.name: point.module for point in importlib.metadata.entry_points(group=group)}
+
 
 # Which pip extra a kind's built-ins need, for the hint shown when a module's import fails.
 KIND_EXTRA: dict[Kind, str] = {
@@ -197,17 +193,17 @@ class UnavailableError(ImportError):
 class Registry:
     """Components by kind and name.
 
-    `packages` maps each kind to the packages whose modules are its built-ins (default
-    `BUILTIN_PACKAGES`); `plugins` says whether the modules named in LLMRL_PLUGINS are imported
-    before a kind's first lookup (the process-wide `registry` does; plugin modules register
-    with it).
+    `modules` maps each kind's component names to the modules that register them (default:
+    the installed entry points, `declared_modules`); `plugins` says whether the modules named
+    in LLMRL_PLUGINS are imported before a kind's first lookup (the process-wide `registry`
+    does; plugin modules register with it).
     """
 
     def __init__(
-        self, packages: Mapping[Kind, tuple[str, ...]] | None = None, plugins: bool = False
+        self, modules: Mapping[Kind, Mapping[str, str]] | None = None, plugins: bool = False
     ) -> None:
         self._entries: dict[Kind, dict[str, Entry]] = {kind: {} for kind in KINDS}
-        self._packages = dict(BUILTIN_PACKAGES if packages is None else packages)
+        self._modules = None if modules is None else {k: dict(v) for k, v in modules.items()}
         self._loaded: set[Kind] = set()
         self._unloaded: dict[Kind, list[UnloadedModule]] = {kind: [] for kind in KINDS}
         self._plugins = plugins
@@ -330,9 +326,24 @@ class Registry:
                 return
             if self._plugins:
                 self.load_plugins()
-            for package_name in self._packages.get(kind, ()):
-                self._import_package(kind, package_name)
+            for module in dict.fromkeys(self.modules(kind).values()):
+                self._import_builtin(kind, module)
             self._loaded.add(kind)
+
+    def modules(self, kind: Kind) -> dict[str, str]:
+        """Component name -> module of `kind`'s built-ins (not yet imported)."""
+        if self._modules is None:
+            return declared_modules(kind)
+        return dict(self._modules.get(kind, {}))
+
+    def _load_named(self, kind: Kind, name: str) -> None:
+        """Import the plugins and the one module declared to register `name`, if any."""
+        with self._loading:
+            if self._plugins:
+                self.load_plugins()
+            module = self.modules(kind).get(name)
+            if module is not None and name not in self._entries[kind]:
+                self._import_builtin(kind, module)
 
     def load_plugins(self) -> None:
         """Import each module named in LLMRL_PLUGINS that no earlier call tried."""
@@ -352,23 +363,9 @@ class Registry:
                 if unloaded is not None:
                     self._unloaded_plugins.append(unloaded)
 
-    def _import_package(self, kind: Kind, package_name: str) -> None:
-        extra = KIND_EXTRA[kind]
-        try:
-            unloaded = self._import_module(package_name, extra)
-        except ModuleNotFoundError as exc:
-            if _is_within(package_name, exc.name):
-                return  # the package of this kind does not exist (yet)
-            raise
-        if unloaded is None:
-            package = sys.modules[package_name]
-            modules = pkgutil.walk_packages(getattr(package, "__path__", []), package_name + ".")
-            for module in modules:
-                if not module.name.rsplit(".", 1)[-1].startswith("_"):
-                    unloaded = self._import_module(module.name, extra)
-                    if unloaded is not None:
-                        self._unloaded[kind].append(unloaded)
-        else:
+    def _import_builtin(self, kind: Kind, module: str) -> None:
+        unloaded = self._import_module(module, KIND_EXTRA[kind])
+        if unloaded is not None and unloaded not in self._unloaded[kind]:
             self._unloaded[kind].append(unloaded)
 
     @staticmethod
@@ -398,7 +395,13 @@ class Registry:
         return list(self.entries(kind))
 
     def entry(self, kind: Kind, name: str) -> Entry:
-        """The entry of `name`, available or not (`Entry.require` checks)."""
+        """The entry of `name`, available or not (`Entry.require` checks). Only the module
+        declared for `name` is imported; an undeclared name loads the whole kind first."""
+        if kind not in self._loaded:
+            self._load_named(kind, name)
+            found = self._entries[kind].get(name)
+            if found is not None:
+                return found
         entries = self.entries(kind)
         if name not in entries:
             known = ", ".join(entries) or "(none)"

@@ -63,7 +63,7 @@ def importable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 
 def test_an_entry_whose_package_is_missing_is_listed_but_unavailable():
-    reg = Registry(packages={})
+    reg = Registry(modules={})
 
     @reg.register_planner("needs-missing", requires=(MISSING,), extra="missingdemo")
     class NeedsMissing:
@@ -86,27 +86,29 @@ def test_an_entry_whose_package_is_missing_is_listed_but_unavailable():
 
 
 def test_without_an_extra_the_hint_names_the_package():
-    reg = Registry(packages={})
+    reg = Registry(modules={})
     reg.register_backend("needs-missing", requires=(MISSING,))(object)
     with pytest.raises(UnavailableError, match=f"pip install {MISSING}$"):
         reg.get_backend("needs-missing")
 
 
 def test_requires_must_be_a_tuple_of_import_names():
-    reg = Registry(packages={})
+    reg = Registry(modules={})
     with pytest.raises(TypeError, match="requires must be a tuple of import names"):
         reg.register_recipe("bad", requires="crafter")
 
 
 def test_a_builtin_module_missing_a_package_is_recorded_and_the_others_load(importable):
-    # holder.registry's built-in planners are the modules of the package `fake_planners`.
+    # holder.registry's built-in planners are declared in the modules of `fake_planners`.
     write_modules(
         importable,
         {
             "holder.py": """
                 from llmrl.common.registry import Registry
 
-                registry = Registry(packages={"planner": ("fake_planners",)})
+                registry = Registry(modules={"planner": {
+                    "good": "fake_planners.good", "broken": "fake_planners.broken",
+                }})
             """,
             "fake_planners/__init__.py": "",
             "fake_planners/good.py": """
@@ -146,7 +148,7 @@ def test_a_module_missing_an_llmrl_module_is_a_bug_and_raised(importable):
             "buggy_planners/typo.py": "import llmrl.no_such_module\n",
         },
     )
-    reg = Registry(packages={"planner": ("buggy_planners",)})
+    reg = Registry(modules={"planner": {"typo": "buggy_planners.typo"}})
     with pytest.raises(ModuleNotFoundError, match=r"llmrl\.no_such_module"):
         reg.names("planner")
 
