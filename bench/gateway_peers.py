@@ -704,6 +704,15 @@ def loads() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo; None where there is none)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or None
+
+
 def version_of(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -756,6 +765,27 @@ def derive(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if name in results and results[name].get("miss")
     }
     derived["proxy_cpu_ms_per_miss"] = proxy_cpu
+    # the gateway's own CPU per miss on each door (a figure the machine's load moves far less
+    # than throughput), and what the whole machine spends per request on each target's path:
+    # on a machine whose cores the upstream, the gateway, Redis and the clients share, the
+    # throughput fraction cannot pass the floor's machine CPU over the target's
+    doors = (("gateway", "gateway"), ("gateway_grpc", "gateway"),
+             ("gateway_compare", "gateway_compare"))  # fmt: skip
+    gateway_cpu = {
+        name: results[name]["miss"]["cpu_ms_per_request"].get(process)
+        for name, process in doors
+        if name in results and results[name].get("miss")
+    }
+    derived["gateway_cpu_ms_per_miss"] = gateway_cpu
+    machine = {
+        name: round(sum(result["miss"]["cpu_ms_per_request"].values()), 3)
+        for name, result in results.items()
+        if result.get("miss")
+    }
+    derived["machine_cpu_ms_per_miss"] = machine
+    derived["cpu_bound_fraction_of_floor"] = {
+        name: ratio(machine["floor"], cpu) for name, cpu in machine.items() if name != "floor"
+    }
     if "litellm" in results:
         derived["gateway_vs_litellm"] = {
             "added_p50": ratio(added_p50.get("gateway"), added_p50.get("litellm")),
@@ -1269,6 +1299,7 @@ def run(args: argparse.Namespace) -> None:
         },
         "load": {"start": load_start, "rounds": round_loads, "end": loads(),
                  "cpus": os.cpu_count()},
+        "machine": {"cpu_model": cpu_model(), "cpus": os.cpu_count()},
         "versions": {
             "python": platform.python_version(),
             "llmrl": version_of("llmrl"),
@@ -1289,6 +1320,10 @@ def run(args: argparse.Namespace) -> None:
             "the two clients, and its hit has no hit_added_p50_ms",
             "cpu_ms_per_request": "CPU time per request of each process over the phase (/proc), "
             "sequential and concurrent requests together; 'client' is this bench's process",
+            "cpu_bound_fraction_of_floor": "the floor's machine CPU per request (client + "
+            "upstream) over each target's (client + upstream + Redis + proxy): the throughput "
+            "fraction a machine whose cores all these processes share could reach at most if "
+            "its cores were the only limit; machine_cpu_ms_per_miss holds the sums",
         },
         **derived,
     }  # fmt: skip

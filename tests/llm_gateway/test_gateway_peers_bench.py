@@ -51,6 +51,11 @@ def test_the_peers_bench_measures_the_floor_and_the_gateway_and_reads_its_ledger
     assert report["added_p50_ms"].keys() == {"gateway", "gateway_grpc"}
     assert report["throughput_fraction_of_floor"]["gateway"] > 0
     assert set(report["goals"]) >= {"miss_added_p50_le_2ms", "hit_p50_grpc_le_0_5ms"}
+    # the gateway's CPU per miss on each door, and the whole machine's per target's request
+    assert report["gateway_cpu_ms_per_miss"].keys() == {"gateway", "gateway_grpc"}
+    assert report["machine_cpu_ms_per_miss"].keys() == {"floor", "gateway", "gateway_grpc"}
+    assert report["cpu_bound_fraction_of_floor"].keys() == {"gateway", "gateway_grpc"}
+    assert report["machine"]["cpus"] >= 1 and "cpu_model" in report["machine"]
     assert len(report["load"]["start"]) == 3 and report["versions"]["litellm"] is None
     assert "upstream (floor)" in completed.stdout and "gateway gRPC" in completed.stdout
     assert report["score_through_gateway"] is None  # --skip-score
