@@ -45,7 +45,7 @@ from llmrl.orchestrator.experiment_files import load_experiment
 from llmrl.orchestrator.launcher import redis_url_with_password
 from llmrl.orchestrator.rest_client import OrchestratorClient
 from llmrl.orchestrator.sources import STORE_FILE
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 MODES = ("jobs2", "up")  # compared with the embedded sweep of one run at a time
 Run = dict[str, Any]  # one run's outcome: label, rows (and curves) as bytes, LLM answers

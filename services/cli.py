@@ -102,7 +102,7 @@ def run(
     """
     run_embedded = _load("llmrl.orchestrator.embedded", "run_embedded")
     run_failed = _load("llmrl.orchestrator.embedded", "RunFailed")
-    config_error = _load("llmrl.recipes.base", "ConfigError")
+    config_error = _load("llmrl.recipes.config", "ConfigError")
     config = _settings(config_file, overrides)
     _allow_working_folder()
     try:
@@ -321,7 +321,7 @@ def sweep(
     (results.md, results.json, plots: mean, 95% bootstrap interval and IQM over seeds) is
     written to the out dir; `llmrl compare` builds the same from any runs.
     """
-    config_error = _load("llmrl.recipes.base", "ConfigError")
+    config_error = _load("llmrl.recipes.config", "ConfigError")
     spec_from_arguments = _load("llmrl.orchestrator.experiments", "spec_from_arguments")
     if url is None:
         _allow_working_folder()
@@ -405,7 +405,7 @@ def results_keep(out_dir: Path, experiment_file: Path, partial: bool) -> None:
     with --partial until its last part. Then `llmrl results render` puts it on the recipe's
     docs page."""
     keep = _load("llmrl.orchestrator.stored_results", "keep")
-    config_error = _load("llmrl.recipes.base", "ConfigError")
+    config_error = _load("llmrl.recipes.config", "ConfigError")
     try:
         path = keep(out_dir, experiment_file, partial=partial)
     except config_error as exc:
@@ -744,7 +744,7 @@ def recipes(names: tuple[str, ...]) -> None:
     """
     from llmrl.common.console import output_console
 
-    config_fields = _load("llmrl.recipes.base", "config_fields")
+    config_fields = _load("llmrl.recipes.config", "config_fields")
     entries = _named_entries("recipe", names)
     if not names:
         _print_entries("recipe")

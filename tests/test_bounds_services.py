@@ -22,7 +22,7 @@ from support.service_apps import (
 from llmrl.common.bounds import MAX_SEED, MAX_USD
 from llmrl.llm_gateway.api_types import GenerateRequest
 from llmrl.llm_gateway.errors import InvalidRequestError
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 
 INT64 = 2**63 - 1
 

@@ -230,7 +230,7 @@ def test_a_run_id_and_file_name_resolve_to_that_runs_file(tmp_path, marker):
     from stable_baselines3.common.env_util import make_vec_env
 
     from llmrl.common import catalog
-    from llmrl.recipes.base import ConfigError, validate_config
+    from llmrl.recipes.config import ConfigError, validate_config
 
     out = tmp_path / "runs" / "trained"
     line = out / "models" / "cartpole"

@@ -4,7 +4,7 @@
 from its own store) and the local orchestrator's runs, or with `--url` an orchestrator's:
 recipe, status, the config keys that differ from the recipe's defaults, a headline metric
 and the LLM spend. Every run's TensorBoard scalars are reachable under one root,
-`$LLMRL_HOME/tensorboard/<run_id>` (llmrl.recipes.base.link_tensorboard).
+`$LLMRL_HOME/tensorboard/<run_id>` (llmrl.recipes.context.link_tensorboard).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from rich.table import Table
 from llmrl.common import catalog
 from llmrl.common.console import output_console
 from llmrl.common.store import RunRow, RunStore
-from llmrl.recipes.base import ConfigError, format_cell, recipe_class
+from llmrl.recipes.config import ConfigError, recipe_class
+from llmrl.recipes.results import format_cell
 
 COLUMNS = ("run_id", "mode", "recipe", "status", "key config", "headline", "LLM spend")
 MAX_VALUE_CHARS = 40

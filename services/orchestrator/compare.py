@@ -28,7 +28,8 @@ import numpy as np
 
 from llmrl.common import stats
 from llmrl.common.safe_write import write_text
-from llmrl.recipes.base import ConfigError, Results, format_cell, recipe_class
+from llmrl.recipes.config import ConfigError, recipe_class
+from llmrl.recipes.results import Results, format_cell
 from llmrl.recipes.targets import ConfigResults, Row, Verdict, verdicts_markdown
 
 CURVE_TAGS = ("charts/episodic_return", "charts/success")

@@ -21,7 +21,7 @@ from llmrl.orchestrator.compare import (
     print_report,
 )
 from llmrl.orchestrator.sources import UnknownReference, resolve_local, resolve_remote
-from llmrl.recipes.base import tensorboard_root
+from llmrl.recipes.context import tensorboard_root
 
 
 def _remote_client(url: str):  # type: ignore[no-untyped-def]

@@ -28,14 +28,9 @@ from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.runner import execute_run
-from llmrl.recipes.base import (
-    ConfigError,
-    Results,
-    format_cell,
-    read_results,
-    validate_config,
-)
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.progress import clock_time, make_progress
+from llmrl.recipes.results import Results, format_cell, read_results
 from llmrl.recipes.tracking import identity
 
 
@@ -109,7 +104,7 @@ def run_embedded(
 
     With `reuse_completed`, a run that already completed in `out_dir` with the same recipe and
     (validated) config, as the dir's latest run, is returned as it is instead of run again (as
-    `llmrl sweep` skips completed runs). Raises `llmrl.recipes.base.ConfigError` for an
+    `llmrl sweep` skips completed runs). Raises `llmrl.recipes.config.ConfigError` for an
     unknown recipe or a bad config.
     """
     console = console or output_console()

@@ -41,7 +41,7 @@ from llmrl.orchestrator.experiments import (
     plan_experiment,
     split_arguments,
 )
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 # the repository checkout's research record (absent from an installed wheel, which ships only

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmrl.common.bounds import MAX_SEED, Seed
 from llmrl.common.config import deep_merged, env_int
-from llmrl.recipes.base import ConfigError, recipe_class, validate_config
+from llmrl.recipes.config import ConfigError, recipe_class, validate_config
 from llmrl.recipes.tracking import identity
 
 MAX_RUNS_VAR = "LLMRL_MAX_EXPERIMENT_RUNS"

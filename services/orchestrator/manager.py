@@ -32,7 +32,7 @@ from llmrl.orchestrator.limits import (
     RunLimits,
 )
 from llmrl.orchestrator.runner import execute_run
-from llmrl.recipes.base import validate_config
+from llmrl.recipes.config import validate_config
 from llmrl.recipes.progress import NullProgress
 
 log = logging.getLogger("llmrl.orchestrator")

@@ -45,7 +45,7 @@ from llmrl.llm_gateway.replay_bundle import (
     write_bundle,
 )
 from llmrl.orchestrator.sources import resolve_run
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 
 # keys that name where benchmark data lies: a path there is left out (this machine's copy is
 # used), the listed plain values are kept (llm-personalize's data_dir: "procedural")

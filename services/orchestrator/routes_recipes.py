@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from llmrl.orchestrator.rest_access import GUARDED
-from llmrl.recipes.base import recipe_schemas
+from llmrl.recipes.config import recipe_schemas
 
 router = APIRouter(tags=["recipes"], dependencies=GUARDED)
 

@@ -19,7 +19,8 @@ from llmrl.common.logs import log_event
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator import metrics
 from llmrl.orchestrator.executors import RunInterrupted
-from llmrl.recipes.base import EpisodeExecutor, RunContext, recipe_class, validate_config
+from llmrl.recipes.config import recipe_class, validate_config
+from llmrl.recipes.context import EpisodeExecutor, RunContext
 from llmrl.recipes.progress import ProgressReporter, RunCancelled
 
 log = logging.getLogger("llmrl.orchestrator")

@@ -50,7 +50,7 @@ from llmrl.orchestrator.manager import RunManager, RunNotActive, RunNotFound
 from llmrl.orchestrator.rest_access import GUARDED
 from llmrl.orchestrator.routes_experiments import experiments_router
 from llmrl.orchestrator.scheduler import ExperimentScheduler
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 log = logging.getLogger("llmrl.orchestrator")
 DEFAULT_MAX_BODY_BYTES = 1 << 20

@@ -21,7 +21,7 @@ from llmrl.common import catalog
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator.compare import CURVE_TAGS, RunData
-from llmrl.recipes.base import Results, read_results
+from llmrl.recipes.results import Results, read_results
 
 STORE_FILE = "run.sqlite"
 EPISODE_PAGE = 1000

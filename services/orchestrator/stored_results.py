@@ -41,7 +41,8 @@ from llmrl.orchestrator.compare import RunData, build_report
 from llmrl.orchestrator.experiment_files import RECIPES_DIR, load_experiment
 from llmrl.orchestrator.experiments import plan_experiment
 from llmrl.orchestrator.sources import STORE_FILE, from_store
-from llmrl.recipes.base import ConfigError, Results
+from llmrl.recipes.config import ConfigError
+from llmrl.recipes.results import Results
 from llmrl.recipes.targets import verdicts_markdown
 from llmrl.recipes.tracking import identity
 

@@ -36,7 +36,7 @@ from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.experiments import ExperimentSpec, PlannedRun, plan_experiment
 from llmrl.orchestrator.runner import execute_run
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 from llmrl.recipes.progress import make_progress
 
 

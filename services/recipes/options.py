@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from llmrl.common.names import local_model_paths_allowed
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 # the attribute of the parsed arguments holding which fields came from this model
 _FIELDS_ATTR = "_model_option_fields"

@@ -34,7 +34,9 @@ from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
 from llmrl.learner.policy_jobs import policy_jobs
 from llmrl.orchestrator.runner import execute_run
-from llmrl.recipes.base import Phase, Recipe, RecipeConfig, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.config import RecipeConfig
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.when2ask.training import PolicyTrainingJob, train_policy
 
 TOTAL, EVERY = 4096, 512  # PPO timesteps, and a version every EVERY of them

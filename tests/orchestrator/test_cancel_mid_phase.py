@@ -11,7 +11,9 @@ import pytest
 from llmrl.common.registry import registry
 from llmrl.common.store import RunStore
 from llmrl.orchestrator.embedded import RunFailed, run_embedded
-from llmrl.recipes.base import Phase, Recipe, RecipeConfig, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.config import RecipeConfig
+from llmrl.recipes.context import RunContext
 
 
 class LongPhaseConfig(RecipeConfig):

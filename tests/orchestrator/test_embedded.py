@@ -18,7 +18,7 @@ from llmrl.common.store import RunStore
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.planners.base import Plan
 from llmrl.planners.oracle import OraclePlanner
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 
 @registry.register_planner("test-interrupting-oracle")

@@ -21,7 +21,7 @@ from llmrl.orchestrator.experiment_files import (
     history_files,
     load_experiment,
 )
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 
 def test_the_project_keeps_experiment_files():

@@ -22,7 +22,8 @@ from llmrl.orchestrator.compare import RunData, build_report, method_name
 from llmrl.orchestrator.experiments import parse_spec, plan_experiment, spec_from_arguments
 from llmrl.orchestrator.sweep import run_sweep
 from llmrl.planners.oracle import OraclePlanner
-from llmrl.recipes.base import ConfigError, Results
+from llmrl.recipes.config import ConfigError
+from llmrl.recipes.results import Results
 
 PLANNER = "test-sweep-oracle"
 

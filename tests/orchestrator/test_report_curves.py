@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llmrl.orchestrator.compare import RunData, build_report, smooth
-from llmrl.recipes.base import Results, learning_curve
+from llmrl.recipes.results import Results, learning_curve
 
 
 def test_a_curve_is_kept_as_binned_means():

@@ -16,8 +16,8 @@ from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.common.console import output_console
 from llmrl.orchestrator.embedded import llm_summary, results_table
-from llmrl.recipes.base import Results
 from llmrl.recipes.progress import LineProgress, make_progress
+from llmrl.recipes.results import Results
 
 COLUMNS = [f"headline_metric_{i}" for i in range(12)]
 
@@ -160,7 +160,8 @@ def test_results_json_is_strict_json_with_a_missing_cell_as_null(tmp_path: Path)
     import numpy as np
 
     from llmrl.common.store import RunStore
-    from llmrl.recipes.base import RunContext, validate_config
+    from llmrl.recipes.config import validate_config
+    from llmrl.recipes.context import RunContext
 
     store = RunStore(tmp_path / "run.sqlite")
     config = validate_config("evaluate", {})

@@ -19,7 +19,7 @@ from llmrl.orchestrator.stored_results import (
     render,
     stored_path,
 )
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 
 EXPERIMENT = (
     "description: the oracle planner on DoorKey\n"

@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from llmrl.common.memory_fit import GIB, MEMORY_VARIABLE, memory_limit
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 
 # every weight trained, the whole minibatch in one backward (full fine-tuning's default is
 # microbatches of 8)

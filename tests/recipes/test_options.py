@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 from llmrl.recipes.options import add_model_options, model_from_options
 from llmrl.recipes.when2ask.recipe import When2AskConfig
 

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from llmrl.common.bounds import LIMIT_KINDS, Limits, LimitsError, limit_of, limits
 from llmrl.common.registry import registry
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 
 RECIPES = ("ellm", "evaluate", "glam", "grpo", "kalm", "llm-personalize", "when2ask")
 NUMBERS = (int, float)

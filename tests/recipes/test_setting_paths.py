@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from llmrl.common.config import home_dir
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 
 OUTSIDE = "/etc"  # never under LLMRL_HOME nor a data root
 
@@ -51,7 +51,7 @@ def test_paths_under_the_roots_and_other_kwargs_pass(tmp_path: Path):
     inside = home_dir() / "housekeep-copy"
     config = validate_config("evaluate", {"env": "SimpleDoorKey", "env_kwargs": {}})
     assert config.env_kwargs == {}
-    from llmrl.recipes.base import confined_kwargs
+    from llmrl.recipes.config import confined_kwargs
 
     kwargs = {"data_dir": str(inside), "scene_files": [str(tmp_path / "a")], "size": 5}
     assert confined_kwargs(kwargs, "env_kwargs") == kwargs

@@ -10,7 +10,7 @@ import pytest
 import llmrl.recipes.llm_personalize.recipe
 import llmrl.recipes.when2ask.recipe  # noqa: F401 - registers the recipe
 from llmrl.orchestrator.compare import RunData, build_report
-from llmrl.recipes.base import Results
+from llmrl.recipes.results import Results
 from llmrl.recipes.targets import ConfigResults, Row, Sample, Verdict, judge
 
 

@@ -27,7 +27,7 @@ from llmrl.common.registry import registry
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.planners.base import Plan
 from llmrl.planners.oracle import OraclePlanner
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.tracking import TRACKING_SERVERS_VAR, flat_params, identity
 
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
@@ -305,7 +305,7 @@ class NoMlflow(importlib.abc.MetaPathFinder):
         if name == "mlflow" or name.startswith("mlflow."):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, NoMlflow())
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 validate_config("evaluate", {"tracking": "tensorboard"})
 try:
     validate_config("evaluate", {"tracking": "mlflow"})

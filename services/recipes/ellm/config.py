@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from llmrl.common.bounds import Episodes, Frames, Seed
 from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
-from llmrl.recipes.base import RecipeConfig, confined_kwargs, registered_env
+from llmrl.recipes.config import RecipeConfig, confined_kwargs, registered_env
 from llmrl.recipes.ellm.dqn import DqnEllmConfig
 from llmrl.recipes.ellm.intrinsic import (
     CONDITIONING,

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.report import ellm_results, ellm_targets
 from llmrl.recipes.ellm.training import (

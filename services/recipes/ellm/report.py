@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.plots import pyplot
-from llmrl.recipes.base import Results, learning_curve
 from llmrl.recipes.ellm.config import EllmConfig
 from llmrl.recipes.ellm.training import TASKS, read_episodes
+from llmrl.recipes.results import Results, learning_curve
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 from llmrl.simulator.envs.crafter.vocabulary import ACHIEVEMENTS
 

@@ -8,11 +8,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from llmrl.common.bounds import Episodes, Seed, limit
 from llmrl.common.registry import registered_name, registry
-from llmrl.recipes.base import (
-    RecipeConfig,
-    check_planner_model,
-    confined_kwargs,
-)
+from llmrl.recipes.config import RecipeConfig, check_planner_model, confined_kwargs
 
 
 class EvaluateConfig(RecipeConfig):

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, Results, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.evaluate.config import EvaluateConfig
 from llmrl.recipes.evaluate.report import plot_episodes
+from llmrl.recipes.results import Results
 from llmrl.recipes.summary import summarize
 
 PLAY, REPORT = "evaluate", "report"

@@ -20,7 +20,7 @@ from llmrl.common.memory_fit import GIB, MemoryEstimate
 from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
-from llmrl.recipes.base import RecipeConfig, registered_env
+from llmrl.recipes.config import RecipeConfig, registered_env
 from llmrl.recipes.glam.llm_ppo import LlmPpoSettings
 
 NPAE_MICROBATCH = 8  # NPAE's default microbatch_size: fits a few GB of activations

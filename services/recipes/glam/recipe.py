@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.glam import driver  # also registers the drivers
 from llmrl.recipes.glam.config import (
     NPAE_MICROBATCH,

@@ -8,11 +8,11 @@ from typing import Any
 
 from llmrl.common.episodes import EpisodeRecord
 from llmrl.common.plots import pyplot
-from llmrl.recipes.base import Results, learning_curve
 from llmrl.recipes.glam.config import GlamConfig
 from llmrl.recipes.glam.paper import NOTES as PAPER_NOTES
 from llmrl.recipes.glam.paper import PAPER_SUCCESS, paper_success
 from llmrl.recipes.glam.prompt import action_phrases
+from llmrl.recipes.results import Results, learning_curve
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
 

@@ -48,7 +48,7 @@ class GlamTrainingJob(LlmPpoTraining):
     @classmethod
     def _env_is_a_glam_env(cls, value: str) -> str:
         """Refused when the request is parsed, not when the job reaches its first rollout."""
-        from llmrl.recipes.base import registered_env
+        from llmrl.recipes.config import registered_env
         from llmrl.recipes.glam.config import GLAM_ENVS
 
         return registered_env(value, "glam", GLAM_ENVS)

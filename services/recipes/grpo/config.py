@@ -19,7 +19,7 @@ from llmrl.common.bounds import (
     limit,
 )
 from llmrl.common.names import ModelName
-from llmrl.recipes.base import RecipeConfig, registered_env
+from llmrl.recipes.config import RecipeConfig, registered_env
 from llmrl.recipes.glam.config import GLAM_ENVS
 
 METHODS = ("zero-shot", "base", "grpo", "glam")

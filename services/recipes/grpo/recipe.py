@@ -24,7 +24,8 @@ import time
 from typing import Any
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.glam.recipe import Glam
 from llmrl.recipes.grpo import driver  # also registers the driver
 from llmrl.recipes.grpo.config import GrpoConfig

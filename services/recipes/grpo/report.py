@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.plots import pyplot
-from llmrl.recipes.base import Results
 from llmrl.recipes.glam.report import success_curves
 from llmrl.recipes.grpo.config import GrpoConfig
+from llmrl.recipes.results import Results
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
 

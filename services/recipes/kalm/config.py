@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import Batch, Episodes, Seed, SeedOffset, Updates, limit
 from llmrl.common.names import ModelName
-from llmrl.recipes.base import RecipeConfig
+from llmrl.recipes.config import RecipeConfig
 from llmrl.recipes.kalm.training import grounding_setting, offline_setting
 
 ENVS = ("ClevrRobot", "MetaWorld")

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.registry import registry
-from llmrl.recipes.base import Phase, Recipe, RunContext
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.kalm import driver  # also registers the driver
 from llmrl.recipes.kalm.config import KalmConfig, discrete_action_size
 from llmrl.recipes.kalm.report import kalm_results, kalm_targets, plot_results

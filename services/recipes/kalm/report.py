@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.plots import pyplot
-from llmrl.recipes.base import Results
 from llmrl.recipes.kalm.config import KalmConfig
+from llmrl.recipes.results import Results
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
 # The paper's headline (Pang et al. 2024, abstract): success on CLEVR-Robot goals unseen in

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmrl.recipes.base import RunContext
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.llm_personalize.config import LlmPersonalizeConfig
 from llmrl.recipes.llm_personalize.datasets import (
     build_bootstrap_dataset,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.episodes import EpisodeRecord
-from llmrl.recipes.base import RunContext
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.llm_personalize.config import (
     ENV,
     HELD_OUT_SEED_OFFSET,

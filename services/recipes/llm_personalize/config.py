@@ -16,7 +16,7 @@ from llmrl.common.datasets import dataset_dir, missing_hint
 from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
-from llmrl.recipes.base import RecipeConfig
+from llmrl.recipes.config import RecipeConfig
 
 ENV = "Housekeep"
 PROCEDURAL = "procedural"

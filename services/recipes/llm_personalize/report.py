@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from llmrl.common.plots import pyplot
-from llmrl.recipes.base import Results, RunContext
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.llm_personalize.analysis import (
     paired_differences,
     phase_behaviour,
@@ -19,6 +19,7 @@ from llmrl.recipes.llm_personalize.analysis import (
     target_verbs,
 )
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig, stage_name
+from llmrl.recipes.results import Results
 from llmrl.recipes.targets import ConfigResults, Verdict, judge
 
 # Han et al. 2024, success rate (%) on held-out episodes: zero-shot, bootstrap, round 2

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmrl.common.providers import provider, provider_named_by
-from llmrl.recipes.base import RunContext
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.llm_personalize import openai_models
 from llmrl.recipes.llm_personalize.annotate import add_dataset_artifact
 from llmrl.recipes.llm_personalize.config import ZERO_SHOT, LlmPersonalizeConfig

@@ -28,14 +28,10 @@ from llmrl.common.names import ModelName
 from llmrl.common.plots import pyplot
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import setting_field
-from llmrl.recipes.base import (
-    Phase,
-    Recipe,
-    RecipeConfig,
-    Results,
-    RunContext,
-    learning_curve,
-)
+from llmrl.recipes.base import Phase, Recipe
+from llmrl.recipes.config import RecipeConfig
+from llmrl.recipes.context import RunContext
+from llmrl.recipes.results import Results, learning_curve
 from llmrl.recipes.targets import ConfigResults, Verdict, best_of, judge
 from llmrl.recipes.when2ask import driver as _driver  # noqa: F401 - registers policy kinds
 from llmrl.recipes.when2ask.asking import (

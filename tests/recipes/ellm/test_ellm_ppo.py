@@ -18,7 +18,7 @@ from support.tiny_crafter_text import ENV_ID
 from llmrl.learner.policy_jobs import PolicyJobError, parse_policy_job
 from llmrl.learner.versions import Versions
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.ellm.intrinsic import IntrinsicRewardWrapper
 from llmrl.recipes.ellm.ppo import SOURCE_FILE, load_policy, make_vec_env
 from llmrl.recipes.ellm.training import (

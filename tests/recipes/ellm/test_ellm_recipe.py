@@ -15,7 +15,7 @@ from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
 import llmrl.llm_gateway.client as gateway_client
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.ellm.recipe import Ellm
 from llmrl.recipes.ellm.report import crafter_score
 

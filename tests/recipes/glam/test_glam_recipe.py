@@ -18,7 +18,7 @@ from llmrl.common.episodes import EpisodeRecord, LlmCall
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.embedded import run_embedded
 from llmrl.orchestrator.experiments import plan_experiment, spec_from_arguments
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.glam.prompt import PromptHistory, action_phrases
 from llmrl.recipes.glam.recipe import Glam
 from llmrl.recipes.glam.report import action_distribution

@@ -13,7 +13,7 @@ from support.tiny_llm import TINY_MODEL
 from support.tiny_text_env import ENV_ID, PHRASES
 
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 
 
 def scalars(tb: Path, tag: str) -> list[float]:

@@ -20,7 +20,7 @@ from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
 from llmrl.common.offline_dataset import OfflineDataset
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.kalm.recipe import Kalm
 from llmrl.simulator.envs import clevr_robot
 

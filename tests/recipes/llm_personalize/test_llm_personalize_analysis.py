@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from llmrl.common.episodes import EpisodeRecord, StepRecord
-from llmrl.recipes.base import validate_config
+from llmrl.recipes.config import validate_config
 from llmrl.recipes.llm_personalize.analysis import (
     paired_differences,
     phase_behaviour,

@@ -12,7 +12,8 @@ from llmrl.agents import RolloutResources
 from llmrl.common.store import RunStore
 from llmrl.llm_gateway.client import connect
 from llmrl.orchestrator.executors import embedded_executor
-from llmrl.recipes.base import RunContext, validate_config
+from llmrl.recipes.config import validate_config
+from llmrl.recipes.context import RunContext
 from llmrl.recipes.llm_personalize.recipe import LlmPersonalize
 
 CONFIG = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmrl.recipes.base import ConfigError, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.llm_personalize.recipe import LlmPersonalize
 
 

@@ -154,7 +154,7 @@ def test_the_embedded_gateway_gets_the_entry_unless_its_config_has_one():
 def test_run_configs_pick_configured_providers_never_their_own_endpoint(monkeypatch, tmp_path):
     from support.providers import configure_providers
 
-    from llmrl.recipes.base import ConfigError, validate_config
+    from llmrl.recipes.config import ConfigError, validate_config
     from llmrl.recipes.llm_personalize.train import openai_provider
 
     monkeypatch.setenv("MY_KEY", "sk-config")

@@ -19,7 +19,7 @@ from support.tiny_llm import tiny_gateway_settings
 
 from llmrl.common.chat_format import chat_jsonl_errors
 from llmrl.orchestrator.compare import RunData, build_report
-from llmrl.recipes.base import Results
+from llmrl.recipes.results import Results
 
 CONFIG = [
     "model=tiny", "data_dir=procedural", "train_episodes=2", "eval_episodes=1", "rounds=1",

@@ -9,7 +9,8 @@ import pytest
 from llmrl.common.store import RunStore
 from llmrl.orchestrator.compare import RunData, build_report
 from llmrl.orchestrator.embedded import run_embedded
-from llmrl.recipes.base import ConfigError, Results, validate_config
+from llmrl.recipes.config import ConfigError, validate_config
+from llmrl.recipes.results import Results
 from llmrl.recipes.when2ask.recipe import When2Ask
 
 

@@ -33,7 +33,7 @@ from llmrl.common.datasets import missing_hint
 from llmrl.common.paths import allow_root
 from llmrl.common.plots import pyplot
 from llmrl.common.safe_numpy import load_npy
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 from llmrl.recipes.kalm import collect, released
 from llmrl.recipes.kalm.config import KalmConfig
 from llmrl.recipes.options import add_model_options, check_each_value, model_from_options

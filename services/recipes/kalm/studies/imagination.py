@@ -45,7 +45,7 @@ from rich.table import Table
 from llmrl.common.console import output_console
 from llmrl.common.paths import allow_root
 from llmrl.common.threads import torch_threads
-from llmrl.recipes.base import ConfigError
+from llmrl.recipes.config import ConfigError
 from llmrl.recipes.kalm.config import KalmConfig
 from llmrl.recipes.options import add_model_options, check_each_value, model_from_options
 
