@@ -8,7 +8,7 @@ import pytest
 
 from llmrl.recipes.config import ConfigError
 from llmrl.recipes.options import add_model_options, model_from_options
-from llmrl.recipes.when2ask.recipe import When2AskConfig
+from llmrl.recipes.when2ask.config import When2AskConfig
 
 FIELDS = ["planner_noise", "planner_noise_mode", "envs", "mediator_sees_knowledge", "seed"]
 

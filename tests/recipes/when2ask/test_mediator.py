@@ -27,7 +27,7 @@ from llmrl.recipes.when2ask.mediator import (
     skill_features,
 )
 from llmrl.recipes.when2ask.mediator_settings import MediatorSettings as Settings
-from llmrl.recipes.when2ask.recipe import summarize
+from llmrl.recipes.when2ask.report import summarize
 from llmrl.simulator.envs.when2ask.knowledge import GOAL, KEY
 from llmrl.simulator.envs.when2ask.skills import VERBS, seen_objects
 from llmrl.simulator.world import World

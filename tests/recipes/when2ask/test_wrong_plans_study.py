@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from llmrl.recipes.when2ask.recipe import When2AskConfig
+from llmrl.recipes.when2ask.config import When2AskConfig
 from llmrl.recipes.when2ask.studies.wrong_plans import FEATURE_SETS, collect, main
 
 

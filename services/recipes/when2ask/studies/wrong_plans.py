@@ -38,9 +38,9 @@ from tqdm import tqdm
 
 from llmrl.planners.noisy_oracle import NoisyOraclePlanner
 from llmrl.recipes.options import add_model_options, parse_model_options
+from llmrl.recipes.when2ask.config import When2AskConfig
 from llmrl.recipes.when2ask.mediator import ASK, CARRY_ON, OBS_SIZE, PLAN_FEATURES, MediatorEnv
 from llmrl.recipes.when2ask.mediator_settings import MediatorSettings
-from llmrl.recipes.when2ask.recipe import When2AskConfig
 from llmrl.simulator.world import World
 
 # the recipe's keys this study takes, and its defaults where they differ from the recipe's
