@@ -46,6 +46,7 @@ from llmrl.orchestrator.launcher import redis_url_with_password
 from llmrl.orchestrator.rest_client import OrchestratorClient
 from llmrl.orchestrator.sources import STORE_FILE
 from llmrl.recipes.config import ConfigError
+from llmrl.recipes.results import computed_rows
 
 MODES = ("jobs2", "up")  # compared with the embedded sweep of one run at a time
 Run = dict[str, Any]  # one run's outcome: label, rows (and curves) as bytes, LLM answers
@@ -53,7 +54,8 @@ Run = dict[str, Any]  # one run's outcome: label, rows (and curves) as bytes, LL
 
 def comparable(results: dict[str, Any]) -> str:
     """What must repeat: the table and the curves, as bytes (provenance and timings may not)."""
-    return json.dumps({k: results.get(k) for k in ("rows", "curves")}, sort_keys=True)
+    rows = computed_rows(results)  # without time measured on this machine (cpu_minutes...)
+    return json.dumps({"rows": rows, "curves": results.get("curves")}, sort_keys=True)
 
 
 def answers(store: LedgerStore, run_id: str) -> dict[str, str]:

@@ -32,6 +32,10 @@ class Results:
     curves: list[dict[str, Any]] = field(default_factory=list)
     # where it was measured (`llmrl.common.provenance`): set when the run writes its results
     provenance: dict[str, Any] = field(default_factory=dict)
+    # columns that measure this machine's time (CPU minutes and what is divided by them), not
+    # the run's computation: a rerun cannot give their bits again, so same-bits comparisons
+    # leave them out (`computed_rows`)
+    measured: list[str] = field(default_factory=list)
 
     def column_names(self) -> list[str]:
         return self.columns or (list(self.rows[0]) if self.rows else [])
@@ -46,6 +50,7 @@ class Results:
             **({"samples": self.samples} if self.samples else {}),
             **({"curves": self.curves} if self.curves else {}),
             **({"provenance": self.provenance} if self.provenance else {}),
+            **({"measured": self.measured} if self.measured else {}),
         }
 
     @classmethod
@@ -59,6 +64,7 @@ class Results:
             samples=data.get("samples", {}),
             curves=data.get("curves", []),
             provenance=data.get("provenance", {}),
+            measured=data.get("measured", []),
         )
 
     def to_markdown(self) -> str:
@@ -73,6 +79,13 @@ class Results:
             lines.append(f"- measured on: {describe(self.provenance)}")
         lines += [f"![{plot}]({plot})" for plot in self.plots]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def computed_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """A results.json's rows without its measured columns (time on this machine): what the
+    same config and seed must give again, bit for bit, anywhere the numerics are the same."""
+    measured = set(results.get("measured", []))
+    return [{k: v for k, v in row.items() if k not in measured} for row in results["rows"]]
 
 
 CURVE_BINS = 100  # points a run keeps of a curve: binned means, so results.json stays small

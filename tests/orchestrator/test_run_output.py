@@ -180,3 +180,18 @@ def test_results_json_is_strict_json_with_a_missing_cell_as_null(tmp_path: Path)
     assert data["rows"] == [{"method": "none", "score": None, "best": None, "n": 3}]
     assert "| none | n/a | inf | 3 |" in (tmp_path / "results.md").read_text()
     store.close()
+
+
+def test_measured_columns_are_kept_and_left_out_of_what_must_repeat():
+    """A column of time measured on this machine (GRPO's cpu_minutes) is in the table and in
+    results.json, named as measured, and left out of the rows a same-bits check compares."""
+    from llmrl.recipes.results import computed_rows
+
+    rows = [{"method": "grpo", "success_rate": 0.4, "cpu_minutes": 3.2}]
+    results = Results(title="t", rows=rows, measured=["cpu_minutes"])
+    data = results.to_dict()
+    assert data["measured"] == ["cpu_minutes"] and data["rows"] == rows
+    assert Results.from_dict(data).measured == ["cpu_minutes"]
+    assert computed_rows(data) == [{"method": "grpo", "success_rate": 0.4}]
+    plain = Results(title="t", rows=rows).to_dict()
+    assert "measured" not in plain and computed_rows(plain) == rows

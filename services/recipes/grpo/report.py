@@ -91,7 +91,12 @@ def grpo_results(
         )
     curves = success_curves(evaluations)
     return Results(
-        title=f"grpo on {cfg.env}", rows=rows, notes=notes, plots=plots or [], curves=curves
+        title=f"grpo on {cfg.env}",
+        rows=rows,
+        notes=notes,
+        plots=plots or [],
+        curves=curves,
+        measured=["cpu_minutes", "gain_per_cpu_minute"],
     )
 
 
