@@ -32,6 +32,7 @@ Optional packages never break a whole kind:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -73,8 +74,21 @@ ENTRY_POINT_GROUP = "llmrl.{kind}"  # e.g. llmrl.recipe: name = module that regi
 def declared_modules(kind: Kind) -> dict[str, str]:
     """Component name -> the module that registers it, for `kind`, as the installed packages
     declare them (entry points of the group `llmrl.<kind>`)."""
-    group = ENTRY_POINT_GROUP.format(kind=kind)
-    return {point.name: point.module for point in importlib.metadata.entry_points(group=group)}
+    return dict(_declared()[kind])
+
+
+@functools.cache
+def _declared() -> dict[Kind, dict[str, str]]:
+    """Every kind's entry points, read once per process: reading the installed packages'
+    metadata takes tens of ms, and lookups happen per request."""
+    points = importlib.metadata.entry_points()
+    return {
+        kind: {
+            point.name: point.module
+            for point in points.select(group=ENTRY_POINT_GROUP.format(kind=kind))
+        }
+        for kind in KINDS
+    }
 
 
 # Which pip extra a kind's built-ins need, for the hint shown when a module's import fails.
@@ -397,11 +411,12 @@ class Registry:
     def entry(self, kind: Kind, name: str) -> Entry:
         """The entry of `name`, available or not (`Entry.require` checks). Only the module
         declared for `name` is imported; an undeclared name loads the whole kind first."""
-        if kind not in self._loaded:
+        found = self._entries[kind].get(name)  # already registered: no import, no lookup
+        if found is None and kind not in self._loaded:
             self._load_named(kind, name)
             found = self._entries[kind].get(name)
-            if found is not None:
-                return found
+        if found is not None:
+            return found
         entries = self.entries(kind)
         if name not in entries:
             known = ", ".join(entries) or "(none)"
