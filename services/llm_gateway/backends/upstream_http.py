@@ -180,17 +180,22 @@ class JsonHttpClient:
             conn.close()
         else:
             self._give_back(conn)
-        status = response.status
-        if status >= 400:
-            headers = {k.lower(): v for k, v in response.getheaders()}
-            raise UpstreamStatus(status, status_message(status, raw), headers)
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            raise UpstreamBadAnswer(f"the answer ({status}) is not a JSON object")
-        return answer
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return decoded_answer(response.status, raw, headers)
+
+
+def decoded_answer(status: int, raw: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    """The engine's JSON object; `UpstreamStatus` for an error status (with its headers, for
+    Retry-After), `UpstreamBadAnswer` for a body that is no JSON object."""
+    if status >= 400:
+        raise UpstreamStatus(status, status_message(status, raw), headers)
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise UpstreamBadAnswer(f"the answer ({status}) is not a JSON object")
+    return answer
 
 
 class _StaleConnection(Exception):
@@ -290,15 +295,7 @@ class AsyncJsonHttpClient:
             self._idle.append((reader, writer, time.monotonic()))
         else:
             writer.close()
-        if status >= 400:
-            raise UpstreamStatus(status, status_message(status, raw), headers)
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            raise UpstreamBadAnswer(f"the answer ({status}) is not a JSON object")
-        return answer
+        return decoded_answer(status, raw, headers)
 
     def close(self) -> None:
         """Close the idle connections (from their loop's thread, or once it has stopped)."""
