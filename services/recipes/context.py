@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -195,6 +196,17 @@ class RunContext:
             return run_learner_job(
                 endpoint, job.model_dump(), on_progress=self.progress.advance, url=self.learner
             )
+
+    @contextmanager
+    def training_here(self) -> Iterator[None]:
+        """Within it, `train` runs every job in this process even where a learner service is
+        configured: for a method whose comparison is this process's CPU time (GRPO against
+        GLAM), or whose job no learner kind runs. Episodes still go where they went."""
+        learner, self.learner = self.learner, None
+        try:
+            yield
+        finally:
+            self.learner = learner
 
     # -- services -----------------------------------------------------------------------------
     def make_world(self, env: str, num_envs: int = 1, seed: int | None = None, **env_kwargs: Any):

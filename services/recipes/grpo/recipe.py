@@ -86,8 +86,9 @@ class Grpo(Recipe):
         return cfg.hf_model or str(base_model_dir(cfg.model))
 
     def train_grpo(self, ctx: RunContext) -> dict[str, Any]:
-        """Embedded mode trains in this process; with a learner service, there (policy job
-        "grpo"), which needs the same simulator address and model directory."""
+        """TRL's GRPO in the process that runs the recipe, in embedded and service mode alike
+        (its rollouts step the simulator service where there is one): GRPO's CPU time is
+        half of this recipe's comparison, so it is measured here, as GLAM's is."""
         cfg = self.config
         job = GrpoTrainingJob(
             env=cfg.env,
@@ -111,12 +112,17 @@ class Grpo(Recipe):
             tensorboard_dir=str(ctx.out_dir / "tb" / train_phase("grpo")),
             simulator=ctx.simulator,
         )
-        return ctx.train(job, train_grpo, train_phase("grpo"), cfg.train_steps, threads=cfg.threads)
+        with ctx.training_here():
+            return ctx.train(
+                job, train_grpo, train_phase("grpo"), cfg.train_steps, threads=cfg.threads
+            )
 
     def train_glam(self, ctx: RunContext) -> dict[str, Any]:
-        """glam's own training, timed in CPU seconds of this process (embedded mode)."""
+        """glam's own training, timed in CPU seconds of this process: here in service mode too
+        (not on the learner), so that its CPU-minutes compare with GRPO's."""
         cpu, wall = time.process_time(), time.perf_counter()
-        out = self.glam().train(ctx, "glam")
+        with ctx.training_here():
+            out = self.glam().train(ctx, "glam")
         return {
             **out,
             "cpu_minutes": (time.process_time() - cpu) / 60,

@@ -7,65 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
-import yaml
-from support.net import free_port
-from support.processes import REPO, RedisServer, Service, Stack, child_env, wait_until
-from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
+from support.processes import REPO, wait_until
+from support.tiny_llm import TINY_MODEL
 from support.tiny_text_env import ENV_ID
 
 
-@pytest.fixture
-def glam_stack(tmp_path: Path, flat_model_dir: Path) -> Iterator[tuple[Stack, Service]]:
-    home = tmp_path / "home"
-    home.mkdir()
-    gateway = tmp_path / "gateway.yaml"
-    gateway.write_text(yaml.safe_dump(tiny_gateway_settings(flat_model_dir)))
-    redis_server = RedisServer(home / "redis")
-    redis_server.start()
-    sim_http, sim_grpc, orch, learner_port = free_port(), free_port(), free_port(), free_port()
-    env = child_env(
-        {
-            "LLMRL_HOME": str(home),
-            "LLMRL_REDIS_URL": redis_server.url,
-            "LLMRL_SIMULATOR_ADDRESS": f"127.0.0.1:{sim_grpc}",
-            "LLMRL_LLM_GATEWAY_ADDRESS": "local",
-            "LLMRL_LLM_GATEWAY_CONFIG": str(gateway),
-            "LLMRL_LEARNER_PORT": str(learner_port),
-            "LLMRL_PLUGINS": "support.tiny_text_env",
-        }
-    )
-
-    def service(name: str, args: list[str], port: int) -> Service:
-        return Service(name, args, env, home, health_url=f"http://127.0.0.1:{port}/health")
-
-    simulator = service(
-        "simulator",
-        ["serve", "simulator", "--port", str(sim_http), "--grpc-port", str(sim_grpc)],
-        sim_http,
-    )
-    orchestrator = service("orchestrator", ["serve", "orchestrator", "--port", str(orch)], orch)
-    learner = service("learner", ["serve", "learner", "--port", str(learner_port)], learner_port)
-    stack = Stack(home, redis_server, env, orchestrator, simulator, url=f"http://127.0.0.1:{orch}")
-    try:
-        for started in (simulator, orchestrator, learner):
-            started.start(wait=False)
-        worker = stack.add_worker("w1", wait=False)
-        for started in (simulator, orchestrator, learner, worker):
-            wait_until(started._healthy, 240, started.name)
-        yield stack, learner
-    finally:
-        for started in [*stack.workers, learner, orchestrator, simulator]:
-            started.stop()
-        redis_server.stop()
-
-
-def test_submitted_glam_trains_on_the_learner_against_the_simulator_service(glam_stack):
-    stack, learner = glam_stack
+def test_submitted_glam_trains_on_the_learner_against_the_simulator_service(service_stack):
+    stack, learner = service_stack
     overrides = [
         f"env={ENV_ID}",
         f"model={TINY_MODEL}",
