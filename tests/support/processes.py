@@ -160,6 +160,26 @@ class Stack:
         self.workers.append(worker.start(wait=wait))
         return worker
 
+    def submit_and_wait(self, recipe: str, overrides: list[str], timeout: float) -> dict[str, Any]:
+        """`llmrl submit RECIPE key=value ...` against the orchestrator, then the run's record
+        once it has ended (completed, failed or cancelled)."""
+        submitted = subprocess.run(
+            [sys.executable, "-m", "llmrl.cli", "submit", recipe, *overrides, "--url", self.url],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        run_id = submitted.stdout.split()[0]
+
+        def finished() -> dict[str, Any] | None:
+            run = httpx.get(f"{self.url}/runs/{run_id}", timeout=5).json()
+            return run if run["status"] in ("completed", "failed", "cancelled") else None
+
+        return wait_until(finished, timeout, f"run {run_id}", interval=1.0)
+
 
 def pending_of(stack: Stack, consumer: str) -> int:
     """Episode jobs the consumer `consumer` holds and has not acknowledged (Redis XPENDING)."""

@@ -5,11 +5,8 @@ rollout worker evaluates the trained adapter through its gateway (tiny model, ti
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import httpx
-from support.processes import REPO, wait_until
 from support.tiny_llm import TINY_MODEL
 from support.tiny_text_env import ENV_ID
 
@@ -28,22 +25,7 @@ def test_submitted_glam_trains_on_the_learner_against_the_simulator_service(serv
         "eval_every=1",
         "eval_episodes=2",
     ]
-    submitted = subprocess.run(
-        [sys.executable, "-m", "llmrl.cli", "submit", "glam", *overrides, "--url", stack.url],
-        env=stack.env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    run_id = submitted.stdout.split()[0]
-
-    def finished() -> dict | None:
-        run = httpx.get(f"{stack.url}/runs/{run_id}", timeout=5).json()
-        return run if run["status"] in ("completed", "failed", "cancelled") else None
-
-    run = wait_until(finished, 480, f"run {run_id}", interval=1.0)
+    run = stack.submit_and_wait("glam", overrides, 480)
     assert run["status"] == "completed", run.get("error")
 
     # the training was the learner's policy job, stepping the simulator service

@@ -6,11 +6,8 @@ gateway (tiny model, tiny budget)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import httpx
-from support.processes import REPO, wait_until
 from support.tiny_llm import TINY_MODEL
 from support.tiny_text_env import ENV_ID
 
@@ -28,22 +25,7 @@ def test_submitted_grpo_trains_against_the_simulator_service(service_stack):
         "eval_every=2",
         "eval_episodes=2",
     ]
-    submitted = subprocess.run(
-        [sys.executable, "-m", "llmrl.cli", "submit", "grpo", *overrides, "--url", stack.url],
-        env=stack.env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    run_id = submitted.stdout.split()[0]
-
-    def finished() -> dict | None:
-        run = httpx.get(f"{stack.url}/runs/{run_id}", timeout=5).json()
-        return run if run["status"] in ("completed", "failed", "cancelled") else None
-
-    run = wait_until(finished, 600, f"run {run_id}", interval=1.0)
+    run = stack.submit_and_wait("grpo", overrides, 600)
     assert run["status"] == "completed", run.get("error")
 
     # nothing went to the learner: the run trained in its own process
