@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fastapi import FastAPI, Request
 from support.tiny_llm import TINY_MODEL, tiny_gateway_settings
 
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
@@ -269,3 +270,50 @@ def test_unsupported_scores_and_chat_logprobs_are_400_naming_the_field(servers):
     adapter = httpx.post(f"{front_server.url}/v1/score", json={**scored, "model": "engine:a@1"})
     assert adapter.status_code == 400 and adapter.json()["error"]["param"] == "model"
     assert httpx.get(f"{back_server.url}/health").json()["status"] == "ok"
+
+
+def prompt_only_engine(back_url: str) -> Any:
+    """A stand-in for llama-cpp-python's server (0.3.36, tried on SmolLM2's GGUF): a real HTTP
+    server whose `/v1/completions` answers as the back gateway does, but whose echoed log-probs
+    leave out the generated tokens (the choice's text still holds them)."""
+    app = FastAPI()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        async with httpx.AsyncClient() as client:
+            answer = (await client.post(f"{back_url}/v1/completions", json=body)).json()
+        for choice in answer["choices"]:
+            sent = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
+            data = choice["logprobs"]
+            kept = [i for i, offset in enumerate(data["text_offset"]) if offset < len(sent)]
+            for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                data[key] = [data[key][i] for i in kept]
+        return answer
+
+    return RestServer(app).start()
+
+
+def test_an_engine_that_echoes_no_generated_token_scores_the_same(servers, tiny_model_dir):
+    """With `score_max_tokens: 1`, which tokens were generated is read from the offsets past
+    what was sent, whether the engine echoes their log-probs (vLLM) or not (llama-cpp-python)."""
+    _, back_server, front, _ = servers
+    engine = prompt_only_engine(back_server.url)
+    try:
+        settings = tiny_gateway_settings(tiny_model_dir)
+        settings["models"]["prompt-only"] = {
+            "backend": "openai", "base_url": f"{engine.url}/v1", "remote_model": TINY_MODEL,
+            "max_retries": 0, "score": True, "score_max_tokens": 1, "score_batch": False,
+        }  # fmt: skip
+        gateway = Gateway(settings, mode="embedded")
+        try:
+            scored = gateway.score(
+                ScoreRequest(prompt=PROMPT, candidates=CANDIDATES, model="prompt-only")
+            )
+        finally:
+            gateway.close()
+    finally:
+        engine.stop()
+    text = front.score(ScoreRequest(prompt=PROMPT, candidates=CANDIDATES, model="engine-text"))
+    for row, expected in zip(scored.token_logprobs, text.token_logprobs, strict=True):
+        assert row == pytest.approx(expected, abs=1e-4)

@@ -574,7 +574,7 @@ class OpenAIBackend(Backend):
                 start = len(prompt_ids)
                 values = answer["token_logprobs"][start : start + len(candidate_ids[i])]
             else:
-                values = self._candidate_values(answer, len(candidates[i]))
+                values = self._candidate_values(answer, len(candidates[i]), sent[i])
             if not values or any(not isinstance(v, int | float) for v in values):
                 raise UpstreamError(
                     f"model {self.name!r}: the endpoint returned no log-probs for the tokens "
@@ -610,7 +610,10 @@ class OpenAIBackend(Backend):
                     f"model {self.name!r}: the endpoint answered {len(choices)} choices "
                     f"for {len(batch)} prompts"
                 )
-            answers.extend(self._legacy_logprobs(choice) for choice in choices)
+            # the choice's text beside its log-probs: it says which tokens were generated
+            answers.extend(
+                {**self._legacy_logprobs(choice), "text": choice.get("text")} for choice in choices
+            )
             usage = answer.get("usage")
             if isinstance(usage, dict):
                 used += _count(usage.get("prompt_tokens"))
@@ -618,16 +621,25 @@ class OpenAIBackend(Backend):
             used = sum(len(a["token_logprobs"]) - config.score_max_tokens for a in answers)
         return answers, used
 
-    def _candidate_values(self, answer: dict[str, Any], chars: int) -> list[Any]:
+    def _candidate_values(self, answer: dict[str, Any], chars: int, sent: str) -> list[Any]:
         """Text mode: the log-probs of the tokens that hold the candidate's `chars` last
-        characters of the echoed text (found from the end, so an engine that adds a BOS token
-        or reads the prompt's start otherwise finds the same ones); a token holding the
+        characters of the echoed text `sent` (found from the end, so an engine that adds a BOS
+        token or reads the prompt's start otherwise finds the same ones); a token holding the
         boundary counts for the candidate."""
-        drop = self.config.score_max_tokens  # the generated token, last
         tokens = list(answer["tokens"] or [])
         offsets = list(answer["text_offset"] or [])
         values = list(answer["token_logprobs"] or [])
-        if drop:
+        text = answer.get("text")
+        if isinstance(text, str) and text.startswith(sent) and len(offsets) == len(tokens):
+            # the generated tokens are those at or past the end of what was sent: vLLM echoes
+            # their log-probs, llama-cpp-python leaves them out
+            kept = [i for i, offset in enumerate(offsets) if _count(offset) < len(sent)]
+            tokens, offsets, values = (
+                [tokens[i] for i in kept],
+                [offsets[i] for i in kept],
+                [values[i] for i in kept],
+            )
+        elif drop := self.config.score_max_tokens:  # the generated tokens, last
             tokens, offsets, values = tokens[:-drop], offsets[:-drop], values[:-drop]
         if not tokens or len(offsets) != len(tokens) or len(values) != len(tokens):
             return []
