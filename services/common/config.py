@@ -126,6 +126,15 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def nested(key: str, value: Any) -> dict[str, Any]:
+    """{"ppo": {"learning_rate": value}} for the dotted key "ppo.learning_rate"."""
+    *groups, leaf = key.split(".")
+    result: dict[str, Any] = {leaf: value}
+    for group in reversed(groups):
+        result = {group: result}
+    return result
+
+
 def deep_merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`over` on `base` (neither changed): mappings merged key by key at every depth, any other
     value of `over` replacing `base`'s. How `key=value` overrides go over a YAML file."""

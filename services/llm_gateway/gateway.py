@@ -348,8 +348,8 @@ class Gateway:
         if adapter and lora is None:
             check_adapter(adapter)  # a strict pattern: no path can leave the adapters folder
         config = self.settings.models[name]
-        # a loaded model's own class; the registry only before it loads (a lookup there reads
-        # the installed packages' entry points: ~65 ms, on every request otherwise)
+        # a loaded model's own class; the registry only before it loads (its lookup checks the
+        # entry's optional packages, a cost per request the loaded model needs no more)
         loaded = self._backends.get(name)
         backend_class = type(loaded) if loaded is not None else registry.get_backend(config.backend)
         ops = backend_class.ops_for(config)

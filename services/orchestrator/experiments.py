@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llmrl.common.bounds import MAX_SEED, Seed
-from llmrl.common.config import deep_merged, env_int
+from llmrl.common.config import deep_merged, env_int, nested
 from llmrl.recipes.config import ConfigError, recipe_class, validate_config
 from llmrl.recipes.tracking import identity
 
@@ -229,17 +229,8 @@ def run_config(
     by key, as `key=value` overrides do."""
     config = deep_merged(base, entry)
     for key, value in point.items():
-        config = deep_merged(config, _nested(key, value))
+        config = deep_merged(config, nested(key, value))
     return {**config, "seed": seed}
-
-
-def _nested(key: str, value: Any) -> dict[str, Any]:
-    """{"ppo": {"learning_rate": value}} for key "ppo.learning_rate"."""
-    *groups, leaf = key.split(".")
-    nested: dict[str, Any] = {leaf: value}
-    for group in reversed(groups):
-        nested = {group: nested}
-    return nested
 
 
 def split_arguments(arguments: Sequence[str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from llmrl.common.config import deep_merged, nested
 from llmrl.common.names import local_model_paths_allowed
 from llmrl.recipes.config import ConfigError
 
@@ -137,11 +138,7 @@ def model_from_options(model: type[BaseModel], args: argparse.Namespace, **extra
     names = getattr(args, _FIELDS_ATTR, {}).get(model.__name__, [])
     values: dict[str, Any] = {}
     for name, value in [*((name, getattr(args, _dest(name))) for name in names), *extra.items()]:
-        *groups, leaf = name.split(".")
-        target = values
-        for group in groups:
-            target = target.setdefault(group, {})
-        target[leaf] = value
+        values = deep_merged(values, nested(name, value))  # a group's key: ppo.num_envs
     try:
         with local_model_paths_allowed():  # a study loads the model its user names here
             return model(**values)
