@@ -130,7 +130,9 @@ def settings_error(model: type[BaseModel], error: ValidationError, prefix: str =
             owner = owner_model(model, detail["loc"]) or model  # a settings group's own keys
             problems.append(f"{key}: unknown setting; allowed: {', '.join(owner.model_fields)}")
         elif detail["type"] == "missing":
-            problems.append(f"{key}: required ({model.model_fields[detail['loc'][0]].description})")
+            owner = owner_model(model, detail["loc"]) or model  # a settings group's own field
+            field = owner.model_fields.get(str(detail["loc"][-1]))
+            problems.append(f"{key}: required ({field.description if field else 'no default'})")
         elif not detail["loc"] or message.startswith(f"{detail['loc'][-1]}: "):
             # a validator's own message names its key (within its settings group, if any)
             group = "".join(f"{part}." for part in detail["loc"][:-1])
