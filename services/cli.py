@@ -413,6 +413,40 @@ def results_keep(out_dir: Path, experiment_file: Path, partial: bool) -> None:
     click.echo(f"kept {path}")
 
 
+@results.command("check")
+@click.argument("out_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("experiment_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def results_check(out_dir: Path, experiment_file: Path) -> None:
+    """Whether this machine gave EXPERIMENT_FILE's kept rows again: each run of its kept
+    report against the run of the same config in OUT_DIR (the --out of `llmrl sweep --config
+    EXPERIMENT_FILE`), cell by cell, measured columns (time on the machine) aside. Prints
+    where each side ran (CPU, precision, pinned CPU paths) and the differing cells; exit 0
+    when every run matched, 1 otherwise."""
+    from rich.table import Table
+    from rich.text import Text
+
+    check = _load("llmrl.orchestrator.repeat_check", "check_against_kept")
+    config_error = _load("llmrl.recipes.config", "ConfigError")
+    try:
+        checks = check(out_dir, experiment_file)
+    except config_error as exc:
+        raise click.UsageError(str(exc)) from exc
+    table = Table(title=f"{experiment_file}: kept rows against {out_dir}")
+    for column in ("run", "rows", "same rows", "kept on", "here on"):
+        table.add_column(column, overflow="fold")
+    for run in checks:
+        verdict = "not run here" if run.here_on is None else "yes" if run.same else "no"
+        cells = [run.run_id, str(run.rows), verdict, run.kept_on, run.here_on or "-"]
+        table.add_row(*(Text(cell) for cell in cells))
+    console = _load("llmrl.common.console", "output_console")()
+    console.print(table)
+    for run in checks:
+        for line in run.differences:
+            console.print(Text(f"{run.run_id}: {line}"))
+    if not all(run.same for run in checks if run.here_on is not None):
+        sys.exit(1)
+
+
 @results.command("list")
 @click.argument("recipe", required=False)
 @click.option(

@@ -46,6 +46,7 @@ from llmrl.llm_gateway.replay_bundle import (
 )
 from llmrl.orchestrator.sources import resolve_run
 from llmrl.recipes.config import ConfigError, validate_config
+from llmrl.recipes.results import differing_cells
 
 # keys that name where benchmark data lies: a path there is left out (this machine's copy is
 # used), the listed plain values are kept (llm-personalize's data_dir: "procedural")
@@ -67,7 +68,6 @@ PATH_KEYS = frozenset(
     }
 )
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
-MAX_DIFFERENCES = 10  # differing cells a replay lists
 
 
 def looks_like_path(value: str) -> bool:
@@ -284,34 +284,6 @@ class ReplayReport:
         return not self.differences
 
 
-def compare_rows(recorded: list[dict[str, Any]], replayed: list[dict[str, Any]]) -> list[str]:
-    """Each differing cell (at most MAX_DIFFERENCES, then a count) as 'row i, column: recorded
-    X, replayed Y'; [] when every row is identical."""
-    differences = []
-    if len(recorded) != len(replayed):
-        differences.append(f"{len(recorded)} rows recorded, {len(replayed)} replayed")
-    for i, (old, new) in enumerate(zip(recorded, replayed, strict=False)):
-        for column in list(old) + [c for c in new if c not in old]:
-            a, b = old.get(column, "(absent)"), new.get(column, "(absent)")
-            if a != b or (type(a) is not type(b) and not _same_number(a, b)):
-                differences.append(f"row {i}, {column}: recorded {a!r}, replayed {b!r}")
-    if len(differences) > MAX_DIFFERENCES:
-        rest = len(differences) - MAX_DIFFERENCES
-        differences = [*differences[:MAX_DIFFERENCES], f"... and {rest} more differing cells"]
-    return differences
-
-
-def _same_number(a: Any, b: Any) -> bool:
-    numbers = (int, float)
-    return (
-        isinstance(a, numbers)
-        and isinstance(b, numbers)
-        and not isinstance(a, bool)
-        and not isinstance(b, bool)
-        and a == b
-    )
-
-
 def replay(
     bundle_path: str | Path,
     out_dir: str | Path | None = None,
@@ -352,5 +324,5 @@ def replay(
         replayed = json.loads((out / "results.json").read_text())["rows"]
     except (OSError, ValueError, KeyError) as exc:
         raise BundleError(f"the replayed run wrote no readable results.json: {exc}") from None
-    differences = compare_rows(bundle.results.rows, replayed)
+    differences = differing_cells(bundle.results.rows, replayed, ("recorded", "replayed"))
     return ReplayReport(run.run_id, out, len(replayed), differences, warnings)

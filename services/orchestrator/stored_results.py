@@ -59,7 +59,7 @@ def stored_path(experiment_file: Path) -> Path:
     return experiment_file.with_name(experiment_file.stem + SUFFIX)
 
 
-def _canonical(config: dict[str, Any]) -> str:
+def canonical_config(config: dict[str, Any]) -> str:
     """A config as a run's identity: its tracking settings say where it reported, not what it
     computed (and runs kept before they existed have none)."""
     return json.dumps(identity(config), sort_keys=True, default=str)
@@ -103,7 +103,7 @@ def run_seconds(out_dir: Path) -> dict[str, float]:
         store.close()
 
 
-def _stored(experiment_file: Path) -> dict[str, Any] | None:
+def stored_report(experiment_file: Path) -> dict[str, Any] | None:
     """The stored report beside `experiment_file`, or None before its first keep."""
     path = stored_path(experiment_file)
     return json.loads(path.read_text()) if path.is_file() else None
@@ -116,7 +116,7 @@ def _kept_seconds(stored: dict[str, Any] | None) -> dict[str, float]:
 
 
 def kept_runs(stored: dict[str, Any] | None) -> list[RunData]:
-    """The runs a stored report (`_stored`; None: no keep yet) holds with their results (a
+    """The runs a stored report (`stored_report`; None: no keep yet) holds with their results (a
     report kept before runs carried results gives none)."""
     return [
         RunData(
@@ -134,8 +134,8 @@ def kept_runs(stored: dict[str, Any] | None) -> list[RunData]:
 def _refuse_stale(kept: list[RunData], planned: list[Any], experiment_file: Path) -> None:
     """ConfigError when a run kept before is no longer one the file plans (the file, or a
     recipe default, changed since): keeping again would drop it from the stored report."""
-    plans = {(run.recipe, _canonical(run.config)) for run in planned}
-    stale = [run for run in kept if (run.recipe, _canonical(run.config)) not in plans]
+    plans = {(run.recipe, canonical_config(run.config)) for run in planned}
+    stale = [run for run in kept if (run.recipe, canonical_config(run.config)) not in plans]
     if not stale:
         return
     lines = []
@@ -176,15 +176,16 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
     completed run of the same config, unless `partial` (then at least one must be there)."""
     experiment = load_experiment(experiment_file)
     planned = plan_experiment(experiment.spec(), str(experiment.name))
-    before = _stored(experiment_file)
+    before = stored_report(experiment_file)
     kept = kept_runs(before)
     _refuse_stale(kept, planned, experiment_file)
-    by_config = {(run.recipe, _canonical(run.config)): run for run in kept}
+    by_config = {(run.recipe, canonical_config(run.config)): run for run in kept}
     # this out dir's runs win over kept ones of the same config (a re-run replaces its part)
-    by_config.update({(run.recipe, _canonical(run.config)): run for run in completed_runs(out_dir)})
+    here = completed_runs(out_dir)
+    by_config.update({(run.recipe, canonical_config(run.config)): run for run in here})
     matched, missing, missing_seeds = [], [], set()
     for run in planned:
-        found = by_config.get((run.recipe, _canonical(run.config)))
+        found = by_config.get((run.recipe, canonical_config(run.config)))
         if found is None:
             missing.append(_run_label(run.point, run.recipe, run.seed))
             missing_seeds.add(run.seed)
@@ -379,9 +380,9 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
     (none, some, or all), when it was kept, the seeds still to run and its budget."""
     experiment = load_experiment(experiment_file)
     planned = plan_experiment(experiment.spec(), str(experiment.name))
-    stored = _stored(experiment_file)
-    kept = {(run.recipe, _canonical(run.config)) for run in kept_runs(stored)}
-    todo = [run for run in planned if (run.recipe, _canonical(run.config)) not in kept]
+    stored = stored_report(experiment_file)
+    kept = {(run.recipe, canonical_config(run.config)) for run in kept_runs(stored)}
+    todo = [run for run in planned if (run.recipe, canonical_config(run.config)) not in kept]
     if stored is not None and "missing" not in stored:  # kept whole before runs kept configs
         todo = []
     seconds = sorted(_kept_seconds(stored).values())

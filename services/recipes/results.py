@@ -88,6 +88,43 @@ def computed_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in measured} for row in results["rows"]]
 
 
+MAX_DIFFERENCES = 10  # differing cells a comparison lists before it counts the rest
+
+
+def differing_cells(
+    expected: list[dict[str, Any]],
+    got: list[dict[str, Any]],
+    labels: tuple[str, str] = ("expected", "got"),
+) -> list[str]:
+    """Each differing cell of two runs' rows (at most MAX_DIFFERENCES, then a count) as
+    'row i, column: <labels[0]> X, <labels[1]> Y'; [] when every row is identical. A 1 and a
+    1.0 are the same number; True and 1 are not."""
+    old_label, new_label = labels
+    differences = []
+    if len(expected) != len(got):
+        differences.append(f"{len(expected)} rows {old_label}, {len(got)} {new_label}")
+    for i, (old, new) in enumerate(zip(expected, got, strict=False)):
+        for column in list(old) + [c for c in new if c not in old]:
+            a, b = old.get(column, "(absent)"), new.get(column, "(absent)")
+            if a != b or (type(a) is not type(b) and not _same_number(a, b)):
+                differences.append(f"row {i}, {column}: {old_label} {a!r}, {new_label} {b!r}")
+    if len(differences) > MAX_DIFFERENCES:
+        rest = len(differences) - MAX_DIFFERENCES
+        differences = [*differences[:MAX_DIFFERENCES], f"... and {rest} more differing cells"]
+    return differences
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    numbers = (int, float)
+    return (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and a == b
+    )
+
+
 CURVE_BINS = 100  # points a run keeps of a curve: binned means, so results.json stays small
 
 

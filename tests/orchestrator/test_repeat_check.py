@@ -1,0 +1,100 @@
+"""`llmrl results check` (issue 71): a sweep made here against the experiment's kept report,
+row by row, saying where each side ran and which cells differ."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmrl.cli import main
+from llmrl.orchestrator.repeat_check import check_against_kept
+from llmrl.orchestrator.stored_results import keep, stored_path
+from llmrl.recipes.config import ConfigError
+
+EXPERIMENT = (
+    "description: the oracle planner on DoorKey\n"
+    "claim: {statement: the oracle solves DoorKey, target: success 1, paper: none}\n"
+    "recipe: evaluate\n"
+    "config: {env: SimpleDoorKey, planner: oracle, episodes: 2}\n"
+    "seeds: [0, 1]\n"
+)
+
+
+def _sweep(path: Path, out: Path, *overrides: str) -> None:
+    result = CliRunner().invoke(
+        main, ["sweep", "--config", str(path), "--out", str(out), "--quiet", *overrides]
+    )
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def kept_and_again(tmp_path_factory) -> tuple[Path, Path]:
+    """An evaluate experiment swept and kept, then swept again into another out dir."""
+    root = tmp_path_factory.mktemp("check")
+    experiments = root / "recipes" / "evaluate" / "experiments"
+    experiments.mkdir(parents=True)
+    path = experiments / "trial.yaml"
+    path.write_text(EXPERIMENT)
+    _sweep(path, root / "first")
+    keep(root / "first", path)
+    _sweep(path, root / "again")
+    return path, root / "again"
+
+
+def test_the_same_file_swept_again_gives_the_kept_rows(kept_and_again):
+    path, again = kept_and_again
+    checks = check_against_kept(again, path)
+    assert [check.same for check in checks] == [True, True]
+    assert all(check.rows > 0 and "precision" not in check.here_on for check in checks)
+    assert all("MKL_CBWR=" in check.here_on for check in checks), "the pins it ran with"
+    result = CliRunner().invoke(main, ["results", "check", str(again), str(path)])
+    assert result.exit_code == 0, result.output
+    assert "yes" in result.output
+
+
+def test_a_differing_cell_is_named_and_fails_the_check(kept_and_again, tmp_path):
+    path, again = kept_and_again
+    copy = tmp_path / "recipes" / "evaluate" / "experiments" / "trial.yaml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(path.read_text())
+    report = json.loads(stored_path(path).read_text())
+    row = report["runs"][1]["results"]["rows"][0]
+    column = next(c for c, v in row.items() if isinstance(v, float))
+    kept_value = row[column]
+    row[column] = kept_value + 1e-12  # the last bits of one figure, as another CPU might give
+    stored_path(copy).write_text(json.dumps(report))
+
+    first, second = check_against_kept(again, copy)
+    assert first.same and not second.same
+    assert second.differences == [
+        f"row 0, {column}: kept {kept_value + 1e-12!r}, here {kept_value!r}"
+    ]
+    result = CliRunner().invoke(main, ["results", "check", str(again), str(copy)])
+    assert result.exit_code == 1
+    assert f"row 0, {column}: kept" in result.output
+
+
+def test_a_run_not_made_here_is_reported_not_matched(kept_and_again, tmp_path):
+    path, _ = kept_and_again
+    one_seed = tmp_path / "one"
+    _sweep(path, one_seed, "seeds=[1]")
+    checks = check_against_kept(one_seed, path)
+    assert [check.here_on is None for check in checks] == [True, False]
+    assert checks[1].same
+    result = CliRunner().invoke(main, ["results", "check", str(one_seed), str(path)])
+    assert result.exit_code == 0 and "not run here" in result.output
+
+
+def test_a_file_without_kept_report_or_runs_is_refused_with_what_to_do(kept_and_again, tmp_path):
+    path, again = kept_and_again
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(EXPERIMENT)
+    with pytest.raises(ConfigError, match="no kept report"):
+        check_against_kept(again, bare)
+    other = tmp_path / "other"
+    _sweep(path, other, "episodes=3")
+    with pytest.raises(ConfigError, match="llmrl sweep --config"):
+        check_against_kept(other, path)
