@@ -699,6 +699,83 @@ def replay(bundle: Path, out: Path | None, quiet: bool) -> None:
     sys.exit(1)
 
 
+@main.group()
+def numerics() -> None:
+    """The numerics runs compute with here: the bits of the ops their figures go through."""
+
+
+@numerics.command("fingerprint")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write this machine's fingerprint (JSON) to this file.",
+)
+@click.option(
+    "--against",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A fingerprint written on another machine: list each op with whether its bits are "
+    "the same here, and exit 1 if any differs.",
+)
+@click.option(
+    "--no-models",
+    is_flag=True,
+    help="Leave out the local models (SmolLM2's weights, logits and gradients, MiniLM's "
+    "embeddings): the kernels only, in seconds.",
+)
+def numerics_fingerprint(out: Path | None, against: Path | None, no_models: bool) -> None:
+    """Digest the output of each op llmrl's runs compute with (GEMMs, attention, element-wise
+    and reduction kernels, convolutions, Adam, numpy's BLAS, the local models' weights, logits,
+    gradients and embeddings) on fixed inputs, under this process's precision, CPU path pins
+    and threads. Two machines whose digests differ for an op compute it to other bits there:
+    runs going through that op cannot repeat bit for bit across them."""
+    import json
+
+    from rich.table import Table
+    from rich.text import Text
+
+    module = "llmrl.orchestrator.numerics_fingerprint"
+    there, differing = None, []
+    if against is not None:
+        try:
+            there = _load(module, "read_fingerprint")(against)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+    here = _load(module, "fingerprint")(models=not no_models)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(here, indent=1) + "\n")
+    console = _load("llmrl.common.console", "output_console")()
+    if there is None:
+        table = Table(title=f"numerics fingerprint: {here['cpu']}")
+        table.add_column("op")
+        table.add_column("digest", no_wrap=True)
+        for name, value in here["ops"].items():
+            table.add_row(Text(name), Text(value))
+        console.print(table)
+    else:
+        rows = _load(module, "compare")(here, there)
+        sides = [f"{d.get('cpu', '?')} ({' '.join(d.get('isa', []))})" for d in (here, there)]
+        table = Table(title=f"here: {sides[0]}; there: {sides[1]}")
+        for column in ("op", "here", "there", "same bits"):
+            table.add_column(column, no_wrap=column != "op")
+        verdicts = {True: "yes", False: "no", None: "not compared"}
+        for name, mine, theirs, same in rows:
+            table.add_row(Text(name), Text(mine), Text(theirs), Text(verdicts[same]))
+        console.print(table)
+        compared = [row for row in rows if row[3] is not None]
+        differing = [row[0] for row in compared if not row[3]]
+        console.print(
+            f"{len(compared) - len(differing)} of {len(compared)} ops compared give the same "
+            "bits" + (f"; differ: {', '.join(differing)}" if differing else "")
+        )
+    if out is not None:
+        console.print(f"wrote {out}")
+    if differing:
+        sys.exit(1)
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 def trust(paths: tuple[Path, ...]) -> None:
