@@ -11,9 +11,10 @@ Two things made the same seed give other figures on another machine, silently:
 it open (the gateway's `dtype: auto`, a learner's `bf16: null`): `LLMRL_PRECISION`, default
 `float32` on every machine; `bfloat16` asks for bf16 everywhere, `native` restores the old
 per-machine choice (bf16 where native, else fp32), by name. `pin_cpu_paths()` fixes MKL's,
-oneDNN's and ATen's paths to AVX2, which every x86-64 CPU these runs meet has; it must run
-before torch loads, so the `llmrl` command calls it first and child processes inherit it. A
-variable the user set wins. `numerics_provenance()` is what a run's results record.
+oneDNN's, ATen's and OpenBLAS's paths to AVX2, which every x86-64 CPU these runs meet has; it
+must run before torch and numpy load, so the `llmrl` command calls it first and child
+processes inherit it. A variable the user set wins. `numerics_provenance()` is what a run's
+results record.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ CPU_PINS = {
     "MKL_CBWR": "AVX2",  # MKL's conditional numerical reproducibility: one kernel path
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN's kernels (bf16 matmuls, some convolutions)
     "ATEN_CPU_CAPABILITY": "avx2",  # ATen's vectorised element-wise and reduction kernels
+    # numpy's OpenBLAS picks its kernels by CPU too (SkylakeX on an AVX-512 Xeon, whose float32
+    # GEMMs round otherwise than its Haswell ones: `llmrl numerics fingerprint` shows it)
+    "OPENBLAS_CORETYPE": "Haswell",
 }
 PIN_SWITCH_ENV = "LLMRL_PIN_CPU_PATHS"  # "0": leave every path to the libraries (fastest)
 
