@@ -5,11 +5,19 @@ same arguments, same results, same exceptions (`llmrl.llm_gateway.errors`).
     client = connect()
     result = client.chat([{"role": "user", "content": "Where is the key?"}], run_id="r1")
     scores = client.score("You see a door.", [" open the door", " go left"], run_id="r1")
+
+A gateway service that cannot be reached yet (`llmrl up` starts every service at once, and
+the orchestrator takes runs before the gateway listens) or again (restarting) is waited for:
+the gRPC client asks again once the gateway answers, for up to `LLMRL_LLM_GATEWAY_RETRY_S`
+seconds (default 120, as long as `llmrl up` waits for a service), then fails naming it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -27,7 +35,28 @@ from llmrl.llm_gateway.api_types import (
 )
 from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError, error_from_kind
 
+log = logging.getLogger("llmrl.llm_gateway.client")
 Messages = str | list[dict[str, str]]
+RETRY_VAR = "LLMRL_LLM_GATEWAY_RETRY_S"
+DEFAULT_RETRY_S = 120.0  # as long as `llmrl up` waits for a service to become healthy
+RETRY_PAUSE_S = (0.25, 2.0)  # the first pause between tries at an unreachable gateway, the longest
+# how soon a channel tries to connect again after a failed attempt, at most: gRPC's default
+# grows to 120 s, so a gateway that came up could go unnoticed for minutes
+MAX_RECONNECT_BACKOFF_MS = 2000
+
+
+def retry_window_s() -> float:
+    """How long an unreachable gateway is waited for (LLMRL_LLM_GATEWAY_RETRY_S)."""
+    raw = os.environ.get(RETRY_VAR)
+    if not raw:
+        return DEFAULT_RETRY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:
+        raise ValueError(f"{RETRY_VAR}: expected seconds in [0, 86400], got {raw[:50]!r}")
+    return value
 
 
 class LLMClient:
@@ -201,7 +230,9 @@ class InProcessClient(LLMClient):
 class GrpcClient(LLMClient):
     """Calls a gateway service over gRPC (thread-safe; one channel)."""
 
-    def __init__(self, address: str, timeout_s: float | None = None) -> None:
+    def __init__(
+        self, address: str, timeout_s: float | None = None, retry_s: float | None = None
+    ) -> None:
         import grpc
 
         from llmrl.common.auth import authenticated_channel
@@ -212,30 +243,68 @@ class GrpcClient(LLMClient):
 
         self.address = address
         self.timeout_s = timeout_s  # a client-side deadline for every call (None: none)
+        # how long an unreachable gateway is waited for (0: fail at once, e.g. a status page)
+        self.retry_s = retry_window_s() if retry_s is None else float(retry_s)
         self._grpc, self._pb, self._wire = grpc, pb, wire
         channel = client_channel(  # TLS when configured (common.tls)
             address,
             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                     ("grpc.max_send_message_length", 64 * 1024 * 1024)],
+                     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)],
         )  # fmt: skip
         self._channel = authenticated_channel(channel)  # LLMRL_TOKEN as metadata, when set
         self._stub = pb_grpc.LlmGatewayStub(self._channel)
 
     def _process(self, request: Any, slot: str) -> Any:
         grpc = self._grpc
-        try:
-            response = self._stub.Process(request, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            metadata = dict(exc.trailing_metadata() or ())
-            kind = metadata.get("llmrl-error-kind")
-            if kind:
-                raise error_from_kind(
-                    kind, exc.details() or "", metadata.get("llmrl-error-field", "")
+        since: float | None = None  # when the gateway was first found unreachable
+        pause = RETRY_PAUSE_S[0]
+        while True:
+            try:
+                response = self._stub.Process(request, timeout=self.timeout_s)
+                return getattr(response, slot)
+            except grpc.RpcError as exc:
+                metadata = dict(exc.trailing_metadata() or ())
+                kind = metadata.get("llmrl-error-kind")
+                if kind:  # the gateway's own answer: the same exception as in-process
+                    raise error_from_kind(
+                        kind, exc.details() or "", metadata.get("llmrl-error-field", "")
+                    ) from None
+                failure = f"{exc.code().name}: {exc.details()}"
+                # UNAVAILABLE without the gateway's error kind: no gateway answered (none
+                # listens yet, or it is restarting); anything else will not change by waiting
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or self.retry_s <= 0:
+                    raise GatewayError(
+                        f"the LLM gateway at {self.address} failed: {failure}"
+                    ) from None
+            now = time.monotonic()
+            if since is None:  # once per outage: a run that waits says on what
+                since = now
+                log.warning(
+                    "the LLM gateway at %s cannot be reached (%s); waiting up to %g s for it",
+                    self.address, failure, self.retry_s,
+                )  # fmt: skip
+            left = since + self.retry_s - now
+            if left <= 0:
+                raise GatewayError(
+                    f"the LLM gateway at {self.address} could not be reached for "
+                    f"{self.retry_s:g} s (last: {failure}); is it running (`llmrl serve "
+                    f"llm_gateway`)? {RETRY_VAR} sets how long to wait"
                 ) from None
-            raise GatewayError(
-                f"the LLM gateway at {self.address} failed: {exc.code().name}: {exc.details()}"
-            ) from None
-        return getattr(response, slot)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, RETRY_PAUSE_S[1])
+            self._wait_until_ready(since + self.retry_s - time.monotonic())
+
+    def _wait_until_ready(self, timeout_s: float) -> None:
+        """Until the channel connects or `timeout_s` passed (the next try then says why)."""
+        grpc = self._grpc
+        ready = grpc.channel_ready_future(self._channel)
+        try:
+            ready.result(timeout=max(timeout_s, 0.0))
+        except grpc.FutureTimeoutError:
+            pass
+        finally:
+            ready.cancel()  # stops watching the channel's state
 
     def _encode(self, build: Any, request: Any) -> Any:
         try:
@@ -306,8 +375,9 @@ def connect(address: str | None = None, **settings: Any) -> LLMClient:
 
     In-process: `settings` are gateway settings (`models`, `default_model`, `cache`,
     `prices`, `limits`, or `config="gateway.yaml"`); with none, every `connect()` in the
-    process shares one gateway. Remote: the only setting is `timeout_s` (a deadline per call);
-    the server's own configuration decides the rest.
+    process shares one gateway. Remote: the only settings are `timeout_s` (a deadline per call)
+    and `retry_s` (how long an unreachable gateway is waited for; default
+    LLMRL_LLM_GATEWAY_RETRY_S); the server's own configuration decides the rest.
     """
     if address is None:
         if not settings:
@@ -315,11 +385,11 @@ def connect(address: str | None = None, **settings: Any) -> LLMClient:
         from llmrl.llm_gateway.gateway import Gateway
 
         return InProcessClient(Gateway(settings))
-    unknown = set(settings) - {"timeout_s"}
+    unknown = set(settings) - {"timeout_s", "retry_s"}
     if unknown:
         raise InvalidRequestError(
             f"settings {sorted(unknown)} apply to an in-process gateway; a remote gateway "
-            "is configured where it runs (only timeout_s is a client setting)",
+            "is configured where it runs (only timeout_s and retry_s are client settings)",
             "settings",
         )
     return GrpcClient(address, **settings)

@@ -186,12 +186,14 @@ class RunManager:
         thread.start()
 
     def ledger_client(self) -> Any:
-        """A gateway client for ledger reads (GET /runs/{id}), connected once, short deadline."""
+        """A gateway client for ledger reads (GET /runs/{id}), connected once, short deadline.
+        It never waits for an unreachable gateway (runs' clients do): the run's page says
+        "unavailable" at once instead."""
         with self._lock:
             if self._ledger is None:
                 from llmrl.llm_gateway.client import connect
 
-                self._ledger = connect(self.llm_gateway, timeout_s=LEDGER_TIMEOUT_S)
+                self._ledger = connect(self.llm_gateway, timeout_s=LEDGER_TIMEOUT_S, retry_s=0)
             return self._ledger
 
     def get(self, run_id: str) -> RunRow:

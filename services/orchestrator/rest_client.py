@@ -14,6 +14,7 @@ import click
 import httpx
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from llmrl.common.auth import auth_headers
 from llmrl.common.console import output_console
@@ -118,7 +119,7 @@ def _print_run(console: Console, run: dict[str, Any]) -> None:
     table = Table(title=f"run {run['run_id']}", show_header=False)
     for key in ("recipe", "status", "current_phase", "progress", "episodes_stored", "error"):
         if run.get(key) is not None:
-            table.add_row(key, str(run[key]))
+            table.add_row(key, Text(str(run[key])))  # an error's "[...]" is no markup
     for key, value in (run.get("summary") or {}).items():
         table.add_row(f"summary.{key}", str(value))
     llm = run.get("llm") or {}
@@ -148,11 +149,30 @@ def _submit_and_follow(
                 final = follow(client, submitted[id_key])
             show(console, final)
             if final["status"] != "completed":
-                raise click.ClickException(f"{kind} {final[id_key]} {final['status']}")
+                why = _why_not_completed(final)
+                ended = f"{kind} {final[id_key]} {final['status']}"
+                raise click.ClickException(f"{ended}: {why}" if why else ended)
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach the orchestrator at {url}: {exc}") from exc
     finally:
         client.close()
+
+
+def run_failure(run: dict[str, Any]) -> str | None:
+    """Why a run (or an experiment's run) did not complete, naming its phase: None when it
+    has no error to tell (completed, cancelled, or still under way)."""
+    if not run.get("error"):
+        return None
+    seed = f" (seed {run['seed']})" if run.get("seed") is not None else ""
+    phase = f" in phase {run['current_phase']}" if run.get("current_phase") else ""
+    return f"run {run['run_id']}{seed} {run['status']}{phase}: {run['error']}"
+
+
+def _why_not_completed(final: dict[str, Any]) -> str:
+    """A run's error, or an experiment's runs' errors, for the failure's one-line message."""
+    if "runs" not in final:
+        return str(final.get("error") or "")
+    return "; ".join(why for run in final["runs"] if (why := run_failure(run)))
 
 
 def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False) -> None:
@@ -162,7 +182,8 @@ def cli_submit(recipe: str, config: dict[str, Any], url: str, wait: bool = False
 
 
 def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
-    """An experiment's state and each run's: id, grid point, seed, state."""
+    """An experiment's state and each run's: id, grid point, seed, state; then why each run
+    that failed did."""
     states = ", ".join(f"{n} {state}" for state, n in experiment["run_states"].items())
     console.print(
         f"experiment {experiment['experiment_id']}: {experiment['status']}"
@@ -195,6 +216,10 @@ def print_experiment(console: Console, experiment: dict[str, Any]) -> None:
                     str(value["n"]),
                 )
         console.print(summary)
+    for run in experiment.get("runs", []):  # last: what a reader of the output's tail sees
+        why = run_failure(run)
+        if why:
+            console.print(Text(why, style="red"))
 
 
 def cli_submit_experiment(spec: dict[str, Any], url: str, wait: bool = False) -> None:

@@ -2,8 +2,9 @@
 
     POST /experiments {name?, recipe, config?, grid?, seeds?, max_parallel?}   201 {experiment_id}
     GET  /experiments                     every experiment (?status=)
-    GET  /experiments/{id}                each run's id, grid point, seed and state; the
-                                          aggregate (the report as data) once it has ended
+    GET  /experiments/{id}                each run's id, grid point, seed, state, phase and
+                                          (failed) error; the aggregate (the report as data)
+                                          once it has ended
     POST /experiments/{id}/cancel         202: queued runs never start, running ones cancelled
     GET  /experiments/{id}/report/{name}  results.md, results.json or a plot of the report
 

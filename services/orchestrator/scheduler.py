@@ -21,6 +21,7 @@ from typing import Any
 
 from llmrl.common import store as states
 from llmrl.common.logs import log_event
+from llmrl.common.server_paths import redact_server_paths
 from llmrl.common.store import ExperimentRow, RunRow
 from llmrl.orchestrator.compare import build_report
 from llmrl.orchestrator.experiments import (
@@ -222,6 +223,9 @@ class ExperimentScheduler:
                 "config": run["config"],
                 "status": state,
                 "current_phase": row.current_phase if row is not None else None,
+                # why a run failed, as GET /runs/{id} says it: a sweep following the
+                # experiment shows it without asking for each run
+                "error": redact_server_paths(row.error) if row is not None and row.error else None,
                 "summary": row.summary if row is not None else {},
             }
             for run, row, state in zip(experiment.runs, rows, states_of, strict=True)

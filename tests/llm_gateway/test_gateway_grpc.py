@@ -3,12 +3,21 @@ the documented status codes (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) on the wire."
 
 from __future__ import annotations
 
+import threading
+import time
+
 import grpc
 import numpy as np
 import pytest
+from support.net import free_port
 
-from llmrl.llm_gateway.client import InProcessClient, connect
-from llmrl.llm_gateway.errors import BudgetExceededError, InvalidRequestError, UnknownModelError
+from llmrl.llm_gateway.client import RETRY_VAR, InProcessClient, connect
+from llmrl.llm_gateway.errors import (
+    BudgetExceededError,
+    GatewayError,
+    InvalidRequestError,
+    UnknownModelError,
+)
 from llmrl.llm_gateway.grpc_server import start_grpc_server
 from llmrl.llm_gateway.v1 import llm_gateway_pb2 as pb
 from llmrl.llm_gateway.v1 import llm_gateway_pb2_grpc as pb_grpc
@@ -168,3 +177,40 @@ def test_malformed_request_bytes_are_invalid_argument(served, payload, says):
     assert says in caught.value.details()
     assert dict(caught.value.trailing_metadata())["llmrl-error-field"] == "request"
     assert remote.count_tokens("hello world") == 2  # still serving
+
+
+def test_a_gateway_that_starts_late_is_waited_for(gateway):
+    """`llmrl up` starts every service at once: a run may ask the gateway before it listens
+    (KALM's data phase embeds its instructions seconds after submission). The call waits
+    for it and is answered; with nothing listening past the window it fails naming the
+    gateway and the setting; a client told not to wait fails at once."""
+    port = free_port()
+    late = connect(f"127.0.0.1:{port}", retry_s=60)
+    server: list = []
+    starter = threading.Timer(
+        1.5, lambda: server.append(start_grpc_server(gateway, "127.0.0.1", port))
+    )
+    starter.start()
+    try:
+        started = time.monotonic()
+        assert late.count_tokens("hello world") == 2  # asked before the gateway listened
+        assert 1.5 <= time.monotonic() - started < 30
+    finally:
+        starter.join()
+        late.close()
+        for running in server:
+            running.stop(0)
+
+    nowhere = f"127.0.0.1:{free_port()}"
+    patient = connect(nowhere, retry_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(GatewayError, match=f"could not be reached for 1 s.*{RETRY_VAR}"):
+        patient.count_tokens("hello")
+    assert 1.0 <= time.monotonic() - started < 10
+    patient.close()
+    impatient = connect(nowhere, retry_s=0)
+    started = time.monotonic()
+    with pytest.raises(GatewayError, match="failed: UNAVAILABLE"):
+        impatient.count_tokens("hello")
+    assert time.monotonic() - started < 5
+    impatient.close()

@@ -234,3 +234,25 @@ def test_cli_submit_with_wait_follows_a_run_and_an_experiment_to_their_end(stack
     cli_submit_experiment(spec, stack.url, wait=True)
     shown = capsys.readouterr().out
     assert "experiment cli-" in shown and ": completed" in shown and "1 completed" in shown
+
+
+def test_a_failed_phase_says_why_in_the_sweep_and_in_the_status(stack, client, monkeypatch):
+    """A run whose phase fails on the services: `llmrl sweep --url --wait` prints which run,
+    which phase and the exception's message (and fails with them), `llmrl status` too."""
+    bad = stack.home / "datasets" / "bad.npz"  # under the orchestrator's home: allowed
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(bad, observations=np.zeros((2, 10), np.float32))  # no actions, rewards...
+    monkeypatch.setenv("LLMRL_HOME", str(stack.home))  # the sweep checks the path here first
+    arguments = ["sweep", "kalm", f"dataset={bad}", "seeds=[0]", "--name", "baddata"]
+    swept = CliRunner().invoke(main, [*arguments, "--url", stack.url, "--wait"])
+    assert swept.exit_code == 1, swept.output
+    experiment = next(e for e in client.experiments() if e["experiment_id"].startswith("baddata"))
+    (run,) = client.experiment(experiment["experiment_id"])["runs"]
+    assert (run["status"], run["current_phase"]) == ("failed", "data")
+    assert run["error"].startswith("DatasetFormatError: ") and "bad.npz" in run["error"]
+    assert "field 'actions' is missing" in run["error"]
+    why = f"run {run['run_id']} (seed 0) failed in phase data: {run['error']}"
+    assert why in swept.output  # printed after the runs' table, and in the failure's message
+    assert f"failed: {why}" in swept.output
+    status = CliRunner().invoke(main, ["status", run["run_id"], "--url", stack.url])
+    assert status.exit_code == 0 and "field 'actions' is missing" in status.output
