@@ -87,7 +87,8 @@ def precision_label(provenance: dict[str, Any]) -> str:
     """How a run's models computed, for a report: `fp32`, `bf16`, `bf16 where native`; for a
     run recorded before numerics were (no `numerics`), derived from its CPU, and saying so:
     those runs' models took bf16 on a CPU with AVX512-BF16 (the AMD EPYCs) and fp32 elsewhere
-    (the Intel Xeons), unless their experiment file fixed a dtype."""
+    (the Intel Xeons of those sessions, taken to lack it: their recorded model name does not
+    say, and some Xeons have it), unless their experiment file fixed a dtype."""
     numerics = provenance.get("numerics")
     if numerics:
         label = {"float32": "fp32", "bfloat16": "bf16", "native": "bf16 where native"}
