@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 PACKAGES = ("llmrl", "torch", "transformers", "numpy")
+# the CPU features that choose kernels and the default precision: a model name such as
+# "Intel(R) Xeon(R) Processor" does not say which generation ran a run
+ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16")
 SOURCE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -30,6 +33,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def isa_flags() -> list[str]:
+    """Which of ISA_FLAGS this CPU has (Linux: /proc/cpuinfo; elsewhere none are listed)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        return []
+    present = set(flags.partition(":")[2].split())
+    return [flag for flag in ISA_FLAGS if flag in present]
 
 
 def usable_cores() -> int | None:
@@ -79,6 +93,7 @@ def machine_provenance() -> dict[str, Any]:
     code's commit; the same for the whole process, so computed once."""
     return {
         "cpu": cpu_model(),
+        "isa": isa_flags(),
         "cores": usable_cores(),
         "system": f"{platform.system()} {platform.release()} {platform.machine()}",
         "python": platform.python_version(),

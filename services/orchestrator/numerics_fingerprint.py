@@ -23,20 +23,6 @@ from typing import Any
 
 FORMAT = "llmrl-numerics-fingerprint"
 MAX_FILE_BYTES = 1 << 20  # a fingerprint is a few KiB; refuse anything far larger
-# the CPU features that choose kernels (a model name like "Intel(R) Xeon(R) Processor" does not
-# say which generation it is)
-ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16")
-
-
-def isa_flags() -> list[str]:
-    """Which of ISA_FLAGS this CPU has (Linux: /proc/cpuinfo; elsewhere none are listed)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        return []
-    present = set(flags.partition(":")[2].split())
-    return [flag for flag in ISA_FLAGS if flag in present]
 
 
 def digest(value: Any) -> str:
@@ -199,7 +185,7 @@ def fingerprint(models: bool = True) -> dict[str, Any]:
     """This machine's fingerprint: where it ran (CPU, numerics) and a digest per op. An op that
     fails here is recorded as 'error: ...' rather than stopping the rest."""
     from llmrl.common.numerics import numerics_provenance
-    from llmrl.common.provenance import cpu_model, package_versions
+    from llmrl.common.provenance import cpu_model, isa_flags, package_versions
 
     ops = {**_torch_ops(), **_numpy_ops(), **(_model_ops() if models else {})}
     digests = {}

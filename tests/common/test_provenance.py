@@ -24,6 +24,20 @@ def test_the_provenance_names_the_cpu_packages_and_commit_and_not_the_host():
     assert describe(here).startswith(f"{here['cpu']}, {here['cores']} cores")
 
 
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or not Path("/proc/cpuinfo").is_file(),
+    reason="the ISA flags are read from Linux's /proc/cpuinfo on x86-64",
+)
+def test_the_provenance_says_which_kernel_choosing_features_the_cpu_has():
+    """A model name ("Intel(R) Xeon(R) Processor") does not tell a Xeon with AVX512-BF16 from
+    one without; the flags that choose kernels and the default precision do."""
+    isa = machine_provenance()["isa"]
+    assert set(isa) <= set(provenance.ISA_FLAGS)
+    assert "avx2" in isa  # every x86-64 machine these tests meet; the pins rely on it
+    flags = Path("/proc/cpuinfo").read_text().split("\nflags")[1].split("\n")[0].split()
+    assert ("avx512_bf16" in isa) == ("avx512_bf16" in flags)
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_the_commit_is_the_checkouts_and_none_where_git_does_not_track_the_code(tmp_path):
     source = Path(provenance.__file__)
