@@ -46,7 +46,7 @@ def resolve_device(name: str = "auto", field: str = "device") -> Any:
 
     check_device(name, field)
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -55,6 +55,9 @@ def resolve_device(name: str = "auto", field: str = "device") -> Any:
             raise ValueError(
                 f"{field}: {name!r}, but torch sees {torch.cuda.device_count()} GPU(s)"
             )
+        from llmrl.common.numerics import pin_gpu_numerics
+
+        pin_gpu_numerics()  # every model placed on a GPU computes with the same kernels
     return device
 
 

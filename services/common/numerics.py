@@ -37,6 +37,9 @@ CPU_PINS = {
     "OPENBLAS_CORETYPE": "Haswell",
 }
 PIN_SWITCH_ENV = "LLMRL_PIN_CPU_PATHS"  # "0": leave every path to the libraries (fastest)
+# cuBLAS keeps its GEMMs' reduction order fixed only with a fixed workspace (read when CUDA
+# starts; harmless where there is none): torch's deterministic algorithms require it
+GPU_PINS = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def precision() -> Precision:
@@ -63,8 +66,24 @@ def pin_cpu_paths() -> None:
     user set them or turned pinning off ($LLMRL_PIN_CPU_PATHS=0). Call before importing torch."""
     if os.environ.get(PIN_SWITCH_ENV, "1").strip() == "0":
         return
-    for name, value in CPU_PINS.items():
+    for name, value in {**CPU_PINS, **GPU_PINS}.items():
         os.environ.setdefault(name, value)
+
+
+def pin_gpu_numerics() -> None:
+    """Before a model goes to a GPU: torch's deterministic algorithms (an op that has none
+    warns rather than fails), cuDNN's benchmark autotuning off (it may pick another kernel
+    from run to run) and TF32 off, so that float32 means float32 on an Ampere or later GPU.
+    Unless pinning is turned off ($LLMRL_PIN_CPU_PATHS=0), as for the CPU paths."""
+    if os.environ.get(PIN_SWITCH_ENV, "1").strip() == "0":
+        return
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
 
 def numerics_provenance() -> dict[str, Any]:
@@ -80,6 +99,14 @@ def numerics_provenance() -> dict[str, Any]:
         return record
     record["aten_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     record["torch_threads"] = torch.get_num_threads()
+    if torch.cuda.is_available():  # a CPU-only run records nothing of a GPU
+        record["gpu"] = {
+            "name": torch.cuda.get_device_name(0),
+            "cuda": torch.version.cuda,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            "tf32": bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32),
+        }
     return record
 
 

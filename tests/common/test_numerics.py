@@ -40,13 +40,15 @@ def test_the_gateway_and_learner_follow_the_stated_precision(monkeypatch):
 
 
 def test_the_llmrl_command_pins_the_cpu_paths_for_itself_and_its_children():
-    env = {k: v for k, v in os.environ.items() if k not in numerics.CPU_PINS}
+    pins = {**numerics.CPU_PINS, **numerics.GPU_PINS}
+    env = {k: v for k, v in os.environ.items() if k not in pins}
+    shown = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE", "CUBLAS_WORKSPACE_CONFIG")
     code = (
         "import os, sys\n"
         "from click.testing import CliRunner\n"
         "from llmrl.cli import main\n"
         "CliRunner().invoke(main, ['envs'])\n"
-        "print({k: os.environ.get(k) for k in ('MKL_CBWR', 'ATEN_CPU_CAPABILITY')})\n"
+        f"print({{k: os.environ.get(k) for k in {shown!r}}})\n"
         "import torch\n"
         "print(torch.backends.cpu.get_cpu_capability())\n"
     )
@@ -54,17 +56,21 @@ def test_the_llmrl_command_pins_the_cpu_paths_for_itself_and_its_children():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    pins, capability = done.stdout.strip().splitlines()[-2:]
-    assert pins == "{'MKL_CBWR': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2'}"
+    printed, capability = done.stdout.strip().splitlines()[-2:]
+    assert printed == str(
+        {
+            "MKL_CBWR": "AVX2",
+            "ATEN_CPU_CAPABILITY": "avx2",
+            "OPENBLAS_CORETYPE": "Haswell",  # numpy's BLAS
+            "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # read only where a GPU computes
+        }
+    )
     assert capability == "AVX2"  # ATen took the pinned path, whatever this CPU offers
     env[numerics.PIN_SWITCH_ENV] = "0"
     unpinned = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
-    assert (
-        unpinned.stdout.strip().splitlines()[-2]
-        == "{'MKL_CBWR': None, 'ATEN_CPU_CAPABILITY': None}"
-    )
+    assert unpinned.stdout.strip().splitlines()[-2] == str(dict.fromkeys(shown))
 
 
 def test_a_user_set_pin_wins_and_is_recorded(monkeypatch):
@@ -82,3 +88,20 @@ def test_runs_recorded_before_numerics_were_say_their_precision_was_derived():
     assert numerics.precision_label({"cpu": "Intel(R) Xeon(R) CPU"}).startswith("fp32 (derived")
     recorded = {"cpu": "AMD EPYC", "numerics": {"precision": "float32", "pins": {"A": "1"}}}
     assert numerics.precision_label(recorded) == "fp32, CPU paths pinned"
+
+
+def test_a_cpu_only_run_records_no_gpu_and_a_gpu_run_its_pinned_kernels():
+    import torch
+
+    from llmrl.common.devices import resolve_device
+
+    record = numerics.numerics_provenance()
+    if not torch.cuda.is_available():
+        assert "gpu" not in record
+        assert resolve_device("auto").type == "cpu"
+        assert not torch.are_deterministic_algorithms_enabled(), "nothing changes on a CPU"
+        return
+    resolve_device("cuda")  # placing a model on the GPU pins its numerics first
+    gpu = numerics.numerics_provenance()["gpu"]
+    assert gpu["deterministic_algorithms"] and not gpu["tf32"]
+    assert gpu["cublas_workspace_config"] == numerics.GPU_PINS["CUBLAS_WORKSPACE_CONFIG"]

@@ -121,6 +121,22 @@ def test_a_score_job_is_bitwise_the_same_alone_and_in_batches(tiny):
         assert row == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU here")
+def test_a_score_job_is_bitwise_the_same_alone_and_in_batches_on_a_gpu(tiny):
+    """The same on a GPU, with its numerics pinned as every model placed there is (torch's
+    deterministic algorithms, a fixed cuBLAS workspace, no TF32): a device test, run where a
+    GPU is lent."""
+    import copy
+
+    from llmrl.common.devices import resolve_device
+
+    model, tokenizer = tiny
+    lm = LocalCausalLM(copy.deepcopy(model).to(resolve_device("cuda")), tokenizer)
+    assert torch.are_deterministic_algorithms_enabled()
+    target = score_job(lm, TARGET_PROMPT, TARGET_CANDIDATES)
+    assert_bitwise_alone_and_batched(lm, target)
+
+
 @pytest.mark.parametrize(("segment", "packs"), [(16, False), (40, True)])
 def test_segmented_prompts_and_a_primed_prefix_cache_change_no_bit(tiny, segment, packs):
     """A prompt longer than `score_forward_tokens` runs in segments at fixed offsets from its

@@ -191,4 +191,6 @@ def load_policy_model(
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter)
-    return model.to(device).eval(), tokenizer
+    from llmrl.common.devices import resolve_device
+
+    return model.to(resolve_device(device)).eval(), tokenizer  # a GPU: its numerics pinned

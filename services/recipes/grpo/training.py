@@ -321,6 +321,10 @@ def train_grpo(
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bf16 = computes_bf16(job.device)  # the project's precision ($LLMRL_PRECISION), stated
+    if job.device == "cuda":  # TRL places the model itself: pin the GPU's numerics first
+        from llmrl.common.numerics import pin_gpu_numerics
+
+        pin_gpu_numerics()
     dtype = torch.bfloat16 if bf16 else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(job.model)
     if tokenizer.pad_token is None:
