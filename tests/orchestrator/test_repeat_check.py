@@ -98,3 +98,22 @@ def test_a_file_without_kept_report_or_runs_is_refused_with_what_to_do(kept_and_
     _sweep(path, other, "episodes=3")
     with pytest.raises(ConfigError, match="llmrl sweep --config"):
         check_against_kept(other, path)
+
+
+def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fingerprint():
+    """bench/across_cpus.py's choices (its sweeps take an hour: run by hand on each machine)."""
+    import importlib.util
+
+    from llmrl.common.provenance import cpu_model
+    from llmrl.orchestrator.numerics_fingerprint import read_fingerprint
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "across_cpus.py"
+    spec = importlib.util.spec_from_file_location("across_cpus", bench)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    files = module.small_files()
+    assert {"glam/quick", "evaluate/demo", "when2ask/quick"} <= set(files)
+    assert all(stored_path(module.experiment_path(name)).is_file() for name in files)
+    kept = module.other_cpus_fingerprint()
+    assert kept is None or read_fingerprint(kept)["cpu"] != cpu_model()
