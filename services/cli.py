@@ -432,14 +432,20 @@ def results_check(out_dir: Path, experiment_file: Path) -> None:
     except config_error as exc:
         raise click.UsageError(str(exc)) from exc
     table = Table(title=f"{experiment_file}: kept rows against {out_dir}")
-    for column in ("run", "rows", "same rows", "kept on", "here on"):
+    for column in ("run", "rows", "same rows"):
         table.add_column(column, overflow="fold")
     for run in checks:
         verdict = "not run here" if run.here_on is None else "yes" if run.same else "no"
-        cells = [run.run_id, str(run.rows), verdict, run.kept_on, run.here_on or "-"]
-        table.add_row(*(Text(cell) for cell in cells))
+        table.add_row(*(Text(cell) for cell in (run.run_id, str(run.rows), verdict)))
     console = _load("llmrl.common.console", "output_console")()
     console.print(table)
+    # where each side ran: usually one machine per side, so said once, not per row
+    for side, places in (
+        ("kept on", [r.kept_on for r in checks]),
+        ("here on", [r.here_on for r in checks]),
+    ):
+        for place in dict.fromkeys(p for p in places if p):
+            console.print(Text(f"{side}: {place}"))
     for run in checks:
         for line in run.differences:
             console.print(Text(f"{run.run_id}: {line}"))
