@@ -60,6 +60,21 @@ def env_int(name: str, default: int, minimum: int | None = None, what: str = "an
     return number
 
 
+def env_seconds(name: str, default: float, maximum: float = 86_400) -> float:
+    """Seconds in environment variable `name` (`default` when unset or empty), between 0 and
+    `maximum`; anything else is a ValueError naming the variable and the range."""
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= maximum:
+        raise ValueError(f"{name}: expected seconds in [0, {maximum:g}], got {raw[:50]!r}")
+    return value
+
+
 def _check_service(service: str) -> None:
     if service not in DEFAULT_PORTS:
         raise ValueError(f"unknown service {service!r}; services: {', '.join(DEFAULT_PORTS)}")

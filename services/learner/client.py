@@ -13,10 +13,11 @@ waiting phase gets its result as if nothing had happened.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+from llmrl.common.config import env_seconds
 
 POLL_S = 0.5
 RETRY_VAR = "LLMRL_LEARNER_RETRY_S"
@@ -28,16 +29,7 @@ RETRY_POST_STATUS = frozenset({502, 503, 504})
 
 def retry_window_s() -> float:
     """How long an unreachable learner is waited for (LLMRL_LEARNER_RETRY_S)."""
-    raw = os.environ.get(RETRY_VAR)
-    if not raw:
-        return DEFAULT_RETRY_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        raise ValueError(f"{RETRY_VAR}: expected seconds in [0, 86400], got {raw[:50]!r}")
-    return value
+    return env_seconds(RETRY_VAR, DEFAULT_RETRY_S)
 
 
 class LearnerUnreachable(RuntimeError):

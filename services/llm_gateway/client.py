@@ -15,13 +15,13 @@ seconds (default 120, as long as `llmrl up` waits for a service), then fails nam
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
 
 import numpy as np
 
+from llmrl.common.config import env_seconds
 from llmrl.llm_gateway.api_types import (
     CachePolicy,
     ChatResult,
@@ -47,16 +47,7 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 
 def retry_window_s() -> float:
     """How long an unreachable gateway is waited for (LLMRL_LLM_GATEWAY_RETRY_S)."""
-    raw = os.environ.get(RETRY_VAR)
-    if not raw:
-        return DEFAULT_RETRY_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 86_400:
-        raise ValueError(f"{RETRY_VAR}: expected seconds in [0, 86400], got {raw[:50]!r}")
-    return value
+    return env_seconds(RETRY_VAR, DEFAULT_RETRY_S)
 
 
 class LLMClient:

@@ -45,6 +45,20 @@ def test_an_integer_variable_below_its_minimum_or_not_an_integer_is_named(monkey
         config.env_int("LLMRL_TEST_COUNT", 4, minimum=1, what="a count of at least 1")
 
 
+@pytest.mark.parametrize("raw", ["soon", "-1", "90000", "nan"])
+def test_a_seconds_variable_out_of_range_or_not_a_number_is_named(monkeypatch, raw):
+    monkeypatch.setenv("LLMRL_TEST_WAIT_S", raw)
+    with pytest.raises(ValueError, match=r"LLMRL_TEST_WAIT_S: expected seconds in \[0, 86400\]"):
+        config.env_seconds("LLMRL_TEST_WAIT_S", 120.0)
+
+
+def test_a_seconds_variable_unset_gives_its_default_and_set_its_value(monkeypatch):
+    monkeypatch.delenv("LLMRL_TEST_WAIT_S", raising=False)
+    assert config.env_seconds("LLMRL_TEST_WAIT_S", 120.0) == 120.0
+    monkeypatch.setenv("LLMRL_TEST_WAIT_S", "1.5")
+    assert config.env_seconds("LLMRL_TEST_WAIT_S", 120.0) == 1.5
+
+
 def test_an_integer_variable_unset_or_empty_gives_its_default(monkeypatch):
     monkeypatch.delenv("LLMRL_TEST_COUNT", raising=False)
     assert config.env_int("LLMRL_TEST_COUNT", 4, minimum=1) == 4
