@@ -28,8 +28,10 @@ def torch_threads(threads: int) -> Iterator[None]:
     A small MLP policy trains fastest on one thread (more contend for its tiny matrices), and
     a fixed count keeps a seeded run's figures the same on machines with other core counts:
     torch splits reductions by thread, so the rounding, and with it PPO's trajectory, differs.
-    The count is process-wide: recipes use this around their own embedded training only, and
-    jobs on the learner service keep the learner's setting (their `torch_threads`, if any).
+    The count is the calling thread's (OpenMP's and MKL's settings are per thread; a thread
+    that has not computed yet starts from the count last set anywhere in the process), so a
+    thread that must compute on a stated count whatever others set, as the gateway's model
+    threads do, sets it itself (`stated_thread_count`).
     """
     import torch
 
@@ -53,3 +55,18 @@ def torch_thread_count() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def stated_thread_count(threads: int | None = None) -> int:
+    """A thread count that does not depend on what else the process did: `threads`, else
+    $OMP_NUM_THREADS, else the cores this process may use. The gateway's local models compute
+    on it in every mode: embedded, a policy training on one thread in the same process would
+    otherwise hand its count to a model thread started during that training, and scores of
+    long prompts differ in their last bits between 1 and 2 threads on some CPUs (a 2-core
+    Intel Xeon, 2026-12-06), so answers differed from the same run's under `llmrl up`."""
+    if threads is not None:
+        return threads
+    from llmrl.common.config import env_int
+    from llmrl.common.provenance import usable_cores
+
+    return env_int("OMP_NUM_THREADS", usable_cores() or 1, minimum=1, what="a thread count")

@@ -252,8 +252,9 @@ class Limits(_Strict):
 class GatewaySettings(_Strict):
     default_model: str = "smollm2"
     default_embedding_model: str = "minilm"
-    # torch intra-op threads for local models (process-wide). None leaves torch's default
-    # (all cores); on a busy shared machine 1 is much faster (busy-waiting thread pools).
+    # torch intra-op threads local models compute on, in every mode (also set process-wide
+    # when given). None: $OMP_NUM_THREADS, else the cores the process may use
+    # (`common.threads.stated_thread_count`); on a busy shared machine 1 is much faster.
     torch_threads: int | None = Field(None, ge=1)
     # each a subclass (its backend's settings model): serialized with its own fields
     models: dict[str, SerializeAsAny[ModelConfig]] = Field(default_factory=dict)

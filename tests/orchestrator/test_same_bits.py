@@ -35,9 +35,6 @@ class Case:
     recipe: str  # its folder under services/recipes
     overrides: tuple[str, ...]
     needs: str | None = None  # a fixture that skips the case without its data
-    # its policy trains in the run's own process on one thread (`torch_threads: 1`) while the
-    # LLM is asked: embedded, the in-process gateway then computes on that one thread too
-    trains_beside_the_gateway: bool = False
 
     def arguments(self) -> list[str]:
         quick = REPO / "services" / "recipes" / self.recipe / "experiments" / "quick.yaml"
@@ -60,7 +57,6 @@ WHEN2ASK = Case(
         "max_steps=40",
         "methods=[[always,learned]]",
     ),
-    trains_beside_the_gateway=True,
 )
 # ELLM with the LLM suggester (the tiny model ranks the goals by log-likelihood) in 2 envs at
 # once, so that their suggestion queries meet in the gateway's batches; MiniLM (the gateway's
@@ -80,7 +76,6 @@ ELLM = Case(
         "eval_episodes=2",
         "finetune_frames=0",
     ),
-    trains_beside_the_gateway=True,
 )
 # GLAM's LLM-PPO with LoRA on the tiny model: one PPO update of 2 envs x 8 steps, then 2
 # held-out episodes with sampled actions (embedded: in the run's process; as services: the
@@ -170,42 +165,10 @@ def test_a_quick_file_gives_the_same_bits_embedded_with_jobs_and_as_services(
     assert all(report["calls"].values()), f"a run asked the LLM nothing: {report['calls']}"
     # the seeds play different games: not a constant
     assert len(set(report["runs"].values())) == len(SEEDS)
-    assert report["modes"]["jobs2"] == {"rows_differ": [], "calls_differ": {}, "same_bits": True}
-    up = report["modes"]["up"]
-    if case.trains_beside_the_gateway and scores_follow_thread_count(tiny_model_dir):
-        # Known defect on such CPUs (Intel Xeons; not the AMD EPYCs): embedded, the gateway
-        # scores on the one thread the policy's training set process-wide, under `llmrl up` on
-        # the gateway process's own count, and a long prompt's scores part in their last bits.
-        # The rows and the calls asked must still be the same.
-        assert up["rows_differ"] == [], up
-        assert all(c["asked_otherwise"] == 0 for c in up["calls_differ"].values()), up
-        return
-    assert up == {"rows_differ": [], "calls_differ": {}, "same_bits": True}
+    for mode in ("jobs2", "up"):
+        found = report["modes"][mode]
+        assert found == {"rows_differ": [], "calls_differ": {}, "same_bits": True}, mode
     assert report["same_bits"]
-
-
-def scores_follow_thread_count(model_dir: Path) -> bool:
-    """Whether the gateway's local backend gives a 385-token prompt's candidate log-probs
-    other bits on 1 thread than on 2 on this CPU (they do on a 2-core Intel Xeon with the CPU
-    paths pinned, 2026-12-06; MKL's GEMM there splits its work by thread)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from llmrl.llm_gateway.local_causal_lm import LocalCausalLM, ScoreJob
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    prompt = "You plan for a robot in a grid world. Its task: reach the goal. " * 24
-    previous, scores = torch.get_num_threads(), []
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            lm = LocalCausalLM(model, tokenizer)
-            job = ScoreJob(lm.encode(prompt), [lm.encode(" explore"), lm.encode(" open it")])
-            scores.append(lm.score([job])[0])
-    finally:
-        torch.set_num_threads(previous)
-    return scores[0] != scores[1]
 
 
 def bench_module() -> Any:

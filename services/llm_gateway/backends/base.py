@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from llmrl.common.threads import stated_thread_count
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
 from llmrl.llm_gateway.errors import UnsupportedOperationError
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
@@ -54,6 +55,8 @@ class Backend:
         self.name = name
         self.config = config
         self.settings = settings
+        # torch threads a local model computes on, in every mode (`stated_thread_count`)
+        self.threads = stated_thread_count(settings.torch_threads)
 
     @classmethod
     def ops_for(cls, config: ModelConfig) -> frozenset[str]:

@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import Field
 
 from llmrl.common.registry import registry
+from llmrl.common.threads import torch_threads
 from llmrl.llm_gateway.backends.base import Backend, Embeddings
 from llmrl.llm_gateway.errors import InvalidRequestError
 from llmrl.llm_gateway.local_models import resolve_path
@@ -59,7 +60,7 @@ class SentenceTransformersBackend(Backend):
 
     def embed(self, texts: list[str], timeout_s: float) -> Embeddings:
         tokens = sum(self.count_tokens(t) for t in texts)
-        with self._lock:
+        with self._lock, torch_threads(self.threads):  # on the caller's thread: its count restored
             vectors = self.model.encode(
                 texts, batch_size=64, convert_to_numpy=True, show_progress_bar=False
             )

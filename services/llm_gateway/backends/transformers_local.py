@@ -27,6 +27,7 @@ from pydantic import Field, field_validator
 from llmrl.common.devices import Device, device_field, resolve_device
 from llmrl.common.names import is_safe_name
 from llmrl.common.registry import registry
+from llmrl.common.threads import torch_threads
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
 from llmrl.llm_gateway.backends.base import Backend, Generation, Scores
 from llmrl.llm_gateway.batching import DynamicBatcher
@@ -304,7 +305,7 @@ class TransformersBackend(Backend):
             return [None] * len(jobs)
         adapter = group[0]  # type: ignore[index]
         self.adapters.ensure_loaded(adapter)
-        with self.adapters.active(adapter):
+        with self.adapters.active(adapter), torch_threads(self.threads):
             if kind == "score":
                 return self.lm.score(jobs, cache_key=adapter)
             return self.lm.generate(jobs, group.stops)  # type: ignore[attr-defined]
