@@ -86,11 +86,10 @@ def fingerprint_against(kept: Path, work: Path) -> dict[str, Any]:
     llmrl("numerics", "fingerprint", "--out", str(mine), home=work / "home-fingerprint")
     if not mine.is_file():
         return {"same": False, "failed": "the fingerprint was not written"}
-    here = read_fingerprint(mine)
-    rows = compare(here, read_fingerprint(kept))
+    here, there = read_fingerprint(mine), read_fingerprint(kept)
+    rows = compare(here, there)
     compared = [row for row in rows if row[3] is not None]
     differing = [row[0] for row in compared if not row[3]]
-    there = read_fingerprint(kept)
     return {
         "against": str(kept.relative_to(REPO)) if kept.is_relative_to(REPO) else kept.name,
         "there": f"{there.get('cpu')} ({' '.join(there.get('isa', []))})",
@@ -141,13 +140,12 @@ def main() -> None:
 
 
 def other_cpus_fingerprint() -> Path | None:
-    """The newest pinned fingerprint kept from a CPU other than this one."""
-    here = cpu_model()
-    kept = sorted(FINGERPRINTS.glob("*.json"), reverse=True)
-    for path in kept:
-        if "unpinned" in path.name:
-            continue
-        if read_fingerprint(path).get("cpu") != here:
+    """The newest pinned fingerprint kept from a CPU other than this one: another model name
+    or other kernel-choosing ISA flags (two Xeon generations share one model name)."""
+    here = (cpu_model(), isa_flags())
+    for path in sorted(FINGERPRINTS.glob("*.json"), reverse=True):
+        kept = read_fingerprint(path)
+        if "unpinned" not in path.name and (kept.get("cpu"), kept.get("isa")) != here:
             return path
     return None
 

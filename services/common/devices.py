@@ -10,7 +10,6 @@ or a CPU with AVX512-BF16 or AMX; elsewhere (an AVX2-only CPU) torch emulates it
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
@@ -70,8 +69,6 @@ def native_bf16(device: Any = "cpu") -> bool:
         return bool(torch.cuda.is_bf16_supported())
     if device.type != "cpu":
         return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    from llmrl.common.provenance import isa_flags
+
+    return bool({"avx512_bf16", "amx_bf16"} & set(isa_flags()))

@@ -61,10 +61,15 @@ def computes_bf16(device: Any = "cpu") -> bool:
     return chosen == "bfloat16"
 
 
+def pinning_on() -> bool:
+    """Whether numerics are pinned ($LLMRL_PIN_CPU_PATHS is not "0")."""
+    return os.environ.get(PIN_SWITCH_ENV, "1").strip() != "0"
+
+
 def pin_cpu_paths() -> None:
     """Set the CPU path pins (`CPU_PINS`) this process and its children run with, unless the
     user set them or turned pinning off ($LLMRL_PIN_CPU_PATHS=0). Call before importing torch."""
-    if os.environ.get(PIN_SWITCH_ENV, "1").strip() == "0":
+    if not pinning_on():
         return
     for name, value in {**CPU_PINS, **GPU_PINS}.items():
         os.environ.setdefault(name, value)
@@ -75,7 +80,7 @@ def pin_gpu_numerics() -> None:
     warns rather than fails), cuDNN's benchmark autotuning off (it may pick another kernel
     from run to run) and TF32 off, so that float32 means float32 on an Ampere or later GPU.
     Unless pinning is turned off ($LLMRL_PIN_CPU_PATHS=0), as for the CPU paths."""
-    if os.environ.get(PIN_SWITCH_ENV, "1").strip() == "0":
+    if not pinning_on():
         return
     import torch
 

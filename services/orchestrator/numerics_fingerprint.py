@@ -155,14 +155,14 @@ def _model_ops() -> dict[str, Callable[[], Any]]:
             return net(**tokenizer(prompt, return_tensors="pt")).logits[0, -4:]
 
     def gradients() -> Any:
+        import torch
+
         net, tokenizer = model()
         batch = tokenizer(prompt, return_tensors="pt")
         net.zero_grad()
         net(**batch, labels=batch["input_ids"]).loss.backward()
         grads = [p.grad.flatten()[:4096] for p in net.parameters() if p.grad is not None]
         net.zero_grad()
-        import torch
-
         return torch.cat(grads[-6:])
 
     def minilm() -> Any:
@@ -185,7 +185,7 @@ def fingerprint(models: bool = True) -> dict[str, Any]:
     """This machine's fingerprint: where it ran (CPU, numerics) and a digest per op. An op that
     fails here is recorded as 'error: ...' rather than stopping the rest."""
     from llmrl.common.numerics import numerics_provenance
-    from llmrl.common.provenance import cpu_model, isa_flags, package_versions
+    from llmrl.common.provenance import machine_provenance
 
     ops = {**_torch_ops(), **_numpy_ops(), **(_model_ops() if models else {})}
     digests = {}
@@ -194,12 +194,11 @@ def fingerprint(models: bool = True) -> dict[str, Any]:
             digests[name] = digest(op())
         except Exception as exc:  # one missing model must not hide the other ops' bits
             digests[name] = f"error: {type(exc).__name__}: {exc}"[:200]
+    machine = machine_provenance()
     return {
         "format": FORMAT,
-        "cpu": cpu_model(),
-        "isa": isa_flags(),
+        **{key: machine[key] for key in ("cpu", "isa", "packages")},
         "numerics": numerics_provenance(),
-        "packages": package_versions(),
         "ops": digests,
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 from llmrl.common.provenance import describe
 from llmrl.orchestrator.stored_results import canonical_config, completed_runs, stored_report
 from llmrl.recipes.config import ConfigError
-from llmrl.recipes.results import differing_cells
+from llmrl.recipes.results import computed_rows, differing_cells
 
 
 @dataclass
@@ -35,10 +35,6 @@ class RunCheck:
     @property
     def same(self) -> bool:
         return self.here_on is not None and not self.differences
-
-
-def _without(rows: list[dict[str, Any]], columns: set[str]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k not in columns} for row in rows]
 
 
 def pins(provenance: dict[str, Any]) -> str:
@@ -74,10 +70,10 @@ def check_against_kept(out_dir: Path, experiment_file: Path) -> list[RunCheck]:
         if made is not None and made.results is not None:
             provenance = made.results.provenance
             check.here_on = f"{describe(provenance)}; {pins(provenance)}"
-            measured = set(recorded.get("measured", [])) | set(made.results.measured)
+            here_now = {"rows": made.results.rows, "measured": made.results.measured}
             check.differences = differing_cells(
-                _without(recorded["rows"], measured),
-                _without(made.results.rows, measured),
+                computed_rows(recorded, made.results.measured),
+                computed_rows(here_now, recorded.get("measured", [])),
                 ("kept", "here"),
             )
         checks.append(check)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,10 +81,13 @@ class Results:
         return "\n".join(lines).rstrip() + "\n"
 
 
-def computed_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """A results.json's rows without its measured columns (time on this machine): what the
-    same config and seed must give again, bit for bit, anywhere the numerics are the same."""
-    measured = set(results.get("measured", []))
+def computed_rows(
+    results: dict[str, Any], also_measured: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """A results.json's rows without its measured columns (time on this machine) and
+    `also_measured` (those another run of it declared): what the same config and seed must
+    give again, bit for bit, anywhere the numerics are the same."""
+    measured = set(results.get("measured", [])) | set(also_measured)
     return [{k: v for k, v in row.items() if k not in measured} for row in results["rows"]]
 
 

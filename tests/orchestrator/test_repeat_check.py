@@ -104,7 +104,7 @@ def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fi
     """bench/across_cpus.py's choices (its sweeps take an hour: run by hand on each machine)."""
     import importlib.util
 
-    from llmrl.common.provenance import cpu_model
+    from llmrl.common.provenance import cpu_model, isa_flags
     from llmrl.orchestrator.numerics_fingerprint import read_fingerprint
 
     bench = Path(__file__).resolve().parents[2] / "bench" / "across_cpus.py"
@@ -116,4 +116,5 @@ def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fi
     assert {"glam/quick", "evaluate/demo", "when2ask/quick"} <= set(files)
     assert all(stored_path(module.experiment_path(name)).is_file() for name in files)
     kept = module.other_cpus_fingerprint()
-    assert kept is None or read_fingerprint(kept)["cpu"] != cpu_model()
+    there = read_fingerprint(kept) if kept else None
+    assert there is None or (there["cpu"], there.get("isa")) != (cpu_model(), isa_flags())

@@ -185,12 +185,12 @@ def load_policy_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from llmrl.common.devices import resolve_device
+
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype))
     if adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter)
-    from llmrl.common.devices import resolve_device
-
     return model.to(resolve_device(device)).eval(), tokenizer  # a GPU: its numerics pinned

@@ -314,6 +314,7 @@ def train_grpo(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
+    from llmrl.common.devices import resolve_device
     from llmrl.common.numerics import computes_bf16
     from llmrl.learner.llm.lora import top_layers
     from llmrl.learner.llm.model import LLAMA_LINEAR_LAYERS
@@ -321,10 +322,7 @@ def train_grpo(
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bf16 = computes_bf16(job.device)  # the project's precision ($LLMRL_PRECISION), stated
-    if job.device == "cuda":  # TRL places the model itself: pin the GPU's numerics first
-        from llmrl.common.numerics import pin_gpu_numerics
-
-        pin_gpu_numerics()
+    resolve_device(job.device)  # TRL places the model itself; on a GPU this pins its numerics
     dtype = torch.bfloat16 if bf16 else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(job.model)
     if tokenizer.pad_token is None:
