@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmrl.common.http import BODY_METHODS, ErrorBody, replaying
-from llmrl.llm_gateway.errors import GatewayTimeoutError, RateLimitedError
+from llmrl.llm_gateway.errors import GatewayTimeoutError, RateLimitedError, timeout_advice
 from llmrl.llm_gateway.keys import KeyRecord
 from llmrl.llm_gateway.settings import GatewaySettings
 
@@ -340,7 +340,8 @@ class FairGate:
                     if remaining <= 0:
                         raise GatewayTimeoutError(
                             f"model {model!r} did not answer within the request's timeout of "
-                            f"{timeout_s:g} s (it waited its turn at the model all that time)",
+                            f"{timeout_s:g} s (it waited its turn at the model all that time)"
+                            + timeout_advice(model),
                             "timeout_s",
                         )
                     self._cond.wait(min(remaining, GATE_POLL_S))

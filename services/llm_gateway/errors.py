@@ -102,6 +102,17 @@ class GatewayTimeoutError(GatewayError, TimeoutError):
     kind = "timeout"
 
 
+def timeout_advice(model: str) -> str:
+    """What to do after a request ran out of time at `model`, for its error message: the two
+    settings that give it more, and the load that made it wait."""
+    return (
+        f"; give it longer with models.{model}.timeout_s in the gateway's settings (an "
+        "experiment file's `gateway:`, or the file $LLMRL_LLM_GATEWAY_CONFIG names) or the "
+        "request's own timeout (timeout_s, X-LLMRL-Timeout), or send fewer requests at once "
+        "(e.g. fewer num_envs) on a busy machine"
+    )
+
+
 class UpstreamError(GatewayError):
     """A remote provider failed (after retries and fallback)."""
 

@@ -55,6 +55,7 @@ from llmrl.llm_gateway.errors import (
     RetryableUpstreamError,
     UnknownResourceError,
     UpstreamError,
+    timeout_advice,
 )
 from llmrl.llm_gateway.keys import (
     KeyRecord,
@@ -236,7 +237,8 @@ class _Retries:
                     raise GatewayTimeoutError(
                         f"model {self.name!r} did not answer within the request's timeout of "
                         f"{self.timeout:g} s"
-                        + (f" (last error: {self.last})" if self.last else ""),
+                        + (f" (last error: {self.last})" if self.last else "")
+                        + timeout_advice(self.name),
                         "timeout_s",
                     )
                 self._model, self._attempt, self._tries = model, attempt, tries
@@ -259,7 +261,7 @@ class _Retries:
         if exc.timed_out and self._attempt_timeout >= self._remaining:
             raise GatewayTimeoutError(
                 f"model {self.name!r} did not answer within the request's timeout of "
-                f"{self.timeout:g} s",
+                f"{self.timeout:g} s" + timeout_advice(self.name),
                 "timeout_s",
             ) from None
         if self._attempt + 1 >= self._tries:

@@ -31,7 +31,7 @@ from llmrl.common.threads import torch_threads
 from llmrl.llm_gateway.api_types import GenerateRequest, ScoreRequest
 from llmrl.llm_gateway.backends.base import Backend, Generation, Scores
 from llmrl.llm_gateway.batching import DynamicBatcher
-from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError
+from llmrl.llm_gateway.errors import GatewayTimeoutError, InvalidRequestError, timeout_advice
 from llmrl.llm_gateway.local_models import resolve_path
 from llmrl.llm_gateway.settings import GatewaySettings, ModelConfig
 
@@ -43,6 +43,10 @@ class HfModelConfig(ModelConfig):
     """A local transformers model's settings (`backend: hf`)."""
 
     backend: Literal["hf"] = "hf"
+    # a local model has no network to hang on: its requests wait only for the model itself,
+    # whose queue on a busy CPU (a test run beside five envs' plans, one row at a time when
+    # deterministic) passed the remote default of 60 s in `make demo`
+    timeout_s: float = Field(300.0, gt=0)
     path: str | None = Field(
         None, description="a local model directory or a builtin:... name (local_models.py)"
     )
@@ -247,7 +251,8 @@ class TransformersBackend(Backend):
                 raise GatewayTimeoutError(
                     f"model {self.name!r}: the request was cancelled (its caller left)"
                     if left
-                    else f"model {self.name!r} did not answer within {timeout_s:g} s",
+                    else f"model {self.name!r} did not answer within {timeout_s:g} s"
+                    + timeout_advice(self.name),
                     "timeout_s",
                 )
             try:
