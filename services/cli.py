@@ -297,6 +297,14 @@ def cancel(run_id: str, url: str | None) -> None:
     help="Embedded: runs at once, each in a process of its own (about one per CPU core); "
     "1 runs them one after another in this process. Results are the same either way.",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Embedded: torch threads of every run (OMP_NUM_THREADS too), over the experiment "
+    "file's `threads`. Unstated: $OMP_NUM_THREADS, else this machine's cores (the sweep says "
+    "which); a seeded figure can depend on the count.",
+)
 @click.option("--wait", is_flag=True, help="With --url: follow the experiment until it ends.")
 @click.option("--quiet", is_flag=True, help="Embedded: no progress bars (with --jobs: no lines).")
 def sweep(
@@ -308,6 +316,7 @@ def sweep(
     url: str | None,
     max_parallel: int | None,
     jobs: int,
+    threads: int | None,
     wait: bool,
     quiet: bool,
 ) -> None:
@@ -330,7 +339,7 @@ def sweep(
             load_experiment = _load("llmrl.orchestrator.experiment_files", "load_experiment")
             given = (recipe, *arguments) if recipe else arguments  # all key=value pairs
             experiment = load_experiment(config_file, given)
-            gateway, threads = experiment.gateway, experiment.threads
+            gateway, threads = experiment.gateway, threads or experiment.threads
             spec = experiment.spec()
             if name is not None or max_parallel is not None:
                 changes = {"name": name, "max_parallel": max_parallel}
@@ -338,7 +347,7 @@ def sweep(
         elif recipe is None:
             raise click.UsageError("name a RECIPE, or an experiment file with --config FILE")
         else:
-            gateway, threads = None, None
+            gateway = None
             spec = spec_from_arguments(recipe, arguments, name=name, max_parallel=max_parallel)
         if url is not None:
             submit = _load("llmrl.orchestrator.rest_client", "cli_submit_experiment")

@@ -68,6 +68,8 @@ def run_sweep(
         use_gateway_settings(out, gateway)
     if threads:
         use_threads(threads)
+    else:
+        _say_threads_unstated(console)
     store = RunStore(out / STORE_FILE)
     resources = RolloutResources(simulator=None, llm_gateway=None)
     try:
@@ -104,6 +106,19 @@ def use_threads(threads: int) -> None:
 
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
+
+
+def _say_threads_unstated(console: Console) -> None:
+    """A sweep that states no thread count computes on this machine's: say which, and how to
+    state it (a seeded figure can depend on the count, so another machine may not repeat it)."""
+    from llmrl.common.threads import stated_thread_count
+
+    console.print(
+        f"threads: not stated, so every run computes on {stated_thread_count()} torch threads "
+        "($OMP_NUM_THREADS, else this machine's cores); a seeded run's figures can depend on "
+        "the count, so give `threads:` in the experiment file (or --threads) to repeat them "
+        "on a machine with other cores"
+    )
 
 
 def use_gateway_settings(out: Path, settings: dict[str, Any]) -> None:

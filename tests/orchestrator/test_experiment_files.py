@@ -39,6 +39,8 @@ def test_every_experiment_file_validates_against_its_recipe(path: Path):
     assert experiment.name == f"{experiment.recipe}-{path.stem}"
     assert experiment.description and experiment.claim is not None
     assert recipe_package(path) in {r.replace("-", "_") for r in experiment.recipes()}
+    # a seeded figure can depend on torch's thread count: a kept one states it, never the cores
+    assert experiment.threads, f"{path.name}: state `threads:` (the count its report ran on)"
 
 
 def test_the_research_record_keeps_history_files_and_none_in_the_package():
@@ -162,6 +164,43 @@ def test_llmrl_sweep_runs_an_experiment_file(tmp_path):
     assert result.exit_code == 0, result.output
     assert "experiment evaluate-trial: 2 runs" in result.output  # named after the file
     assert "success" in (out / "results.md").read_text().lower()
+
+
+def test_a_sweep_says_the_thread_count_it_was_not_given_and_takes_one(tmp_path, monkeypatch):
+    """Unstated, a sweep's runs compute on this machine's thread count, and it says so; --threads
+    (over a file's `threads`) states it, and each run's provenance records it."""
+    import torch
+
+    from llmrl.cli import main
+    from llmrl.common.store import RunStore
+    from llmrl.orchestrator.sources import STORE_FILE, from_store
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the sweep sets it: put back after
+    before = torch.get_num_threads()
+    path = write(
+        tmp_path,
+        "description: the oracle on DoorKey\nclaim: {statement: it solves it}\n"
+        "recipe: evaluate\nconfig: {env: SimpleDoorKey, planner: oracle, episodes: 1}\n",
+    )
+    try:
+        unstated = CliRunner().invoke(
+            main, ["sweep", "--config", str(path), "--out", str(tmp_path / "a"), "--quiet"]
+        )
+        assert unstated.exit_code == 0, unstated.output
+        assert "threads: not stated, so every run computes on" in unstated.output
+        out = tmp_path / "b"
+        args = ["sweep", "--config", str(path), "--threads", "1", "--out", str(out), "--quiet"]
+        stated = CliRunner().invoke(main, args)
+        assert stated.exit_code == 0, stated.output
+        assert "threads: not stated" not in stated.output
+    finally:
+        torch.set_num_threads(before)
+    store = RunStore(out / STORE_FILE)
+    try:
+        (run,) = [from_store(store, row) for row in store.list_runs()]
+    finally:
+        store.close()
+    assert run.results.provenance["numerics"]["torch_threads"] == 1
 
 
 def test_an_experiments_gateway_settings_serve_its_embedded_runs(tmp_path, monkeypatch):
