@@ -99,13 +99,19 @@ def run_sweep(
 
 def use_threads(threads: int) -> None:
     """torch on `threads` threads in this process and in the runs it spawns (which read
-    OMP_NUM_THREADS when torch loads)."""
+    OMP_NUM_THREADS when torch loads). torch's count is set only where it differs: setting it
+    is no no-op (torch then sets MKL's count for the calling thread and turns MKL's dynamic
+    threading off), and on a 2-core Intel Xeon (2026-12-06) setting a count equal to the
+    default gave GLAM's first run in the process other answers from its trained adapter than
+    the same run unstated, with --jobs 2 or under `llmrl up` (tests/orchestrator/
+    test_same_bits.py); which of those settings does it is not established."""
     import os
 
     import torch
 
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _say_threads_unstated(console: Console) -> None:
