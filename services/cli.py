@@ -334,6 +334,11 @@ def sweep(
     spec_from_arguments = _load("llmrl.orchestrator.experiments", "spec_from_arguments")
     if url is None:
         _allow_working_folder()
+    elif threads is not None:  # (a file's own `threads` is for its embedded runs: no error)
+        raise click.UsageError(
+            "--threads: embedded sweeps only; a service's runs compute on its own "
+            "OMP_NUM_THREADS (set it where the services start)"
+        )
     try:
         if config_file is not None:
             load_experiment = _load("llmrl.orchestrator.experiment_files", "load_experiment")

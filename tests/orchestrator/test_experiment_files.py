@@ -201,6 +201,11 @@ def test_a_sweep_says_the_thread_count_it_was_not_given_and_takes_one(tmp_path, 
     finally:
         store.close()
     assert run.results.provenance["numerics"]["torch_threads"] == 1
+    # a service's threads are its own: --threads with --url is refused, naming the option
+    refused = CliRunner().invoke(
+        main, ["sweep", "--config", str(path), "--threads", "1", "--url", "http://127.0.0.1:9"]
+    )
+    assert refused.exit_code == 2 and "--threads: embedded sweeps only" in refused.output
 
 
 def test_an_experiments_gateway_settings_serve_its_embedded_runs(tmp_path, monkeypatch):
