@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.numerics import CPU_PINS, pinning_on
 from llmrl.common.provenance import cpu_model, isa_flags
 from llmrl.orchestrator.experiment_files import RECIPES_DIR
 from llmrl.orchestrator.numerics_fingerprint import compare, read_fingerprint
@@ -140,14 +141,25 @@ def main() -> None:
 
 
 def other_cpus_fingerprint() -> Path | None:
-    """The newest pinned fingerprint kept from a CPU other than this one: another model name
-    or other kernel-choosing ISA flags (two Xeon generations share one model name)."""
+    """The newest fingerprint kept from a CPU other than this one (another model name or other
+    kernel-choosing ISA flags: two Xeon generations share one model name) made with the pins
+    this machine's runs take: a file kept unpinned, or with another MKL branch, tells other
+    paths apart, not other CPUs."""
     here = (cpu_model(), isa_flags())
     for path in sorted(FINGERPRINTS.glob("*.json"), reverse=True):
         kept = read_fingerprint(path)
-        if "unpinned" not in path.name and (kept.get("cpu"), kept.get("isa")) != here:
+        pins = kept.get("numerics", {}).get("pins")
+        if (kept.get("cpu"), kept.get("isa")) != here and pins == pins_of_runs():
             return path
     return None
+
+
+def pins_of_runs() -> dict[str, str]:
+    """The CPU path pins the `llmrl` command runs with in this environment (a variable set
+    here wins over llmrl's pin, as it does there; none when pinning is off)."""
+    if not pinning_on():
+        return {}
+    return {name: os.environ.get(name, value) for name, value in CPU_PINS.items()}
 
 
 if __name__ == "__main__":

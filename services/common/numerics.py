@@ -3,9 +3,9 @@
 Two things made the same seed give other figures on another machine, silently:
 - **precision**: models ran in bf16 where the CPU computes it natively (AVX512-BF16, AMX) and
   in fp32 elsewhere, so an AMD EPYC and an Intel Xeon ran the same file in two precisions;
-- **code paths**: MKL picks its GEMM kernels by CPU (AVX-512 on an Intel Xeon, AVX2 on an AMD
-  EPYC whatever it is told), and ATen's vectorised ops (`log_softmax`, ...) by the best ISA it
-  finds; each path rounds differently.
+- **code paths**: MKL picks its GEMM kernels by CPU (AVX-512 on an Intel Xeon; on an AMD EPYC
+  its own branch, whatever it is told but COMPATIBLE), and ATen's vectorised ops
+  (`log_softmax`, ...) by the best ISA it finds; each path rounds differently.
 
 `precision()` is the one process-wide choice every model follows where its own setting leaves
 it open (the gateway's `dtype: auto`, a learner's `bf16: null`): `LLMRL_PRECISION`, default

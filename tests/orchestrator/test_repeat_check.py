@@ -118,3 +118,5 @@ def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fi
     kept = module.other_cpus_fingerprint()
     there = read_fingerprint(kept) if kept else None
     assert there is None or (there["cpu"], there.get("isa")) != (cpu_model(), isa_flags())
+    # kept ones made unpinned or on another MKL branch are not another CPU's: never chosen
+    assert there is None or there["numerics"]["pins"] == module.pins_of_runs()
