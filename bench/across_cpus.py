@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from llmrl.common.numerics import CPU_PINS, pinning_on
+from llmrl.common.numerics import cpu_pins
 from llmrl.common.provenance import cpu_model, isa_flags
 from llmrl.orchestrator.experiment_files import RECIPES_DIR
 from llmrl.orchestrator.numerics_fingerprint import compare, read_fingerprint
@@ -149,17 +149,9 @@ def other_cpus_fingerprint() -> Path | None:
     for path in sorted(FINGERPRINTS.glob("*.json"), reverse=True):
         kept = read_fingerprint(path)
         pins = kept.get("numerics", {}).get("pins")
-        if (kept.get("cpu"), kept.get("isa")) != here and pins == pins_of_runs():
+        if (kept.get("cpu"), kept.get("isa")) != here and pins == cpu_pins():
             return path
     return None
-
-
-def pins_of_runs() -> dict[str, str]:
-    """The CPU path pins the `llmrl` command runs with in this environment (a variable set
-    here wins over llmrl's pin, as it does there; none when pinning is off)."""
-    if not pinning_on():
-        return {}
-    return {name: os.environ.get(name, value) for name, value in CPU_PINS.items()}
 
 
 if __name__ == "__main__":

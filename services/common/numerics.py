@@ -66,12 +66,20 @@ def pinning_on() -> bool:
     return os.environ.get(PIN_SWITCH_ENV, "1").strip() != "0"
 
 
+def cpu_pins() -> dict[str, str]:
+    """The CPU path pins a process pinned in this environment runs with: `CPU_PINS`, each
+    variable the user set winning; none when pinning is off ($LLMRL_PIN_CPU_PATHS=0)."""
+    if not pinning_on():
+        return {}
+    return {name: os.environ.get(name, value) for name, value in CPU_PINS.items()}
+
+
 def pin_cpu_paths() -> None:
-    """Set the CPU path pins (`CPU_PINS`) this process and its children run with, unless the
-    user set them or turned pinning off ($LLMRL_PIN_CPU_PATHS=0). Call before importing torch."""
+    """Set the CPU path pins (`cpu_pins()`, and the GPU's) this process and its children run
+    with, unless the user set them or turned pinning off. Call before importing torch."""
     if not pinning_on():
         return
-    for name, value in {**CPU_PINS, **GPU_PINS}.items():
+    for name, value in {**cpu_pins(), **GPU_PINS}.items():
         os.environ.setdefault(name, value)
 
 

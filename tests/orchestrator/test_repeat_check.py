@@ -104,6 +104,7 @@ def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fi
     """bench/across_cpus.py's choices (its sweeps take an hour: run by hand on each machine)."""
     import importlib.util
 
+    from llmrl.common.numerics import cpu_pins
     from llmrl.common.provenance import cpu_model, isa_flags
     from llmrl.orchestrator.numerics_fingerprint import read_fingerprint
 
@@ -119,4 +120,4 @@ def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fi
     there = read_fingerprint(kept) if kept else None
     assert there is None or (there["cpu"], there.get("isa")) != (cpu_model(), isa_flags())
     # kept ones made unpinned or on another MKL branch are not another CPU's: never chosen
-    assert there is None or there["numerics"]["pins"] == module.pins_of_runs()
+    assert there is None or there["numerics"]["pins"] == cpu_pins()
