@@ -68,9 +68,11 @@ def main() -> None:
     CPU's code paths are pinned on every machine ($LLMRL_PRECISION, $LLMRL_PIN_CPU_PATHS:
     docs/concepts.md, "Numerics").
     """
+    from llmrl.common.logs import configure_console_logging
     from llmrl.common.numerics import pin_cpu_paths
 
     pin_cpu_paths()  # before any command imports torch; services and workers inherit it
+    configure_console_logging()
 
 
 @main.command(context_settings={"ignore_unknown_options": False})

@@ -56,6 +56,34 @@ class JsonFormatter(logging.Formatter):
         return redact(json.dumps(entry, default=str))
 
 
+class ConsoleFormatter(logging.Formatter):
+    """One readable line for a person at a terminal: `logger: msg (key=value, ...)`, its
+    structured fields kept (they say what failed), secrets redacted as in the JSON lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", {})
+        text = f"{record.name}: {record.getMessage()}"
+        if fields:
+            text += " (" + ", ".join(f"{key}={value}" for key, value in fields.items()) + ")"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return redact(text)
+
+
+def configure_console_logging(level: str | None = None) -> None:
+    """Warnings and errors of an embedded run on stderr with their fields (Python's fallback
+    prints the message alone: `episode error; retrying`, not the error); level from
+    LLMRL_LOG_LEVEL (default WARNING). A service's `configure_logging` replaces it; where
+    handlers are already set (a host program's, pytest's) it adds none."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ConsoleFormatter())
+    root.addHandler(handler)
+    root.setLevel((level or os.environ.get("LLMRL_LOG_LEVEL") or "WARNING").upper())
+
+
 def configure_logging(service: str, level: str | None = None) -> logging.Logger:
     """JSON lines on stderr for `service`; level from LLMRL_LOG_LEVEL (default INFO)."""
     handler = logging.StreamHandler(sys.stderr)
