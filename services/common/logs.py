@@ -70,6 +70,11 @@ class ConsoleFormatter(logging.Formatter):
         return redact(text)
 
 
+def _level(level: str | None, default: str) -> str:
+    """The root level: `level`, else $LLMRL_LOG_LEVEL, else `default`."""
+    return (level or os.environ.get("LLMRL_LOG_LEVEL") or default).upper()
+
+
 def configure_console_logging(level: str | None = None) -> None:
     """Warnings and errors of an embedded run on stderr with their fields (Python's fallback
     prints the message alone: `episode error; retrying`, not the error); level from
@@ -81,7 +86,7 @@ def configure_console_logging(level: str | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(ConsoleFormatter())
     root.addHandler(handler)
-    root.setLevel((level or os.environ.get("LLMRL_LOG_LEVEL") or "WARNING").upper())
+    root.setLevel(_level(level, "WARNING"))
 
 
 def configure_logging(service: str, level: str | None = None) -> logging.Logger:
@@ -90,7 +95,7 @@ def configure_logging(service: str, level: str | None = None) -> logging.Logger:
     handler.setFormatter(JsonFormatter(service))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel((level or os.environ.get("LLMRL_LOG_LEVEL") or "INFO").upper())
+    root.setLevel(_level(level, "INFO"))
     return logging.getLogger(f"llmrl.{service}")
 
 
