@@ -43,13 +43,38 @@ def _torch_ops() -> dict[str, Callable[[], Any]]:
         generator = torch.Generator().manual_seed(seed)
         return torch.randn(*shape, generator=generator)
 
-    def adam_steps() -> Any:
+    def mlp() -> Any:
         torch.manual_seed(0)
-        net = torch.nn.Sequential(
+        return torch.nn.Sequential(
             torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 8)
         )
+
+    x, y = inputs(32, 64, seed=1), inputs(32, 8, seed=2)
+
+    def flat_grads(net: Any) -> Any:
+        return torch.cat([p.grad.flatten() for p in net.parameters()])
+
+    # The Adam case below parts even where every GEMM and ufunc agrees (two CPU kinds under
+    # MKL's compatible branch); these pieces of it say which part: the forward, the backward,
+    # the clipping, or the optimiser's own element-wise update.
+    def mlp_gradients(clip: bool) -> Any:
+        net = mlp()
+        F.mse_loss(net(x), y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+        return flat_grads(net)
+
+    def adam_on_fixed_gradients() -> Any:
+        weights = torch.nn.Parameter(inputs(256, 64, seed=7))
+        optimiser = torch.optim.Adam([weights], lr=1e-3, eps=1e-5)
+        for step in range(3):
+            weights.grad = inputs(256, 64, seed=8 + step) * 0.01
+            optimiser.step()
+        return weights
+
+    def adam_steps() -> Any:
+        net = mlp()
         optimiser = torch.optim.Adam(net.parameters(), lr=1e-3, eps=1e-5)
-        x, y = inputs(32, 64, seed=1), inputs(32, 8, seed=2)
         for _ in range(3):
             optimiser.zero_grad()
             F.mse_loss(net(x), y).backward()
@@ -93,6 +118,11 @@ def _torch_ops() -> dict[str, Callable[[], Any]]:
             inputs(4, 3, 64, 64), inputs(32, 3, 8, 8, seed=1), stride=4
         ),
         "Adam: 3 steps of an MLP with grad clipping": adam_steps,
+        "MLP forward 32x64 -> 256 (tanh) -> 8": lambda: mlp()(x),
+        "MLP gradients of the MSE loss": lambda: mlp_gradients(clip=False),
+        "MLP gradients clipped to norm 0.5": lambda: mlp_gradients(clip=True),
+        "Adam: 3 steps on given gradients (no network)": adam_on_fixed_gradients,
+        "sqrt": lambda: torch.sqrt(inputs(100_000).abs()),
     }
 
 
