@@ -694,11 +694,20 @@ def runs_export(run: str, out: Path, gateway_config: str | None) -> None:
     "(default: runs/replay-<recorded run id>).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar (the results table is still printed).")
-def replay(bundle: Path, out: Path | None, quiet: bool) -> None:
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="Answer every LLM call with this machine's own models instead of the bundle, then "
+    "compare each answer's bits with the bundle's answer to the same request: whether this "
+    "machine computes the run's LLM answers as the recording one did. Run it in a fresh "
+    "LLMRL_HOME, so that no answer comes from this machine's cache.",
+)
+def replay(bundle: Path, out: Path | None, quiet: bool, recompute: bool) -> None:
     """Run a bundle (`llmrl runs export`) again here with no model: every LLM call is answered
     from the bundle, and a call it lacks fails the run naming it. Then compare each row of the
     new results.json with the recorded one: exit 0 when identical, 1 listing the first
-    differing cells.
+    differing cells. With --recompute, this machine's models answer, and each answer is
+    compared with the recorded one too.
 
     A bundle is untrusted input: it is refused if it is too large, not JSON, fails the
     schema, names an unregistered recipe or a path in its config.
@@ -707,18 +716,39 @@ def replay(bundle: Path, out: Path | None, quiet: bool) -> None:
     bundle_error = _load("llmrl.llm_gateway.replay_bundle", "BundleError")
     run_failed = _load("llmrl.orchestrator.embedded", "RunFailed")
     try:
-        report = run_replay(bundle, out_dir=out, progress=not quiet)
+        report = run_replay(bundle, out_dir=out, progress=not quiet, recompute=recompute)
     except bundle_error as exc:
         raise click.ClickException(str(exc)) from exc
     except run_failed as exc:
         raise click.ClickException(f"the replay failed: {exc}") from exc
+    if report.answers is not None:
+        _echo_answer_check(report.answers)
     if report.identical:
         click.echo(f"identical: every cell of the {report.rows} rows is the recorded run's")
         return
-    click.echo("differs from the recorded run:", err=True)
+    if report.differences:
+        click.echo("differs from the recorded run:", err=True)
     for line in report.differences:
         click.echo(f"  {line}", err=True)
+    if not report.differences:
+        click.echo(f"every cell of the {report.rows} rows is the recorded run's", err=True)
     sys.exit(1)
+
+
+def _echo_answer_check(answers: Any) -> None:
+    """`llmrl replay --recompute`'s line on the LLM answers, and the first that differ."""
+    same = answers.compared - answers.differing_count
+    click.echo(
+        f"LLM answers: {same} of {answers.compared} requests answered here with the recorded "
+        f"bits; {answers.differing_count} differ"
+    )
+    for line in answers.differing:
+        click.echo(f"  {line}")
+    if answers.only_recorded or answers.only_here:
+        click.echo(
+            f"  {answers.only_recorded} recorded requests not asked here, {answers.only_here} "
+            "asked here and not recorded (other code, config, data or model identity)"
+        )
 
 
 @main.group()

@@ -7,6 +7,11 @@ config again in embedded mode with no model: an in-process gateway whose every m
 `replay` backend answers each call from the bundle, and a call the bundle lacks fails the run
 naming it. Then each cell of the new results is compared with the recorded one.
 
+Replay with `recompute` asks the other question: does this machine compute the run's LLM
+answers as the recording machine did? The run plays with this machine's own models (the
+gateway's usual settings), and besides its rows each of its LLM answers is compared, bit for
+bit, with the bundle's answer to the same request (matched by cache key).
+
 A bundle is untrusted: besides what `read_bundle` checks, its recipe must be registered here,
 its config must validate, and it may name no path. A data-location key (`data_dir`,
 `released_path`) holding a path is left out with a warning, so that this machine's own copy
@@ -40,6 +45,7 @@ from llmrl.llm_gateway.replay_bundle import (
     VERSION,
     Bundle,
     BundleError,
+    prompt_start,
     read_bundle,
     serve_bundle,
     write_bundle,
@@ -272,16 +278,33 @@ def replay_gateway(settings_file: Path, index: Any) -> Iterator[Any]:
 
 
 @dataclass
+class AnswerCheck:
+    """A recomputed run's LLM answers against the bundle's, request by request (deterministic
+    calls only: a sampled call without a seed has no one answer to compare)."""
+
+    compared: int  # requests both the bundle and the recomputed run answered
+    differing: list[str]  # 'model, op, prompt …: recorded …, here …' (the first few)
+    differing_count: int
+    only_recorded: int  # requests the recomputed run did not ask (other code, config, model)
+    only_here: int
+
+    @property
+    def identical(self) -> bool:
+        return not (self.differing_count or self.only_recorded or self.only_here)
+
+
+@dataclass
 class ReplayReport:
     run_id: str  # the replay's own run
     out: Path
     rows: int
     differences: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    answers: AnswerCheck | None = None  # with `recompute` only
 
     @property
     def identical(self) -> bool:
-        return not self.differences
+        return not self.differences and (self.answers is None or self.answers.identical)
 
 
 def replay(
@@ -289,10 +312,12 @@ def replay(
     out_dir: str | Path | None = None,
     progress: bool = True,
     console: Console | None = None,
+    recompute: bool = False,
 ) -> ReplayReport:
-    """Play the bundle's run again here, every LLM call answered from the bundle, and compare
-    its results with the recorded ones. Raises BundleError (the bundle is refused),
-    `embedded.RunFailed` (the replayed run failed: e.g. a call the bundle lacks)."""
+    """Play the bundle's run again here, every LLM call answered from the bundle (with
+    `recompute`: by this machine's own models, each answer then compared with the bundle's),
+    and compare its results with the recorded ones. Raises BundleError (the bundle is
+    refused), `embedded.RunFailed` (the replayed run failed: e.g. a call the bundle lacks)."""
     from llmrl.orchestrator.embedded import run_embedded
 
     console = console or output_console()
@@ -304,9 +329,10 @@ def replay(
         console.print(f"warning: {warning}")
     recorded = bundle.run
     summary = bundle.summary
+    answered_by = "this machine's models answering" if recompute else "no model loaded"
     console.print(
         f"replaying run {recorded.run_id} ({recorded.recipe}): {summary.calls} recorded LLM "
-        f"calls for its {summary.requests} requests, no model loaded"
+        f"calls for its {summary.requests} requests, {answered_by}"
     )
     if summary.sampled:
         console.print(
@@ -315,14 +341,83 @@ def replay(
         )
     out = Path(out_dir or f"runs/replay-{recorded.run_id}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    settings_file = out / "replay-gateway.yaml"
-    settings_file.write_text(yaml.safe_dump(replay_settings(bundle, bundle_path)))
-    index = serve_bundle(bundle_path, bundle)
-    with replay_gateway(settings_file, index):
+    answers = None
+    if recompute:
         run = run_embedded(recorded.recipe, config, out_dir=out, progress=progress, console=console)
+        answers = compare_answers(bundle, recomputed_calls(run.run_id))
+    else:
+        settings_file = out / "replay-gateway.yaml"
+        settings_file.write_text(yaml.safe_dump(replay_settings(bundle, bundle_path)))
+        index = serve_bundle(bundle_path, bundle)
+        with replay_gateway(settings_file, index):
+            run = run_embedded(
+                recorded.recipe, config, out_dir=out, progress=progress, console=console
+            )
     try:
         replayed = json.loads((out / "results.json").read_text())["rows"]
     except (OSError, ValueError, KeyError) as exc:
         raise BundleError(f"the replayed run wrote no readable results.json: {exc}") from None
     differences = differing_cells(bundle.results.rows, replayed, ("recorded", "replayed"))
-    return ReplayReport(run.run_id, out, len(replayed), differences, warnings)
+    return ReplayReport(run.run_id, out, len(replayed), differences, warnings, answers)
+
+
+# -- recompute: this machine's answers against the bundle's -------------------------------------
+SHOWN_ANSWERS = 3  # differing answers a report names
+
+
+def recomputed_calls(run_id: str) -> list[dict[str, Any]]:
+    """The calls this process's gateway kept for a run it just made (embedded ledger)."""
+    from llmrl.llm_gateway.gateway import make_ledger_store
+    from llmrl.llm_gateway.settings import load_settings
+
+    _flush_in_process_gateway()
+    store = make_ledger_store(load_settings().ledger, "embedded")
+    if store is None:
+        raise BundleError(
+            "the gateway's ledger is kept in memory (ledger.backend: memory), so the "
+            "recomputed run's answers cannot be read back; use the default ledger settings"
+        )
+    try:
+        return store.run_calls(run_id)[0]
+    finally:
+        store.close()
+
+
+def compare_answers(bundle: Bundle, calls: list[dict[str, Any]]) -> AnswerCheck:
+    """The bundle's deterministic answers against a recomputed run's, request by request."""
+    recorded = {call.key: call for call in bundle.calls if not call.sampled}
+    here = {call["key"]: call for call in calls if not call.get("sampled")}
+    both = [key for key in recorded if key in here]
+    differing = []
+    for key in both:
+        mine, theirs = here[key]["answer"], recorded[key].answer
+        if json.dumps(mine, sort_keys=True) != json.dumps(theirs, sort_keys=True):
+            call = recorded[key]
+            prompt = prompt_start(call.op, call.request.params)
+            differing.append(f"{call.model}, {call.op}, prompt {prompt!r}: ")
+            differing[-1] += first_difference(theirs, mine)
+    return AnswerCheck(
+        compared=len(both),
+        differing=differing[:SHOWN_ANSWERS],
+        differing_count=len(differing),
+        only_recorded=len(recorded.keys() - here.keys()),
+        only_here=len(here.keys() - recorded.keys()),
+    )
+
+
+def first_difference(recorded: Any, here: Any, path: str = "answer") -> str:
+    """Where two answers first part, as 'answer.x[i]: recorded A, here B'."""
+    if isinstance(recorded, dict) and isinstance(here, dict):
+        for name in list(recorded) + [k for k in here if k not in recorded]:
+            if name not in recorded or name not in here or recorded[name] != here[name]:
+                return first_difference(recorded.get(name), here.get(name), f"{path}.{name}")
+    if isinstance(recorded, list) and isinstance(here, list) and len(recorded) == len(here):
+        for i, (a, b) in enumerate(zip(recorded, here, strict=True)):
+            if a != b:
+                return first_difference(a, b, f"{path}[{i}]")
+    return f"{path}: recorded {_short(recorded)}, here {_short(here)}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -264,3 +265,56 @@ def test_export_names_what_it_cannot_find(fresh_home: Path, tmp_path: Path):
     helped = CliRunner().invoke(main, ["runs", "export", "--help"])
     assert helped.exit_code == 0 and "--gateway-config" in helped.output
     assert CliRunner().invoke(main, ["replay", "--help"]).exit_code == 0
+
+
+@pytest.fixture
+def model_back(recorded: Recorded, tiny_model_dir: Path, fresh_home: Path, tmp_path: Path):
+    """The recorded run's model where it was (its path is in the bundle's cache keys), served
+    by a gateway whose cache is new and empty: every answer is computed again."""
+    model = shutil.copytree(tiny_model_dir, recorded.bundle.parent / "model")
+    settings = tiny_gateway_settings(
+        model, cache={"backend": "sqlite", "sqlite_path": str(tmp_path / "new-cache.sqlite")}
+    )
+    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(settings))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LLMRL_LLM_GATEWAY_CONFIG", str(tmp_path / "gateway.yaml"))
+        try:
+            yield model
+        finally:
+            if gateway_client._shared_gateway is not None:
+                gateway_client._shared_gateway.close()
+            shutil.rmtree(model)
+
+
+def recompute(bundle: Path, out: Path) -> Any:
+    gateway_client._shared_gateway = None  # each recomputation starts its own gateway
+    arguments = ["replay", str(bundle), "--out", str(out), "--quiet", "--recompute"]
+    return CliRunner().invoke(main, arguments)
+
+
+def test_recompute_compares_each_llm_answer_bit_for_bit_with_the_bundles(
+    recorded: Recorded, model_back: Path, tmp_path: Path
+):
+    calls = len(read_bundle(recorded.bundle).calls)
+    same = recompute(recorded.bundle, tmp_path / "same")
+    assert same.exit_code == 0, same.output
+    assert f"LLM answers: {calls} of {calls} requests answered here with the recorded bits; " \
+        "0 differ" in same.output  # fmt: skip
+    assert "identical: every cell of the 1 rows is the recorded run's" in same.output
+
+    # the recording machine's answer to one request, one float's last bits away from this one's
+    data = bundle_data(recorded)
+    changed = data["calls"][1]["answer"]["token_logprobs"][0]
+    recorded_value = changed[0]
+    changed[0] = float(np.nextafter(np.float32(recorded_value), np.float32(0)))
+    write_bundle(data, tmp_path / "other-bits.json.gz")
+    other = recompute(tmp_path / "other-bits.json.gz", tmp_path / "other")
+    assert other.exit_code == 1, other.output
+    output = " ".join(other.output.split())
+    counted = f"{calls - 1} of {calls} requests answered here with the recorded bits; 1 differ"
+    assert counted in output
+    shown = " ".join(prompt_start("score", data["calls"][1]["request"]["params"]).split())
+    assert f"tiny, score, prompt '{shown[:40]}" in output
+    where = "answer.token_logprobs[0][0]"
+    assert f"{where}: recorded {changed[0]!r}, here {recorded_value!r}" in output
+    assert "every cell of the 1 rows is the recorded run's" in output  # the rows still agree
