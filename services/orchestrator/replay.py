@@ -394,8 +394,9 @@ def compare_answers(bundle: Bundle, calls: list[dict[str, Any]]) -> AnswerCheck:
         if json.dumps(mine, sort_keys=True) != json.dumps(theirs, sort_keys=True):
             call = recorded[key]
             prompt = prompt_start(call.op, call.request.params)
-            differing.append(f"{call.model}, {call.op}, prompt {prompt!r}: ")
-            differing[-1] += first_difference(theirs, mine)
+            differing.append(
+                f"{call.model}, {call.op}, prompt {prompt!r}: {first_difference(theirs, mine)}"
+            )
     return AnswerCheck(
         compared=len(both),
         differing=differing[:SHOWN_ANSWERS],
