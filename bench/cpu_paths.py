@@ -30,6 +30,8 @@ import subprocess
 import sys
 from typing import Any
 
+from llmrl.common.numerics import CPU_PINS, PIN_SWITCH_ENV
+
 SETTINGS: dict[str, dict[str, str]] = {
     "pinned": {},
     "compatible": {"MKL_CBWR": "COMPATIBLE"},
@@ -103,7 +105,9 @@ def measure(threads: int) -> dict[str, Any]:
 
 
 def run_setting(name: str, threads: int) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "LLMRL_PIN_CPU_PATHS")}
+    # each setting starts from no pins of the caller's own, so "unpinned" is unpinned
+    cleared = {*CPU_PINS, PIN_SWITCH_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in cleared}
     env.update(SETTINGS[name])
     done = subprocess.run(
         [sys.executable, __file__, "--measure", "--threads", str(threads)],
