@@ -13,8 +13,10 @@ it open (the gateway's `dtype: auto`, a learner's `bf16: null`): `LLMRL_PRECISIO
 per-machine choice (bf16 where native, else fp32), by name. `pin_cpu_paths()` fixes MKL's,
 oneDNN's, ATen's and OpenBLAS's paths to AVX2, which every x86-64 CPU these runs meet has; it
 must run before torch and numpy load, so the `llmrl` command calls it first and child
-processes inherit it. A variable the user set wins. `numerics_provenance()` is what a run's
-results record.
+processes inherit it. A variable the user set wins. `adam_options()` is the Adam kernel every
+optimiser llmrl builds takes (`LLMRL_ADAM`): torch's own choice, or its fused kernel, whose
+square root is correctly rounded on every CPU (torch's own sends it to MKL's vector math, which
+rounds it by CPU vendor). `numerics_provenance()` is what a run's results record.
 """
 
 from __future__ import annotations
@@ -61,6 +63,32 @@ def computes_bf16(device: Any = "cpu") -> bool:
     return chosen == "bfloat16"
 
 
+# Adam's kernel. `torch`: torch's own choice (on a CPU the per-tensor loop, whose square root
+# goes to MKL's vector math: not correctly rounded, and rounded otherwise on an AMD EPYC than
+# on an Intel Xeon even under MKL_CBWR=COMPATIBLE, `llmrl numerics fingerprint` shows it).
+# `fused`: ATen's fused kernel, plain IEEE arithmetic in ATen's own vector code (the pinned
+# AVX2 on every x86 CPU). Not the default: it changes the bits of every trained run kept
+# before it.
+ADAM_ENV = "LLMRL_ADAM"
+ADAM_KERNELS: tuple[str, ...] = ("torch", "fused")
+AdamKernel = Literal["torch", "fused"]
+
+
+def adam_kernel() -> AdamKernel:
+    """The process's Adam kernel: $LLMRL_ADAM, default `torch`; a ValueError names the
+    variable and the allowed values when it holds anything else."""
+    value = os.environ.get(ADAM_ENV, "").strip() or "torch"
+    if value not in ADAM_KERNELS:
+        raise ValueError(f"{ADAM_ENV}: expected one of {', '.join(ADAM_KERNELS)}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def adam_options() -> dict[str, Any]:
+    """The keyword arguments that give `torch.optim.Adam` or `AdamW` the process's kernel
+    (nothing for torch's own choice, so such a run keeps the bits it always had)."""
+    return {"fused": True} if adam_kernel() == "fused" else {}
+
+
 def pinning_on() -> bool:
     """Whether numerics are pinned ($LLMRL_PIN_CPU_PATHS is not "0")."""
     return os.environ.get(PIN_SWITCH_ENV, "1").strip() != "0"
@@ -105,6 +133,7 @@ def numerics_provenance() -> dict[str, Any]:
     record: dict[str, Any] = {
         "precision": precision(),
         "pins": {name: os.environ[name] for name in CPU_PINS if name in os.environ},
+        "adam": adam_kernel(),
     }
     try:
         import torch
@@ -133,7 +162,8 @@ def precision_label(provenance: dict[str, Any]) -> str:
     if numerics:
         label = {"float32": "fp32", "bfloat16": "bf16", "native": "bf16 where native"}
         text = label.get(numerics.get("precision"), str(numerics.get("precision")))
-        return text + (", CPU paths pinned" if numerics.get("pins") else "")
+        text += ", CPU paths pinned" if numerics.get("pins") else ""
+        return text + (", fused Adam" if numerics.get("adam") == "fused" else "")
     cpu = str(provenance.get("cpu") or "")
     if "AMD EPYC" in cpu:
         return "bf16 where native (derived from its CPU)"

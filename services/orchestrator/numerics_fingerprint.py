@@ -51,6 +51,11 @@ def _torch_ops() -> dict[str, Callable[[], Any]]:
 
     x, y = inputs(32, 64, seed=1), inputs(32, 8, seed=2)
 
+    def np_sqrt(tensor: Any) -> Any:
+        import numpy as np
+
+        return np.sqrt(tensor.numpy())
+
     def flat_grads(net: Any) -> Any:
         return torch.cat([p.grad.flatten() for p in net.parameters()])
 
@@ -64,17 +69,20 @@ def _torch_ops() -> dict[str, Callable[[], Any]]:
             torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
         return flat_grads(net)
 
-    def adam_on_fixed_gradients() -> Any:
+    # `torch.sqrt` (and so the default, for-each Adam's denominator) goes to MKL's vector math,
+    # whose roots are not always correctly rounded and differ by CPU vendor even under the
+    # compatible branch; the fused kernel computes them with ATen's own vector code.
+    def adam_on_fixed_gradients(fused: bool = False) -> Any:
         weights = torch.nn.Parameter(inputs(256, 64, seed=7))
-        optimiser = torch.optim.Adam([weights], lr=1e-3, eps=1e-5)
+        optimiser = torch.optim.Adam([weights], lr=1e-3, eps=1e-5, fused=fused)
         for step in range(3):
             weights.grad = inputs(256, 64, seed=8 + step) * 0.01
             optimiser.step()
         return weights
 
-    def adam_steps() -> Any:
+    def adam_steps(fused: bool = False) -> Any:
         net = mlp()
-        optimiser = torch.optim.Adam(net.parameters(), lr=1e-3, eps=1e-5)
+        optimiser = torch.optim.Adam(net.parameters(), lr=1e-3, eps=1e-5, fused=fused)
         for _ in range(3):
             optimiser.zero_grad()
             F.mse_loss(net(x), y).backward()
@@ -123,6 +131,9 @@ def _torch_ops() -> dict[str, Callable[[], Any]]:
         "MLP gradients clipped to norm 0.5": lambda: mlp_gradients(clip=True),
         "Adam: 3 steps on given gradients (no network)": adam_on_fixed_gradients,
         "sqrt": lambda: torch.sqrt(inputs(100_000).abs()),
+        "sqrt, correctly rounded (numpy, the reference)": lambda: np_sqrt(inputs(100_000).abs()),
+        "Adam, fused kernel: 3 steps on given gradients": lambda: adam_on_fixed_gradients(True),
+        "Adam, fused kernel: 3 steps of the MLP with clipping": lambda: adam_steps(True),
     }
 
 

@@ -88,6 +88,8 @@ def test_runs_recorded_before_numerics_were_say_their_precision_was_derived():
     assert numerics.precision_label({"cpu": "Intel(R) Xeon(R) CPU"}).startswith("fp32 (derived")
     recorded = {"cpu": "AMD EPYC", "numerics": {"precision": "float32", "pins": {"A": "1"}}}
     assert numerics.precision_label(recorded) == "fp32, CPU paths pinned"
+    recorded["numerics"]["adam"] = "fused"
+    assert numerics.precision_label(recorded) == "fp32, CPU paths pinned, fused Adam"
 
 
 def test_a_cpu_only_run_records_no_gpu_and_a_gpu_run_its_pinned_kernels():
@@ -105,3 +107,15 @@ def test_a_cpu_only_run_records_no_gpu_and_a_gpu_run_its_pinned_kernels():
     gpu = numerics.numerics_provenance()["gpu"]
     assert gpu["deterministic_algorithms"] and not gpu["tf32"]
     assert gpu["cublas_workspace_config"] == numerics.GPU_PINS["CUBLAS_WORKSPACE_CONFIG"]
+
+
+def test_adams_kernel_is_torchs_own_unless_set_and_recorded(monkeypatch):
+    monkeypatch.delenv(numerics.ADAM_ENV, raising=False)
+    assert numerics.adam_kernel() == "torch" and numerics.adam_options() == {}
+    assert numerics.numerics_provenance()["adam"] == "torch"
+    monkeypatch.setenv(numerics.ADAM_ENV, "fused")
+    assert numerics.adam_options() == {"fused": True}
+    assert numerics.numerics_provenance()["adam"] == "fused"
+    monkeypatch.setenv(numerics.ADAM_ENV, "apex")
+    with pytest.raises(ValueError, match="LLMRL_ADAM: expected one of torch, fused, got 'apex'"):
+        numerics.adam_kernel()

@@ -200,3 +200,19 @@ def test_d3rlpy_configures_structlog_once():
         assert structlog.get_config() == mine
     finally:
         structlog.configure(**before)
+
+
+def test_fused_adam_kernel_reaches_d3rlpy_and_its_saved_policy_loads(tmp_path, monkeypatch):
+    """Under LLMRL_ADAM=fused every Adam of a d3rlpy algorithm is torch's fused kernel, and
+    the saved learnable, whose config names that factory, loads back."""
+    dataset, obs, _ = trivial_discrete(n=300)
+    cql = registry.get_algorithm("cql")
+    plain = cql.load(cql.train(dataset, Versions(tmp_path / "plain"), steps=5, hidden_units=[8]))
+    assert plain.learnable.config.optim_factory.get_type() == "adam"
+    assert not plain.learnable.impl.modules.optim.optim.defaults["fused"]
+    monkeypatch.setenv("LLMRL_ADAM", "fused")
+    checkpoint = cql.train(dataset, Versions(tmp_path / "fused"), steps=5, hidden_units=[8])
+    fused = cql.load(checkpoint)
+    assert fused.learnable.config.optim_factory.get_type() == "llmrl_fused_adam"
+    assert fused.learnable.impl.modules.optim.optim.defaults["fused"] is True
+    assert fused.act(obs[:3]).shape == (3,)

@@ -221,3 +221,29 @@ def test_the_settings_models_take_every_sb3_argument_with_its_default():
         2,
         "episode",
     )
+
+
+@pytest.mark.parametrize("name, settings, eps", [("ppo", PPO, 1e-5), ("dqn", DQN, 1e-8)])
+def test_the_fused_adam_kernel_reaches_sb3s_optimiser_with_its_defaults(
+    name: str, settings: dict, eps: float, tmp_path: Path, monkeypatch
+):
+    """Under LLMRL_ADAM=fused PPO's and DQN's Adam is torch's fused kernel, with the eps SB3
+    gives each (1e-5 for the actor-critic policies, Adam's own for DQN), and the saved model
+    builds it again; under torch's own kernel nothing reaches SB3."""
+    from llmrl.learner.algorithms.sb3 import with_adam_kernel
+
+    algorithm = registry.get_algorithm(name)
+    monkeypatch.setenv("LLMRL_ADAM", "torch")
+    plain = algorithm.train(envs(), tmp_path / "plain", total_timesteps=16, seed=1, **settings)
+    assert not algorithm.load(plain).policy.optimizer.defaults["fused"]
+    monkeypatch.setenv("LLMRL_ADAM", "fused")
+    fused = algorithm.train(envs(), tmp_path / "fused", total_timesteps=16, seed=1, **settings)
+    optimiser = algorithm.load(fused).policy.optimizer
+    assert isinstance(optimiser, torch.optim.Adam)
+    assert optimiser.defaults["fused"] is True and optimiser.defaults["eps"] == eps
+    # A2C's RMSprop, and a policy's own optimiser, are left as given
+    assert with_adam_kernel("a2c", {}) == {}
+    own = {"policy_kwargs": {"optimizer_class": torch.optim.SGD}}
+    assert with_adam_kernel("ppo", own) == own
+    adam_a2c = with_adam_kernel("a2c", {"use_rms_prop": False})
+    assert adam_a2c["policy_kwargs"]["optimizer_kwargs"] == {"eps": 1e-5, "fused": True}

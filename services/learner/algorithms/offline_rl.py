@@ -21,6 +21,7 @@ epoch at a time (its own logger silenced), write each epoch's mean losses as Ten
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from llmrl.common import trusted
+from llmrl.common.numerics import adam_options
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -120,6 +122,53 @@ def check_action_size(dataset: Any, action_size: int | None) -> None:
             f"action_size: {action_size} is too small for this dataset, whose actions go up to "
             f"{largest} (needs at least {largest + 1})"
         )
+
+
+@functools.cache
+def _fused_adam_factory() -> type:
+    """d3rlpy's Adam factory with torch's fused kernel, for `LLMRL_ADAM=fused` (d3rlpy's own
+    builds `torch.optim.Adam` with torch's default kernel, and takes no choice of it).
+    Registered with d3rlpy under its own name, so that a saved learnable naming it loads."""
+    import torch
+
+    d3rlpy = _d3rlpy()
+
+    @dataclasses.dataclass()
+    class FusedAdamFactory(d3rlpy.optimizers.AdamFactory):
+        def create_optimizer(self, named_modules: Any, lr: float) -> Any:
+            built = super().create_optimizer(named_modules, lr)  # d3rlpy's choice of params
+            params = [param for group in built.param_groups for param in group["params"]]
+            return torch.optim.Adam(
+                params,
+                lr=lr,
+                betas=self.betas,
+                eps=self.eps,
+                weight_decay=self.weight_decay,
+                amsgrad=self.amsgrad,
+                fused=True,
+            )
+
+        @staticmethod
+        def get_type() -> str:
+            return "llmrl_fused_adam"
+
+    d3rlpy.optimizers.register_optimizer_factory(FusedAdamFactory)
+    return FusedAdamFactory
+
+
+def with_adam_kernel(config: Any) -> Any:
+    """`config` with the process's Adam kernel in each of its optimiser factories that is
+    d3rlpy's plain Adam (its settings kept); as given under torch's own kernel."""
+    if not adam_options():
+        return config
+    adam, fused = _d3rlpy().optimizers.AdamFactory, _fused_adam_factory()
+    replaced = {
+        field.name: fused(**{f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+        for field in dataclasses.fields(config)
+        if field.name.endswith("optim_factory")
+        and type(value := getattr(config, field.name)) is adam
+    }
+    return dataclasses.replace(config, **replaced)
 
 
 def make_config(name: str, discrete: bool, settings: dict[str, Any]) -> Any:
@@ -229,7 +278,7 @@ class OfflineRLAlgorithm(Algorithm):
         d3rlpy.seed(int(cfg["seed"]))
         dataset = as_mdp_dataset(source, instruction_embeddings, cfg["action_size"])
         discrete = is_discrete(dataset)
-        algo = make_config(self.name, discrete, cfg).create(device="cpu")
+        algo = with_adam_kernel(make_config(self.name, discrete, cfg)).create(device="cpu")
 
         writer = None
         if cfg["tensorboard_dir"]:
@@ -308,6 +357,7 @@ def _load_learnable(saved: Any) -> Any:
         copy = Path(folder) / POLICY_FILE
         with saved, copy.open("xb") as handle:
             shutil.copyfileobj(saved, handle)
+        _fused_adam_factory()  # a policy trained under LLMRL_ADAM=fused names it: registered
         return _d3rlpy().load_learnable(str(copy), device="cpu")
 
 

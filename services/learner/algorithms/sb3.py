@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import Field
 
 from llmrl.common import trusted
+from llmrl.common.numerics import adam_options
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -84,6 +85,23 @@ def _algorithm_class(name: str) -> Any:
     if name not in classes:
         raise ValueError(f"unknown SB3 algorithm {name!r}; choose one of {', '.join(classes)}")
     return classes[name]
+
+
+def with_adam_kernel(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with the process's Adam kernel (`llmrl.common.numerics.adam_options`) in the
+    policy's optimiser arguments, where the algorithm trains with SB3's Adam: PPO and DQN, and
+    A2C told `use_rms_prop=False`; a policy given its own `optimizer_class` keeps it as given."""
+    options = adam_options()
+    uses_adam = name in ("ppo", "dqn") or (name == "a2c" and kwargs.get("use_rms_prop") is False)
+    policy_kwargs = dict(kwargs.get("policy_kwargs") or {})
+    if not options or not uses_adam or "optimizer_class" in policy_kwargs:
+        return kwargs
+    given = policy_kwargs.get("optimizer_kwargs")
+    # SB3's actor-critic policies put eps=1e-5 in Adam's arguments only when none are given:
+    # keep that default where ours are the only ones
+    defaults = {"eps": 1e-5} if given is None and name in ("ppo", "a2c") else {}
+    policy_kwargs["optimizer_kwargs"] = {**defaults, **options, **(given or {})}
+    return {**kwargs, "policy_kwargs": policy_kwargs}
 
 
 def learning_rate_schedule(rate: float, schedule: LrSchedule = "constant") -> Any:
@@ -232,9 +250,10 @@ class SB3Algorithm(Algorithm):
         started = time.perf_counter()
         # the keys set, as validated (a schedule stays a callable); SB3's defaults for the rest
         given = settings.model_fields_set
-        kwargs = {
-            key: getattr(settings, key) for key in type(settings).model_fields if key in given
-        }
+        kwargs = with_adam_kernel(
+            self.name,
+            {key: getattr(settings, key) for key in type(settings).model_fields if key in given},
+        )
         tensorboard_log = str(tensorboard_dir) if tensorboard_dir else None
         common = {"device": "cpu", "tensorboard_log": tensorboard_log}
         line = as_versions(checkpoints)

@@ -35,6 +35,7 @@ from pydantic import Field
 
 from llmrl.common.bounds import LearningRate, LlmBatch, LoraRank, Tokens, limit
 from llmrl.common.devices import Device, device_field
+from llmrl.common.numerics import adam_options, computes_bf16
 from llmrl.common.registry import registry
 from llmrl.learner.adapters import save_adapter
 from llmrl.learner.algorithms.base import (
@@ -206,7 +207,6 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from llmrl.common.devices import resolve_device
-    from llmrl.common.numerics import computes_bf16
 
     started = time.perf_counter()
     if config.torch_threads:
@@ -257,7 +257,9 @@ def train_lora_sft(config: SftConfig, on_step: Callable[[int], None] | None = No
 
     # 3. the loop
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        params, lr=config.learning_rate, weight_decay=0.0, **adam_options()
+    )
     order: list[int] = []
     losses: list[float] = []
     use_bf16 = computes_bf16(device) if config.bf16 is None else config.bf16

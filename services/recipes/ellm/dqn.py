@@ -40,6 +40,7 @@ import numpy as np
 from pydantic import Field
 
 from llmrl.common.bounds import Batch, BufferSize, Coefficient, Frames, Hidden, LearningRate
+from llmrl.common.numerics import adam_options
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -347,7 +348,7 @@ def train_dqn_ellm(
         q_net = q_network(described, num_actions, config)
         target_net = q_network(described, num_actions, config)
         optimizer = torch.optim.Adam(
-            q_net.parameters(), lr=config.learning_rate, eps=config.adam_eps
+            q_net.parameters(), lr=config.learning_rate, eps=config.adam_eps, **adam_options()
         )
         buffer = ReplayBuffer(described, config.buffer_size)
         rng = np.random.default_rng(config.seed)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from llmrl.common.numerics import adam_options
+
 
 class StateFeatures:
     """The agent's observation as one float vector per env: entries with ids (the local map)
@@ -79,7 +81,9 @@ class RndReward:
         torch.set_rng_state(generator_state)
         for parameter in self.target.parameters():
             parameter.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=learning_rate)
+        self.optimizer = torch.optim.Adam(
+            self.predictor.parameters(), lr=learning_rate, **adam_options()
+        )
         # running mean/var of the raw error (Welford over batches), for the normalisation
         self.count, self.mean, self.m2 = 1e-4, 0.0, 0.0
 

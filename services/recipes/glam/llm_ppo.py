@@ -50,6 +50,7 @@ from llmrl.common.bounds import (
     limit,
 )
 from llmrl.common.devices import Device, device_field
+from llmrl.common.numerics import adam_options
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -254,7 +255,9 @@ def train_llm_ppo(
     cancel_point = on_progress or (lambda _n: None)
     cancel_point(0)
     params = policy.parameters()
-    optimizer = torch.optim.Adam(params, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps)
+    optimizer = torch.optim.Adam(
+        params, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps, **adam_options()
+    )
     if previous is not None:
         saved = torch.load(previous.path / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
         optimizer.load_state_dict(saved)  # its state moves to the parameters' device

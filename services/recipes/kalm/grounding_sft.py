@@ -34,6 +34,7 @@ from llmrl.common.bounds import (
     limit,
 )
 from llmrl.common.devices import Device, device_field
+from llmrl.common.numerics import adam_options
 from llmrl.common.registry import registry
 from llmrl.learner.algorithms.base import (
     Algorithm,
@@ -267,6 +268,7 @@ class GroundingSft(Algorithm):
                 },
             ],
             lr=float(cfg["learning_rate"]),
+            **adam_options(),
         )
         writer = None
         if cfg["tensorboard_dir"]:
