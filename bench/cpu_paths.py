@@ -1,11 +1,13 @@
 """What pinning MKL's code path costs: the `llmrl` command's pins against MKL's compatible
-branch (the pin under which two kinds of x86 CPU compute SmolLM2 to the same bits) and
-against no pins at all.
+branch (the pin under which two kinds of x86 CPU compute SmolLM2 to the same bits), that
+branch with torch's fused Adam kernel, and no pins at all.
 
 Each setting runs in its own process (MKL reads its branch once, when it loads), in rounds
 that alternate the settings so that other load on the machine falls on all of them alike:
 - `pinned`: the pins `llmrl` sets by default (`MKL_CBWR=AVX2`, ATen's and oneDNN's AVX2);
 - `compatible`: the same pins with `MKL_CBWR=COMPATIBLE`;
+- `compatible_fused`: that, and `LLMRL_ADAM=fused` (Adam's square root out of MKL's vector
+  math, whose rounding is the one op the compatible branch leaves to the CPU's vendor);
 - `unpinned`: `LLMRL_PIN_CPU_PATHS=0`, every path left to the libraries.
 Per setting, the median seconds of: scoring (a forward of SmolLM2-135M over 4 sequences of
 about 60 tokens, as a `/v1/score` request of 4 candidates), generating 16 tokens greedily
@@ -30,11 +32,12 @@ import subprocess
 import sys
 from typing import Any
 
-from llmrl.common.numerics import CPU_PINS, PIN_SWITCH_ENV
+from llmrl.common.numerics import ADAM_ENV, CPU_PINS, PIN_SWITCH_ENV
 
 SETTINGS: dict[str, dict[str, str]] = {
     "pinned": {},
     "compatible": {"MKL_CBWR": "COMPATIBLE"},
+    "compatible_fused": {"MKL_CBWR": "COMPATIBLE", ADAM_ENV: "fused"},
     "unpinned": {"LLMRL_PIN_CPU_PATHS": "0"},
 }
 TASKS = ("score", "generate", "train_step", "mlp_adam")
@@ -46,7 +49,7 @@ PROMPT = (
 
 def measure(threads: int) -> dict[str, Any]:
     """In this process (already pinned as its setting says): seconds per task, logits digest."""
-    from llmrl.common.numerics import pin_cpu_paths
+    from llmrl.common.numerics import adam_options, pin_cpu_paths
 
     pin_cpu_paths()  # before torch loads MKL: the branch is read once
     import hashlib
@@ -85,7 +88,7 @@ def measure(threads: int) -> dict[str, Any]:
         model(**batch, labels=batch["input_ids"]).loss.backward()
 
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 17))
-    optimiser = torch.optim.Adam(net.parameters(), lr=1e-3)
+    optimiser = torch.optim.Adam(net.parameters(), lr=1e-3, **adam_options())
     x, y = torch.randn(32, 64), torch.randn(32, 17)
 
     def mlp_adam() -> None:
@@ -106,7 +109,7 @@ def measure(threads: int) -> dict[str, Any]:
 
 def run_setting(name: str, threads: int) -> dict[str, Any]:
     # each setting starts from no pins of the caller's own, so "unpinned" is unpinned
-    cleared = {*CPU_PINS, PIN_SWITCH_ENV}
+    cleared = {*CPU_PINS, PIN_SWITCH_ENV, ADAM_ENV}
     env = {k: v for k, v in os.environ.items() if k not in cleared}
     env.update(SETTINGS[name])
     done = subprocess.run(

@@ -65,8 +65,9 @@ def main() -> None:
 
     Start with `llmrl recipes` and `llmrl run evaluate`. Default ports and the environment
     variables that override them are listed in the README. Models compute in float32 and the
-    CPU's code paths are pinned on every machine ($LLMRL_PRECISION, $LLMRL_PIN_CPU_PATHS:
-    docs/concepts.md, "Numerics").
+    CPU's code paths are pinned on every machine; Adam takes torch's own kernel unless told
+    the fused one ($LLMRL_PRECISION, $LLMRL_PIN_CPU_PATHS, $LLMRL_ADAM: docs/concepts.md,
+    "Numerics").
     """
     from llmrl.common.logs import configure_console_logging
     from llmrl.common.numerics import pin_cpu_paths
