@@ -214,7 +214,43 @@ def check_bundle_run(bundle: Bundle) -> tuple[dict[str, Any], list[str]]:
         validate_config(recipe, config)
     except ConfigError as exc:
         raise BundleError(f"the bundle's config is not valid for {recipe} here: {exc}") from None
+    provenance = (bundle.results.model_extra or {}).get("provenance")
+    recorded = provenance.get("numerics") if isinstance(provenance, dict) else None
+    if isinstance(recorded, dict):
+        from llmrl.common.numerics import numerics_provenance
+
+        warnings += numerics_differences(recorded, numerics_provenance())
     return config, warnings
+
+
+NUMERICS_SETTINGS = {"precision": "LLMRL_PRECISION", "adam": "LLMRL_ADAM"}
+
+
+def numerics_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """A warning naming each stated setting (precision, CPU path pins, Adam's kernel) the
+    recorded run computed with and this process does not: what this machine computes itself
+    (agents trained around the LLM; with --recompute, the answers too) may part from the
+    bundle's for that alone. A run recorded before a setting was stated names none of it."""
+    differ: list[tuple[str, Any, Any]] = [
+        (variable, recorded[key], here.get(key))
+        for key, variable in NUMERICS_SETTINGS.items()
+        if key in recorded and recorded[key] != here.get(key)
+    ]
+    pins_there, pins_here = recorded.get("pins") or {}, here.get("pins") or {}
+    differ += [
+        (name, pins_there.get(name), pins_here.get(name))
+        for name in sorted({*pins_there, *pins_here})
+        if "pins" in recorded and pins_there.get(name) != pins_here.get(name)
+    ]
+    if not differ:
+        return []
+    listed = ", ".join(f"{name} {there} there, {mine} here" for name, there, mine in differ)
+    told = " ".join(f"{name}={there}" for name, there, _ in differ if there is not None)
+    return [
+        f"the recorded run computed with other numerics ({listed}): what this machine "
+        "computes itself may part from the bundle for that alone"
+        + (f"; to compare like with like, run `{told} llmrl replay ...`" if told else "")
+    ]
 
 
 # -- replay -------------------------------------------------------------------------------------

@@ -318,3 +318,17 @@ def test_recompute_compares_each_llm_answer_bit_for_bit_with_the_bundles(
     where = "answer.token_logprobs[0][0]"
     assert f"{where}: recorded {changed[0]!r}, here {recorded_value!r}" in output
     assert "every cell of the 1 rows is the recorded run's" in output  # the rows still agree
+
+
+def test_a_replay_under_other_numerics_than_the_recorded_run_says_which():
+    from llmrl.orchestrator.replay import numerics_differences
+
+    recorded = {"precision": "float32", "adam": "fused", "pins": {"MKL_CBWR": "COMPATIBLE"}}
+    here = {"precision": "float32", "adam": "torch", "pins": {"MKL_CBWR": "AVX2"}}
+    (warning,) = numerics_differences(recorded, here)
+    assert "LLMRL_ADAM fused there, torch here" in warning
+    assert "MKL_CBWR COMPATIBLE there, AVX2 here" in warning
+    assert "`LLMRL_ADAM=fused MKL_CBWR=COMPATIBLE llmrl replay ...`" in warning
+    assert numerics_differences(recorded, recorded) == []
+    # a run recorded before Adam's kernel was stated says nothing of it
+    assert numerics_differences({"precision": "float32"}, here) == []
