@@ -38,7 +38,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "pinned": {},
     "compatible": {"MKL_CBWR": "COMPATIBLE"},
     "compatible_fused": {"MKL_CBWR": "COMPATIBLE", ADAM_ENV: "fused"},
-    "unpinned": {"LLMRL_PIN_CPU_PATHS": "0"},
+    "unpinned": {PIN_SWITCH_ENV: "0"},
 }
 TASKS = ("score", "generate", "train_step", "mlp_adam")
 PROMPT = (

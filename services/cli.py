@@ -70,9 +70,13 @@ def main() -> None:
     "Numerics").
     """
     from llmrl.common.logs import configure_console_logging
-    from llmrl.common.numerics import pin_cpu_paths
+    from llmrl.common.numerics import adam_kernel, pin_cpu_paths, precision
 
     pin_cpu_paths()  # before any command imports torch; services and workers inherit it
+    try:  # a bad numerics variable, said once here rather than as a run's traceback
+        precision(), adam_kernel()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     configure_console_logging()
 
 

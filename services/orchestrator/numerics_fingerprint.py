@@ -69,9 +69,10 @@ def _torch_ops() -> dict[str, Callable[[], Any]]:
             torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
         return flat_grads(net)
 
-    # `torch.sqrt` (and so the default, for-each Adam's denominator) goes to MKL's vector math,
-    # whose roots are not always correctly rounded and differ by CPU vendor even under the
-    # compatible branch; the fused kernel computes them with ATen's own vector code.
+    # `torch.sqrt` (and so the denominator of torch's default Adam, the per-tensor loop on a
+    # CPU) goes to MKL's vector math, whose roots are not always correctly rounded and differ
+    # by CPU vendor even under the compatible branch; the fused kernel computes them with
+    # ATen's own vector code.
     def adam_on_fixed_gradients(fused: bool = False) -> Any:
         weights = torch.nn.Parameter(inputs(256, 64, seed=7))
         optimiser = torch.optim.Adam([weights], lr=1e-3, eps=1e-5, fused=fused)

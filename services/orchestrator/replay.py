@@ -38,6 +38,7 @@ from rich.console import Console
 
 from llmrl.common.console import output_console
 from llmrl.common.names import is_safe_name
+from llmrl.common.numerics import ADAM_ENV, PRECISION_ENV, numerics_provenance
 from llmrl.common.plugins import load_plugins
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.replay_bundle import (
@@ -217,13 +218,12 @@ def check_bundle_run(bundle: Bundle) -> tuple[dict[str, Any], list[str]]:
     provenance = (bundle.results.model_extra or {}).get("provenance")
     recorded = provenance.get("numerics") if isinstance(provenance, dict) else None
     if isinstance(recorded, dict):
-        from llmrl.common.numerics import numerics_provenance
-
         warnings += numerics_differences(recorded, numerics_provenance())
     return config, warnings
 
 
-NUMERICS_SETTINGS = {"precision": "LLMRL_PRECISION", "adam": "LLMRL_ADAM"}
+# a run's stated numerics, by their provenance key, and the variable that sets each
+NUMERICS_SETTINGS = {"precision": PRECISION_ENV, "adam": ADAM_ENV}
 
 
 def numerics_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:

@@ -119,3 +119,16 @@ def test_adams_kernel_is_torchs_own_unless_set_and_recorded(monkeypatch):
     monkeypatch.setenv(numerics.ADAM_ENV, "apex")
     with pytest.raises(ValueError, match="LLMRL_ADAM: expected one of torch, fused, got 'apex'"):
         numerics.adam_kernel()
+
+
+def test_the_llmrl_command_refuses_a_bad_numerics_variable_naming_it(monkeypatch):
+    from click.testing import CliRunner
+
+    from llmrl.cli import main
+
+    monkeypatch.setenv(numerics.ADAM_ENV, "apex")
+    refused = CliRunner().invoke(main, ["envs"])
+    assert refused.exit_code == 2
+    assert "LLMRL_ADAM: expected one of torch, fused, got 'apex'" in refused.output
+    monkeypatch.setenv(numerics.ADAM_ENV, "fused")
+    assert CliRunner().invoke(main, ["envs"]).exit_code == 0
