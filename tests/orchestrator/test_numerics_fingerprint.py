@@ -76,3 +76,15 @@ def test_a_fingerprint_file_is_untrusted_input(tmp_path, content, message):
         read_fingerprint(path)
     result = CliRunner().invoke(main, ["numerics", "fingerprint", "--no-models", "--against", path])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_every_file_at_the_top_of_research_numerics_is_a_fingerprint():
+    """bench/across_cpus.py reads each one as a fingerprint; other figures (bench/cpu_paths.py's,
+    bench/sqrt_rounding.py's) live in a folder of their own beside them."""
+    from pathlib import Path
+
+    kept = Path(__file__).resolve().parents[2] / "research" / "numerics"
+    files = sorted(kept.glob("*.json"))
+    assert files
+    for path in files:
+        assert read_fingerprint(path)["ops"], path.name
