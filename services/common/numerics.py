@@ -152,6 +152,40 @@ def numerics_provenance() -> dict[str, Any]:
     return record
 
 
+# a run's stated numerics, by their provenance key, and the variable that sets each
+STATED_SETTINGS = {"precision": PRECISION_ENV, "adam": ADAM_ENV}
+
+
+def numerics_changes(recorded: dict[str, Any], here: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(variable, recorded value, value here) for each stated setting (precision, Adam's
+    kernel, each CPU path pin) that `recorded` (a run's `numerics_provenance()`) computed with
+    and `here` does not. A run recorded before a setting was stated names none of it."""
+    changes: list[tuple[str, Any, Any]] = [
+        (variable, recorded[key], here.get(key))
+        for key, variable in STATED_SETTINGS.items()
+        if key in recorded and recorded[key] != here.get(key)
+    ]
+    if "pins" in recorded:
+        there, mine = recorded.get("pins") or {}, here.get("pins") or {}
+        changes += [
+            (name, there.get(name), mine.get(name))
+            for name in sorted({*there, *mine})
+            if there.get(name) != mine.get(name)
+        ]
+    return changes
+
+
+def listed_changes(changes: list[tuple[str, Any, Any]]) -> str:
+    """`numerics_changes`' list in words: "LLMRL_ADAM torch there, fused here, ..."."""
+    return ", ".join(f"{name} {there} there, {mine} here" for name, there, mine in changes)
+
+
+def recorded_settings(changes: list[tuple[str, Any, Any]]) -> str:
+    """The variables that give a process the recorded run's settings again, as a command line
+    starts with them ("LLMRL_ADAM=torch MKL_CBWR=AVX2"); a setting the run left unset, none."""
+    return " ".join(f"{name}={there}" for name, there, _ in changes if there is not None)
+
+
 def precision_label(provenance: dict[str, Any]) -> str:
     """How a run's models computed, for a report: `fp32`, `bf16`, `bf16 where native`; for a
     run recorded before numerics were (no `numerics`), derived from its CPU, and saying so:

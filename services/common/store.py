@@ -125,6 +125,9 @@ class RunRow:
     updated: float
     phases: list[dict[str, Any]] = field(default_factory=list)
     tenant: str = ""  # who submitted it, as the orchestrator's auth tells callers apart
+    # the numerics it computes with (`numerics_provenance()`), where the process that made it
+    # runs it: a resumed or reused run must compute with the same; {} where not recorded
+    numerics: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -170,6 +173,7 @@ class RunStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._add_column("runs", "tenant", "TEXT NOT NULL DEFAULT ''")  # stores made before it
+        self._add_column("runs", "numerics", "TEXT NOT NULL DEFAULT '{}'")
 
     def _add_column(self, table: str, column: str, declaration: str) -> None:
         with self._lock:
@@ -199,15 +203,26 @@ class RunStore:
         out_dir: str | Path,
         run_id: str | None = None,
         tenant: str = "",
+        numerics: dict[str, Any] | None = None,
     ) -> str:
         run_id = run_id or new_run_id(recipe)
         now = time.time()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs"
-                " (run_id, recipe, config, status, out_dir, created, updated, tenant)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, recipe, json.dumps(config), PENDING, str(out_dir), now, now, tenant),
+                " (run_id, recipe, config, status, out_dir, created, updated, tenant, numerics)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    recipe,
+                    json.dumps(config),
+                    PENDING,
+                    str(out_dir),
+                    now,
+                    now,
+                    tenant,
+                    json.dumps(numerics or {}),
+                ),
             )
         return run_id
 
@@ -522,6 +537,7 @@ def _run_from_row(row: sqlite3.Row) -> RunRow:
         created=row["created"],
         updated=row["updated"],
         tenant=row["tenant"],
+        numerics=json.loads(row["numerics"]),
     )
 
 

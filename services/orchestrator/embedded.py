@@ -2,7 +2,8 @@
 
 The run store lives in the out dir (`<out>/run.sqlite`): running the same recipe with the same
 config into the same out dir again resumes an unfinished run (completed phases and stored
-episodes are kept) or, when the last run there completed, starts a fresh one.
+episodes are kept) or, when the last run there completed, starts a fresh one. A run is taken up
+only under the numerics it started with (`llmrl.orchestrator.same_numerics`).
 
 What it prints: a progress bar per phase (on a terminal; in a log or a pipe a line now and
 then), the results table (whole, whatever the width), and the run's LLM use from the gateway's
@@ -23,11 +24,13 @@ from llmrl.agents import RolloutResources
 from llmrl.common import catalog
 from llmrl.common import store as states
 from llmrl.common.console import output_console, quiet_library_progress_bars
+from llmrl.common.numerics import numerics_provenance
 from llmrl.common.paths import allow_root
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.runner import execute_run
+from llmrl.orchestrator.same_numerics import check_same_numerics
 from llmrl.recipes.config import ConfigError, validate_config
 from llmrl.recipes.progress import clock_time, make_progress
 from llmrl.recipes.results import Results, format_cell, read_results
@@ -121,14 +124,16 @@ def run_embedded(
     try:
         done = _find_completed(store, recipe, canonical) if reuse_completed else None
         if done is not None:
+            check_same_numerics(done, out, f"llmrl run {recipe} ... --out {out}")
             console.print(f"finished with these settings earlier: run {done.run_id} in {out}")
             return done
         previous = _find_resumable(store, recipe, canonical)
         if previous is not None:
+            check_same_numerics(previous, out, f"llmrl run {recipe} ... --out {out}")
             run_id = previous.run_id
             console.print(f"resuming run {run_id} in {out}")
         else:
-            run_id = store.create_run(recipe, canonical, out)
+            run_id = store.create_run(recipe, canonical, out, numerics=numerics_provenance())
             console.print(f"run {run_id}: files in {out}")
         catalog.record(run_id, catalog.RUN, recipe, store.path, out)  # `llmrl runs` lists it
         reporter = make_progress(console, progress)

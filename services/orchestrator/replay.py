@@ -38,7 +38,12 @@ from rich.console import Console
 
 from llmrl.common.console import output_console
 from llmrl.common.names import is_safe_name
-from llmrl.common.numerics import ADAM_ENV, PRECISION_ENV, numerics_provenance
+from llmrl.common.numerics import (
+    listed_changes,
+    numerics_changes,
+    numerics_provenance,
+    recorded_settings,
+)
 from llmrl.common.plugins import load_plugins
 from llmrl.common.registry import registry
 from llmrl.llm_gateway.replay_bundle import (
@@ -222,30 +227,15 @@ def check_bundle_run(bundle: Bundle) -> tuple[dict[str, Any], list[str]]:
     return config, warnings
 
 
-# a run's stated numerics, by their provenance key, and the variable that sets each
-NUMERICS_SETTINGS = {"precision": PRECISION_ENV, "adam": ADAM_ENV}
-
-
 def numerics_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
     """A warning naming each stated setting (precision, CPU path pins, Adam's kernel) the
     recorded run computed with and this process does not: what this machine computes itself
     (agents trained around the LLM; with --recompute, the answers too) may part from the
-    bundle's for that alone. A run recorded before a setting was stated names none of it."""
-    differ: list[tuple[str, Any, Any]] = [
-        (variable, recorded[key], here.get(key))
-        for key, variable in NUMERICS_SETTINGS.items()
-        if key in recorded and recorded[key] != here.get(key)
-    ]
-    pins_there, pins_here = recorded.get("pins") or {}, here.get("pins") or {}
-    differ += [
-        (name, pins_there.get(name), pins_here.get(name))
-        for name in sorted({*pins_there, *pins_here})
-        if "pins" in recorded and pins_there.get(name) != pins_here.get(name)
-    ]
+    bundle's for that alone."""
+    differ = numerics_changes(recorded, here)
     if not differ:
         return []
-    listed = ", ".join(f"{name} {there} there, {mine} here" for name, there, mine in differ)
-    told = " ".join(f"{name}={there}" for name, there, _ in differ if there is not None)
+    listed, told = listed_changes(differ), recorded_settings(differ)
     return [
         f"the recorded run computed with other numerics ({listed}): what this machine "
         "computes itself may part from the bundle for that alone"

@@ -5,7 +5,8 @@ Everything lives in the sweep's out dir (default `runs/<experiment name>`): one 
 `runs/<run_id>/`, and the experiment's report (results.md, results.json, plots). The
 experiment's id is its name (default: the recipe and a digest of the spec), and its run ids
 derive from it, so the same sweep into the same out dir again skips the completed runs,
-resumes an interrupted one where it stopped, and retries failed or cancelled ones. Under the
+resumes an interrupted one where it stopped, and retries failed or cancelled ones, each only
+under the numerics it started with (`llmrl.orchestrator.same_numerics`). Under the
 same `--name`, a sweep with more seeds or grid values (the rest unchanged) grows the
 experiment: its completed runs are kept and only the new ones run.
 
@@ -28,6 +29,7 @@ from llmrl.agents import RolloutResources
 from llmrl.common import catalog
 from llmrl.common import store as states
 from llmrl.common.console import output_console
+from llmrl.common.numerics import numerics_provenance
 from llmrl.common.paths import allow_root
 from llmrl.common.plugins import load_plugins
 from llmrl.common.store import RunRow, RunStore
@@ -35,6 +37,7 @@ from llmrl.orchestrator.compare import build_report, print_report
 from llmrl.orchestrator.executors import embedded_executor
 from llmrl.orchestrator.experiments import ExperimentSpec, PlannedRun, plan_experiment
 from llmrl.orchestrator.runner import execute_run
+from llmrl.orchestrator.same_numerics import check_same_numerics
 from llmrl.orchestrator.sources import STORE_FILE, experiment_runs
 from llmrl.recipes.config import ConfigError
 from llmrl.recipes.progress import make_progress
@@ -156,6 +159,10 @@ def _create_or_check(
     """Create the experiment, or check the stored one of this id: the same runs, or runs that
     are all in the new plan unchanged, to which it grows (more seeds or grid values: only the
     new runs run)."""
+    for run in planned:  # before anything runs: none is taken up under other numerics
+        row = store.get_run(run.run_id, with_phases=False)
+        if row is not None:
+            check_same_numerics(row, out, f"llmrl sweep ... --out {out}")
     existing = store.get_experiment(experiment_id)
     plan = [run.to_dict() for run in planned]
     if existing is None:
@@ -246,7 +253,13 @@ def _run_one(
     if _completed_earlier(row, run, console, counter):
         return
     if row is None:
-        store.create_run(run.recipe, run.config, out / "runs" / run.run_id, run_id=run.run_id)
+        store.create_run(
+            run.recipe,
+            run.config,
+            out / "runs" / run.run_id,
+            run_id=run.run_id,
+            numerics=numerics_provenance(),
+        )
     elif row.status in (states.FAILED, states.CANCELLED):  # retried: its completed phases stay
         store.update_run(run.run_id, status=states.PENDING, error=None, cancel_requested=False)
     catalog.record(run.run_id, catalog.RUN, run.recipe, store.path, out / "runs" / run.run_id)

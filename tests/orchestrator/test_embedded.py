@@ -179,3 +179,27 @@ def test_an_episode_that_raises_fails_the_run_with_its_error(tmp_path: Path):
     assert run.status == "failed"
     assert "evaluate/0" in run.error and "corridor collapsed at cell 2" in run.error
     store.close()
+
+
+def test_an_interrupted_run_is_resumed_only_under_the_numerics_it_started_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The config holds no numerics (they are the environment's): resumed under another Adam
+    kernel, a run would mix two in its rows. Refused, naming the setting and how to go on."""
+    config = {"env": "SimpleDoorKey", "planner": "test-interrupting-oracle", "episodes": 4}
+    InterruptingOracle.episodes_started, InterruptingOracle.stop_at = 0, 2
+    monkeypatch.setenv("LLMRL_ADAM", "torch")
+    with pytest.raises(KeyboardInterrupt):
+        run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
+    InterruptingOracle.episodes_started, InterruptingOracle.stop_at = 0, None
+    monkeypatch.setenv("LLMRL_ADAM", "fused")
+    args = ["run", "evaluate", *(f"{k}={v}" for k, v in config.items()), "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "LLMRL_ADAM torch there, fused here" in said and "LLMRL_ADAM=torch llmrl run" in said
+    assert InterruptingOracle.episodes_started == 0  # nothing ran
+    monkeypatch.setenv("LLMRL_ADAM", "torch")
+    resumed = run_embedded("evaluate", config, out_dir=tmp_path, progress=False)
+    assert resumed.status == "completed" and InterruptingOracle.episodes_started == 3
+    assert resumed.numerics["adam"] == "torch"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import ClassVar
 
@@ -360,3 +361,27 @@ def test_rows_are_matched_across_seeds_by_their_text_columns(tmp_path: Path):
         "paper_%": "100",
     }
     assert table["rows"][3]["paper_%"] == "n/a"
+
+
+def test_a_sweep_takes_up_its_runs_only_under_the_numerics_they_computed_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A completed run is skipped, an interrupted one resumed, only where the stated numerics
+    are the runs' own: else the report would give a run made under others as this one."""
+    spec = spec_from_arguments("evaluate", [f"planner={PLANNER}", "episodes=1"], name="same")
+    monkeypatch.setenv("LLMRL_PRECISION", "float32")
+    run_sweep(spec, tmp_path, progress=False)
+    monkeypatch.setenv("LLMRL_PRECISION", "bfloat16")
+    with pytest.raises(ConfigError) as refused:
+        run_sweep(spec, tmp_path, progress=False)
+    assert "LLMRL_PRECISION float32 there, bfloat16 here" in str(refused.value)
+    assert "LLMRL_PRECISION=float32 llmrl sweep" in str(refused.value)
+    # a run stored before runs recorded their numerics: its results' provenance says
+    with sqlite3.connect(tmp_path / "run.sqlite") as conn:
+        conn.execute("UPDATE runs SET numerics = '{}'")
+    with pytest.raises(ConfigError, match="LLMRL_PRECISION float32 there"):
+        run_sweep(spec, tmp_path, progress=False)
+    monkeypatch.setenv("LLMRL_PRECISION", "float32")
+    console = Console(record=True, width=200)
+    run_sweep(spec, tmp_path, console=console, progress=False)
+    assert "completed earlier, skipped" in console.export_text()
