@@ -11,9 +11,9 @@ Two things made the same seed give other figures on another machine, silently:
 it open (the gateway's `dtype: auto`, a learner's `bf16: null`): `LLMRL_PRECISION`, default
 `float32` on every machine; `bfloat16` asks for bf16 everywhere, `native` restores the old
 per-machine choice (bf16 where native, else fp32), by name. `pin_cpu_paths()` fixes MKL's,
-oneDNN's, ATen's and OpenBLAS's paths to AVX2, which every x86-64 CPU these runs meet has; it
-must run before torch and numpy load, so the `llmrl` command calls it first and child
-processes inherit it. A variable the user set wins. `adam_options()` is the Adam kernel every
+oneDNN's, ATen's, OpenBLAS's and numpy's own paths to AVX2, which every x86-64 CPU these runs
+meet has; it must run before torch and numpy load, so the `llmrl` command calls it first and
+child processes inherit it. A variable the user set wins. `adam_options()` is the Adam kernel every
 optimiser llmrl builds takes (`LLMRL_ADAM`): torch's own choice, or its fused kernel, whose
 square root is correctly rounded on every CPU (torch's own sends it to MKL's vector math, which
 rounds it by CPU vendor). `numerics_provenance()` is what a run's results record.
@@ -37,6 +37,11 @@ CPU_PINS = {
     # numpy's OpenBLAS picks its kernels by CPU too (SkylakeX on an AVX-512 Xeon, whose float32
     # GEMMs round otherwise than its Haswell ones: `llmrl numerics fingerprint` shows it)
     "OPENBLAS_CORETYPE": "Haswell",
+    # numpy's own SIMD kernels (float64 `exp` and `log` among them) are dispatched by CPU too:
+    # its AVX-512 group (X86_V4, numpy 2.4's name) rounds otherwise than its AVX2 one (X86_V3),
+    # so an AVX-512 CPU and one without it part (2026-12-07: the one op of the fingerprint
+    # apart between two AMD EPYCs). Disabling a group the CPU lacks is silently a no-op.
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
 }
 PIN_SWITCH_ENV = "LLMRL_PIN_CPU_PATHS"  # "0": leave every path to the libraries (fastest)
 # cuBLAS keeps its GEMMs' reduction order fixed only with a fixed workspace (read when CUDA
@@ -180,10 +185,30 @@ def listed_changes(changes: list[tuple[str, Any, Any]]) -> str:
     return ", ".join(f"{name} {there} there, {mine} here" for name, there, mine in changes)
 
 
-def recorded_settings(changes: list[tuple[str, Any, Any]]) -> str:
-    """The variables that give a process the recorded run's settings again, as a command line
-    starts with them ("LLMRL_ADAM=torch MKL_CBWR=AVX2"); a setting the run left unset, none."""
-    return " ".join(f"{name}={there}" for name, there, _ in changes if there is not None)
+def environment_of(recorded: dict[str, Any]) -> dict[str, str]:
+    """The variables that give a process the numerics `recorded` (a run's
+    `numerics_provenance()`) states: its precision, Adam kernel and each pin; a pin added since
+    the run was made, empty (that library's own choice, as the run had it); pinning off where
+    the run pinned nothing."""
+    environment = {
+        var: str(recorded[key]) for key, var in STATED_SETTINGS.items() if key in recorded
+    }
+    if "pins" in recorded:
+        pins = recorded.get("pins") or {}
+        if not pins:
+            environment[PIN_SWITCH_ENV] = "0"
+        else:
+            environment |= {name: str(pins.get(name, "")) for name in sorted({*CPU_PINS, *pins})}
+    return environment
+
+
+def recorded_settings(recorded: dict[str, Any], changes: list[tuple[str, Any, Any]]) -> str:
+    """Of `environment_of(recorded)`, the variables `changes` names (and the pin switch), as a
+    command line starts with them: "LLMRL_ADAM=torch MKL_CBWR=AVX2"."""
+    named = {name for name, _, _ in changes} | {PIN_SWITCH_ENV}
+    return " ".join(
+        f"{name}={value}" for name, value in environment_of(recorded).items() if name in named
+    )
 
 
 def precision_label(provenance: dict[str, Any]) -> str:

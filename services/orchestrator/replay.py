@@ -235,7 +235,7 @@ def numerics_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list
     differ = numerics_changes(recorded, here)
     if not differ:
         return []
-    listed, told = listed_changes(differ), recorded_settings(differ)
+    listed, told = listed_changes(differ), recorded_settings(recorded, differ)
     return [
         f"the recorded run computed with other numerics ({listed}): what this machine "
         "computes itself may part from the bundle for that alone"

@@ -43,10 +43,11 @@ def check_same_numerics(run: RunRow, out: Any, command: str) -> None:
     """Refuse (ConfigError) to resume or reuse `run` in `out` when this process's stated
     numerics differ from those it computed with; `command` is the command a user typed
     ("llmrl sweep ..."), given back with the run's settings before it."""
-    changes = numerics_changes(run_numerics(run), numerics_provenance())
+    recorded = run_numerics(run)
+    changes = numerics_changes(recorded, numerics_provenance())
     if not changes:
         return
-    told = recorded_settings(changes)
+    told = recorded_settings(recorded, changes)
     raise ConfigError(
         f"run {run.run_id} in {out} computed with other numerics ({listed_changes(changes)}); "
         "taking it up here would mix them in one run. Continue it under its own settings"

@@ -42,35 +42,44 @@ def test_the_gateway_and_learner_follow_the_stated_precision(monkeypatch):
 def test_the_llmrl_command_pins_the_cpu_paths_for_itself_and_its_children():
     pins = {**numerics.CPU_PINS, **numerics.GPU_PINS}
     env = {k: v for k, v in os.environ.items() if k not in pins}
-    shown = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE", "CUBLAS_WORKSPACE_CONFIG")
+    shown = (
+        "MKL_CBWR",
+        "ATEN_CPU_CAPABILITY",
+        "OPENBLAS_CORETYPE",
+        "NPY_DISABLE_CPU_FEATURES",
+        "CUBLAS_WORKSPACE_CONFIG",
+    )
     code = (
         "import os, sys\n"
         "from click.testing import CliRunner\n"
         "from llmrl.cli import main\n"
         "CliRunner().invoke(main, ['envs'])\n"
         f"print({{k: os.environ.get(k) for k in {shown!r}}})\n"
-        "import torch\n"
+        "import numpy, torch\n"
         "print(torch.backends.cpu.get_cpu_capability())\n"
+        "print(numpy._core._multiarray_umath.__cpu_features__['X86_V4'])\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    printed, capability = done.stdout.strip().splitlines()[-2:]
+    printed, capability, numpy_avx512 = done.stdout.strip().splitlines()[-3:]
     assert printed == str(
         {
             "MKL_CBWR": "AVX2",
             "ATEN_CPU_CAPABILITY": "avx2",
             "OPENBLAS_CORETYPE": "Haswell",  # numpy's BLAS
+            "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",  # numpy's own kernels
             "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # read only where a GPU computes
         }
     )
     assert capability == "AVX2"  # ATen took the pinned path, whatever this CPU offers
+    assert numpy_avx512 == "False"  # numpy's AVX-512 kernels are off, on an AVX-512 CPU too
     env[numerics.PIN_SWITCH_ENV] = "0"
     unpinned = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
-    assert unpinned.stdout.strip().splitlines()[-2] == str(dict.fromkeys(shown))
+    assert unpinned.stdout.strip().splitlines()[-3] == str(dict.fromkeys(shown))
 
 
 def test_a_user_set_pin_wins_and_is_recorded(monkeypatch):
@@ -132,3 +141,22 @@ def test_the_llmrl_command_refuses_a_bad_numerics_variable_naming_it(monkeypatch
     assert "LLMRL_ADAM: expected one of torch, fused, got 'apex'" in refused.output
     monkeypatch.setenv(numerics.ADAM_ENV, "fused")
     assert CliRunner().invoke(main, ["envs"]).exit_code == 0
+
+
+def test_a_recorded_runs_numerics_give_the_variables_that_repeat_them():
+    recorded = {
+        "precision": "float32",
+        "adam": "fused",
+        "pins": {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "avx2"},
+    }
+    environment = numerics.environment_of(recorded)
+    assert environment["LLMRL_ADAM"] == "fused" and environment["MKL_CBWR"] == "COMPATIBLE"
+    # a pin added since the run was made: empty, that library's own choice, as the run had it
+    assert environment["NPY_DISABLE_CPU_FEATURES"] == ""
+    assert numerics.environment_of({"pins": {}}) == {numerics.PIN_SWITCH_ENV: "0"}
+    here = {"precision": "float32", "adam": "torch", "pins": numerics.cpu_pins()}
+    changes = numerics.numerics_changes(recorded, here)
+    assert ("LLMRL_ADAM", "fused", "torch") in changes
+    told = numerics.recorded_settings(recorded, changes)
+    assert "LLMRL_ADAM=fused" in told and "MKL_CBWR=COMPATIBLE" in told
+    assert "NPY_DISABLE_CPU_FEATURES= " in f"{told} " and "LLMRL_PRECISION" not in told

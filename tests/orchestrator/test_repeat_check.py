@@ -121,3 +121,29 @@ def test_the_across_cpus_bench_repeats_every_small_kept_file_and_another_cpus_fi
     assert there is None or (there["cpu"], there.get("isa")) != (cpu_model(), isa_flags())
     # kept ones made unpinned or on another MKL branch are not another CPU's: never chosen
     assert there is None or there["numerics"]["pins"] == cpu_pins()
+
+
+def test_the_replay_across_cpus_bench_replays_each_bundle_under_its_recorded_numerics():
+    """bench/replay_across_cpus.py's choices: a bundle's settings from its provenance, and
+    which bundles were made on another CPU (its replays take minutes: run by hand)."""
+    import importlib.util
+
+    from llmrl.common.provenance import cpu_model, isa_flags
+    from llmrl.llm_gateway.replay_bundle import read_bundle
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "replay_across_cpus.py"
+    spec = importlib.util.spec_from_file_location("replay_across_cpus", bench)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kept = module.BUNDLES
+    fused = read_bundle(kept / "kalm-quick-25a010da-s0-amd-compatible-fused.llmrl.json.gz")
+    settings = module.recorded_environment(fused)
+    assert settings["MKL_CBWR"] == "COMPATIBLE" and settings["LLMRL_ADAM"] == "fused"
+    assert settings["LLMRL_PRECISION"] == "float32" and settings["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert settings["NPY_DISABLE_CPU_FEATURES"] == ""  # a pin added after it was made
+    here = (cpu_model(), isa_flags())
+    for path in kept.glob("*.llmrl.json.gz"):  # another model name or other ISA flags: elsewhere
+        recorded = module.provenance(read_bundle(path))
+        made_here = (recorded["cpu"], recorded["isa"]) == here
+        assert module.made_elsewhere(read_bundle(path)) is not made_here, path.name
