@@ -14,6 +14,7 @@ Exit 0 when every bundle gave its rows (and recomputed answers) again, 1 otherwi
     python bench/replay_across_cpus.py                 # minutes: bundles from the other kind
     python bench/replay_across_cpus.py --all           # this CPU's own bundles too
     python bench/replay_across_cpus.py --bundles research/replay/<file> ...
+    python bench/replay_across_cpus.py --recompute     # every answer computed here, compared
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def replay_once(path: Path, settings: dict[str, str], work: Path, recompute: boo
     return result
 
 
-def check_bundle(path: Path, work: Path) -> dict[str, Any]:
+def check_bundle(path: Path, work: Path, recompute: bool = False) -> dict[str, Any]:
     bundle = read_bundle(path)
     settings, recorded = recorded_environment(bundle), provenance(bundle)
     entry: dict[str, Any] = {
@@ -92,8 +93,8 @@ def check_bundle(path: Path, work: Path) -> dict[str, Any]:
         "recipe": bundle.run.recipe,
         "settings": settings,
     }
-    outcome = replay_once(path, settings, work, recompute=False)
-    if outcome["rows_same"] or "the replay failed" not in outcome.get("said", ""):
+    outcome = replay_once(path, settings, work, recompute=recompute)
+    if recompute or outcome["rows_same"] or "the replay failed" not in outcome.get("said", ""):
         return {**entry, **outcome}
     # the run could not be answered from the bundle (its recipe trains its LLM): recompute it
     return {**entry, "replay": outcome, **replay_once(path, settings, work, recompute=True)}
@@ -112,6 +113,12 @@ def main() -> None:
         "--all", action="store_true", help="this CPU's own bundles too (by default, skipped)"
     )
     parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="recompute every bundle (this machine's models answer each call, its bits compared "
+        "with the bundle's), not only those that cannot replay",
+    )
+    parser.add_argument(
         "--work", type=Path, default=None, help="folder for the replays (default: a temporary one)"
     )
     args = parser.parse_args()
@@ -122,7 +129,7 @@ def main() -> None:
         paths = [path for path in paths if made_elsewhere(read_bundle(path))]
     bundles = {}
     for path in paths:
-        bundles[path.name] = check_bundle(path, work)
+        bundles[path.name] = check_bundle(path, work, args.recompute)
         entry = bundles[path.name]
         verdict = "the same" if entry["same"] else "differs"
         same, compared = entry.get("answers_same") or (None, None)
