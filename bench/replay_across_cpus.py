@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -36,17 +35,11 @@ from llmrl.llm_gateway.replay_bundle import Bundle, read_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLES = REPO / "research" / "replay"
-ANSWERS_LINE = re.compile(r"LLM answers: (\d+) of (\d+) requests answered here with the recorded")
-
-
-def provenance(bundle: Bundle) -> dict[str, Any]:
-    recorded = (bundle.results.model_extra or {}).get("provenance")
-    return recorded if isinstance(recorded, dict) else {}
 
 
 def made_elsewhere(bundle: Bundle) -> bool:
     """Whether the bundle's run was made on another CPU than this one."""
-    recorded = provenance(bundle)
+    recorded = bundle.provenance
     return (recorded.get("cpu"), recorded.get("isa")) != (cpu_model(), isa_flags())
 
 
@@ -54,50 +47,75 @@ def recorded_environment(bundle: Bundle) -> dict[str, str]:
     """The variables that give a process the numerics the bundle's run computed with
     (`environment_of`); a run recorded before numerics were stated gives none: it replays under
     this shell's."""
-    numerics = provenance(bundle).get("numerics")
+    numerics = bundle.provenance.get("numerics")
     return environment_of(numerics) if isinstance(numerics, dict) else {}
 
 
+# one replay in a process of its own (the pins and MKL's branch are read when torch loads): its
+# outcome as one JSON line, from llmrl's own report rather than the command's wording
+REPLAY = """
+import json, sys
+from llmrl.common.numerics import pin_cpu_paths
+pin_cpu_paths()
+from llmrl.llm_gateway.replay_bundle import BundleError
+from llmrl.orchestrator.embedded import RunFailed
+from llmrl.orchestrator.replay import replay
+try:
+    report = replay(sys.argv[1], out_dir=sys.argv[2], progress=False, recompute=sys.argv[3] == "1")
+except (BundleError, RunFailed) as exc:
+    print(json.dumps({"failed": str(exc)[-600:]}))
+    raise SystemExit(0)
+answers = report.answers
+same_answers = answers and [answers.compared - answers.differing_count, answers.compared]
+print(json.dumps({
+    "rows_same": not report.differences,
+    "differences": report.differences[:3],
+    "answers_same": same_answers,
+    "same": report.identical,
+}))
+"""
+
+
 def replay_once(path: Path, settings: dict[str, str], work: Path, recompute: bool) -> dict:
-    """`llmrl replay` of one bundle in a fresh home under `settings`: its outcome."""
+    """One replay of the bundle at `path` in a fresh home under `settings`: its outcome."""
     out = Path(tempfile.mkdtemp(prefix=path.name.split(".")[0] + "-", dir=work))
     env = {**os.environ, **settings, "LLMRL_HOME": str(out / "home")}
-    args = [sys.executable, "-m", "llmrl.cli", "replay", str(path), "--out", str(out / "run")]
     started = time.monotonic()
     done = subprocess.run(
-        [*args, "--quiet", *(["--recompute"] if recompute else [])],
+        [sys.executable, "-c", REPLAY, str(path), str(out / "run"), "1" if recompute else "0"],
         env=env,
         capture_output=True,
         text=True,
     )
-    said = done.stdout + done.stderr
-    result: dict[str, Any] = {
+    lines = done.stdout.strip().splitlines()
+    try:
+        outcome = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except json.JSONDecodeError:
+        outcome = None
+    if outcome is None:  # the process itself died: its last words
+        outcome = {"failed": " | ".join(done.stderr.strip().splitlines()[-4:])[-600:]}
+    return {
         "mode": "recompute" if recompute else "replay",
-        "rows_same": done.returncode == 0 and "identical:" in done.stdout,
+        "same": False,
+        **outcome,
         "minutes": round((time.monotonic() - started) / 60, 1),
     }
-    answers = ANSWERS_LINE.search(said)
-    if answers:  # recomputed: how many of the bundle's answers this machine gave bit for bit
-        result["answers_same"] = [int(answers.group(1)), int(answers.group(2))]
-    result["same"] = result["rows_same"] and (not answers or answers.group(1) == answers.group(2))
-    if done.returncode != 0:
-        result["said"] = " | ".join(said.strip().splitlines()[-4:])[-600:]
-    return result
 
 
 def check_bundle(path: Path, work: Path, recompute: bool = False) -> dict[str, Any]:
     bundle = read_bundle(path)
-    settings, recorded = recorded_environment(bundle), provenance(bundle)
+    recorded = bundle.provenance
     entry: dict[str, Any] = {
         "made_on": f"{recorded.get('cpu')} ({' '.join(recorded.get('isa') or [])})",
         "recipe": bundle.run.recipe,
-        "settings": settings,
+        "settings": recorded_environment(bundle),
     }
-    outcome = replay_once(path, settings, work, recompute=recompute)
-    if recompute or outcome["rows_same"] or "the replay failed" not in outcome.get("said", ""):
+    outcome = replay_once(path, entry["settings"], work, recompute=recompute)
+    if recompute or "failed" not in outcome:
         return {**entry, **outcome}
     # the run could not be answered from the bundle (its recipe trains its LLM): recompute it
-    return {**entry, "replay": outcome, **replay_once(path, settings, work, recompute=True)}
+    again = replay_once(path, entry["settings"], work, recompute=True)
+    return {**entry, "replay": outcome, **again}
 
 
 def main() -> None:
@@ -133,6 +151,7 @@ def main() -> None:
         entry = bundles[path.name]
         verdict = "the same" if entry["same"] else "differs"
         same, compared = entry.get("answers_same") or (None, None)
+        verdict += f": {entry['failed']}" if "failed" in entry else ""
         answers = f", {same} of {compared} answers the same" if compared is not None else ""
         print(f"{path.name}: {verdict} ({entry['mode']}{answers})", flush=True)
     report = {

@@ -211,6 +211,13 @@ class Bundle(_Strict):
     calls: list[BundleCall]
     summary: Summary
 
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where and with which numerics the run was made (its results' `provenance`); {} for
+        a run recorded before provenance was."""
+        recorded = (self.results.model_extra or {}).get("provenance")
+        return recorded if isinstance(recorded, dict) else {}
+
     def model_names(self) -> list[str]:
         """Every model name the run called, and the gateway's defaults (sorted, unique)."""
         names = {call.model.partition(":")[0] for call in self.calls}

@@ -220,8 +220,7 @@ def check_bundle_run(bundle: Bundle) -> tuple[dict[str, Any], list[str]]:
         validate_config(recipe, config)
     except ConfigError as exc:
         raise BundleError(f"the bundle's config is not valid for {recipe} here: {exc}") from None
-    provenance = (bundle.results.model_extra or {}).get("provenance")
-    recorded = provenance.get("numerics") if isinstance(provenance, dict) else None
+    recorded = bundle.provenance.get("numerics")
     if isinstance(recorded, dict):
         warnings += numerics_differences(recorded, numerics_provenance())
     return config, warnings

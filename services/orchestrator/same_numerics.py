@@ -13,6 +13,7 @@ continues it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from llmrl.common.numerics import (
@@ -39,12 +40,15 @@ def run_numerics(run: RunRow) -> dict[str, Any]:
     return recorded if isinstance(recorded, dict) else {}
 
 
-def check_same_numerics(run: RunRow, out: Any, command: str) -> None:
+def check_same_numerics(
+    run: RunRow, out: Path, command: str, here: dict[str, Any] | None = None
+) -> None:
     """Refuse (ConfigError) to resume or reuse `run` in `out` when this process's stated
-    numerics differ from those it computed with; `command` is the command a user typed
-    ("llmrl sweep ..."), given back with the run's settings before it."""
+    numerics (`here`, default `numerics_provenance()`) differ from those it computed with;
+    `command` is the command a user typed ("llmrl sweep ..."), given back with the run's
+    settings before it."""
     recorded = run_numerics(run)
-    changes = numerics_changes(recorded, numerics_provenance())
+    changes = numerics_changes(recorded, here or numerics_provenance())
     if not changes:
         return
     told = recorded_settings(recorded, changes)

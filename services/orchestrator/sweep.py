@@ -159,10 +159,11 @@ def _create_or_check(
     """Create the experiment, or check the stored one of this id: the same runs, or runs that
     are all in the new plan unchanged, to which it grows (more seeds or grid values: only the
     new runs run)."""
+    here = numerics_provenance()
     for run in planned:  # before anything runs: none is taken up under other numerics
         row = store.get_run(run.run_id, with_phases=False)
         if row is not None:
-            check_same_numerics(row, out, f"llmrl sweep ... --out {out}")
+            check_same_numerics(row, out, f"llmrl sweep ... --out {out}", here)
     existing = store.get_experiment(experiment_id)
     plan = [run.to_dict() for run in planned]
     if existing is None:
