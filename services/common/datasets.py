@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llmrl.common.config import home_dir
 
@@ -135,3 +136,37 @@ def missing_hint(name: str) -> str:
         f"get it with `llmrl data get {name}` (it writes $LLMRL_HOME/data/{name}, where llmrl "
         f"finds it; `--from URL_OR_DIR` for a copy you have), or set ${dataset.env_var} to a copy"
     )
+
+
+def placeholder(dataset: Dataset) -> str:
+    """How a kept config writes this machine's copy of `dataset`: its variable, `$NAME`."""
+    return f"${dataset.env_var}"
+
+
+def portable(value: Any) -> Any:
+    """`value` (a config, or any part of one) with each string naming the folder where a
+    known dataset lies on this machine written as that dataset's `placeholder`.
+
+    Where the data lies is this machine's business, not what a run computed: a run made with
+    the Housekeep data in /data/housekeep is the same run as one made with it anywhere else,
+    so run identities and kept reports use this form, and a report kept here is matched on a
+    machine whose copy lies elsewhere. A folder that is not where llmrl finds the dataset
+    (another copy named outright) is kept as written."""
+    located = {}
+    for dataset in DATASETS.values():
+        found = dataset_dir(dataset.name)
+        if found is not None:
+            located[str(found.resolve())] = placeholder(dataset)
+    if not located:
+        return value
+    return _replace_paths(value, located)
+
+
+def _replace_paths(value: Any, located: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _replace_paths(item, located) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replace_paths(item, located) for item in value]
+    if isinstance(value, str) and value.startswith(("/", "~")):
+        return located.get(str(Path(value).expanduser().resolve()), value)
+    return value

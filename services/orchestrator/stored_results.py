@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llmrl.common.datasets import portable
 from llmrl.common.numerics import precision_label
 from llmrl.common.provenance import describe
 from llmrl.common.store import RunStore
@@ -233,7 +234,7 @@ def _stored_run(entry: dict[str, Any], run: RunData, seconds: float | None) -> d
     where it was measured, learning curves; no plot files), so a later keep can rebuild the
     report, and render its plots, with it."""
     stored = {k: entry[k] for k in ("run_id", "recipe", "config", "seed")}
-    stored["settings"] = run.config
+    stored["settings"] = portable(run.config)  # no machine's data folder in a kept file
     if seconds is not None:
         stored["seconds"] = round(seconds)
     if run.results is not None:

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from llmrl.common.datasets import portable
+
 log = logging.getLogger("llmrl.tracking")
 
 TRACKERS = ("tensorboard", "mlflow", "wandb")
@@ -140,9 +142,11 @@ def checked_tracking_uri(value: str | None) -> str | None:
 
 
 def identity(config: dict[str, Any]) -> dict[str, Any]:
-    """`config` without the tracking settings: where a run reports is not what it computes,
-    so two configs that differ only there are the same run (run ids, resume, kept reports)."""
-    return {key: value for key, value in config.items() if key not in TRACKING_KEYS}
+    """`config` without the tracking settings, and with a dataset's folder on this machine
+    written as its variable (`portable`): where a run reports, and where this machine keeps
+    the data, are not what it computes, so two configs that differ only there are the same run
+    (run ids, resume, kept reports)."""
+    return portable({key: value for key, value in config.items() if key not in TRACKING_KEYS})
 
 
 def installed(package: str) -> bool:

@@ -276,3 +276,47 @@ def test_a_report_whose_runs_mixed_precisions_says_so():
     assert "mixed precisions (bf16 where native, fp32, CPU paths pinned)" in line
     same = measured_on([{"seed": s, "results": {"provenance": pinned}} for s in (0, 1)])
     assert "mixed" not in same
+
+
+def fake_housekeep_copy(home: Path) -> Path:
+    """Enough of a Housekeep copy under `home` for configs naming Ihlen_1_int to validate."""
+    copy = home / "data" / "housekeep"
+    (copy / "episodes" / "val").mkdir(parents=True)
+    (copy / "data.npy").write_bytes(b"")
+    (copy / "episodes" / "val" / "Ihlen_1_int.json.gz").write_bytes(b"")
+    return copy
+
+
+def test_kept_reports_hold_no_machines_data_folder_and_match_where_the_data_lies_elsewhere(
+    tmp_path, monkeypatch
+):
+    """The Housekeep data's folder is the machine's, not the run's: the kept LLM-Personalize
+    reports write it as $LLMRL_HOUSEKEEP_DATA, and their runs count as kept on a machine
+    whose copy lies in another folder than the one they were made with."""
+    from llmrl.orchestrator.experiment_files import RECIPES_DIR
+    from llmrl.orchestrator.stored_results import canonical_config, experiment_state
+
+    monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    copy = fake_housekeep_copy(tmp_path)
+    quick = RECIPES_DIR / "llm_personalize" / "experiments" / "quick.yaml"
+    kept = json.loads(stored_path(quick).read_text())["runs"]
+    assert {run["settings"]["data_dir"] for run in kept} == {"$LLMRL_HOUSEKEEP_DATA"}
+    assert experiment_state(quick)["to_run"] == []
+    # a folder that is not where llmrl finds the data stays a folder: another copy, another run
+    here = {**kept[0]["settings"], "data_dir": str(copy)}
+    elsewhere = {**kept[0]["settings"], "data_dir": str(tmp_path / "other")}
+    assert canonical_config(here) == canonical_config(kept[0]["settings"])
+    assert canonical_config(elsewhere) != canonical_config(kept[0]["settings"])
+
+
+def test_a_kept_configs_data_placeholder_is_the_data_llmrl_finds(tmp_path, monkeypatch):
+    from llmrl.recipes.config import validate_config
+
+    monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
+    settings = {"data_dir": "$LLMRL_HOUSEKEEP_DATA", "scenes": ["Ihlen_1_int"]}
+    with pytest.raises(ConfigError, match="llmrl data get housekeep"):
+        validate_config("llm-personalize", settings)
+    copy = fake_housekeep_copy(tmp_path)
+    assert validate_config("llm-personalize", settings).data_dir == str(copy.resolve())

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from llmrl.common.bounds import Episodes, EpisodeSteps, Seed, Tokens, limit
-from llmrl.common.datasets import dataset_dir, missing_hint
+from llmrl.common.datasets import HOUSEKEEP, dataset_dir, missing_hint, placeholder
 from llmrl.common.names import ModelName
 from llmrl.learner.algorithms.base import setting_field
 from llmrl.learner.algorithms.sft import SftSettings
@@ -45,7 +45,8 @@ def stage_name(stage: int | str) -> str:
 class LlmPersonalizeConfig(RecipeConfig):
     data_dir: str | None = Field(
         default_factory=default_data_dir,
-        description="Housekeep data directory ('procedural' or null: generated houses).",
+        description="Housekeep data directory ('procedural' or null: generated houses; "
+        "'$LLMRL_HOUSEKEEP_DATA': the copy llmrl finds, as kept reports write it).",
     )
     scenes: list[str] | None = Field(
         None, description="Scenes to personalise to (default: the data's val scenes)."
@@ -196,6 +197,14 @@ class LlmPersonalizeConfig(RecipeConfig):
     def _data_dir(cls, value: str | None) -> str | None:
         if value in (None, "", PROCEDURAL, "none", "null"):
             return None
+        if value == placeholder(HOUSEKEEP):  # as a kept report writes the data llmrl finds
+            found = default_data_dir()
+            if found is None:
+                raise ValueError(
+                    f"{value} names the Housekeep data llmrl finds, and there is none on this "
+                    f"machine; {missing_hint('housekeep')}"
+                )
+            value = found
         from llmrl.common.paths import confine
         from llmrl.simulator.envs.housekeep.data import check_data_dir
 
