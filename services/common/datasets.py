@@ -168,5 +168,8 @@ def _replace_paths(value: Any, located: dict[str, str]) -> Any:
     if isinstance(value, list):
         return [_replace_paths(item, located) for item in value]
     if isinstance(value, str) and value.startswith(("/", "~")):
-        return located.get(str(Path(value).expanduser().resolve()), value)
+        try:
+            return located.get(str(Path(value).expanduser().resolve()), value)
+        except (OSError, ValueError, RuntimeError):  # a NUL byte, ~nobody: no data folder
+            return value
     return value

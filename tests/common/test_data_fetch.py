@@ -395,3 +395,28 @@ def test_dataset_dir_prefers_the_variable_then_llmrl_home(
     assert dataset_dir("kalm") == fetched
     monkeypatch.setenv("LLMRL_KALM_DATA", str(tmp_path / "mine"))
     assert dataset_dir("kalm") == tmp_path / "mine"
+
+
+def test_a_config_names_this_machines_data_folder_by_its_variable(tmp_path, monkeypatch):
+    """`portable`: where the data lies is the machine's, so a config's folder that is the one
+    llmrl finds (by any spelling of it) becomes `$VARIABLE`; any other string stays."""
+    data = tmp_path / "housekeep"
+    data.mkdir()
+    (tmp_path / "link").symlink_to(data)
+    monkeypatch.setenv("LLMRL_HOUSEKEEP_DATA", str(data))
+    monkeypatch.delenv("LLMRL_KALM_DATA", raising=False)
+    monkeypatch.setenv("LLMRL_HOME", str(tmp_path / "home"))
+    config = {
+        "data_dir": str(data),
+        "nested": [{"copy": str(tmp_path / "link")}],
+        "other": str(tmp_path / "other"),
+        "odd": "/with\x00nul",
+        "count": 3,
+    }
+    assert datasets.portable(config) == {
+        "data_dir": "$LLMRL_HOUSEKEEP_DATA",
+        "nested": [{"copy": "$LLMRL_HOUSEKEEP_DATA"}],
+        "other": str(tmp_path / "other"),
+        "odd": "/with\x00nul",
+        "count": 3,
+    }
