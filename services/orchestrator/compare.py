@@ -31,6 +31,7 @@ from llmrl.common.safe_write import write_text
 from llmrl.recipes.config import ConfigError, recipe_class
 from llmrl.recipes.results import Results, format_cell
 from llmrl.recipes.targets import ConfigResults, Row, Verdict, verdicts_markdown
+from llmrl.recipes.tracking import identity
 
 CURVE_TAGS = ("charts/episodic_return", "charts/success")
 CURVE_POINTS = 100
@@ -93,12 +94,14 @@ def _is_number(value: Any) -> bool:
 # -- grouping --------------------------------------------------------------------------------
 def group_runs(runs: Sequence[RunData]) -> list[ConfigGroup]:
     """Runs grouped by (recipe, config without seed), labelled by the keys that differ
-    between the recipe's compared runs (and by the recipe when several are compared)."""
+    between the recipe's compared runs (and by the recipe when several are compared). A config
+    is taken as a run's identity (`identity`): where it reported, and the folder where its
+    machine keeps the data, do not make two seeds of one config two configs."""
     several_recipes = len({run.recipe for run in runs}) > 1
     groups: dict[str, ConfigGroup] = {}
     for recipe in dict.fromkeys(run.recipe for run in runs):
         mine = [run for run in runs if run.recipe == recipe]
-        configs = [{k: v for k, v in run.config.items() if k != "seed"} for run in mine]
+        configs = [{k: v for k, v in identity(run.config).items() if k != "seed"} for run in mine]
         varying = _differing_keys(configs)
         for run, config in zip(mine, configs, strict=True):
             point = {"recipe": recipe} if several_recipes else {}

@@ -48,7 +48,7 @@ RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 # services/): history experiment files, each read at its own commit
 RESEARCH_DIR = RECIPES_DIR.parent.parent / "research"
 HISTORY_KEY = "commit"  # a history file's pin: the commit whose config schema reads it
-DOCUMENTATION = ("description", "budget", "claim")  # what a file says of the spec
+DOCUMENTATION = ("description", "budget", "claim", "status")  # what a file says of the spec
 RUNTIME = ("gateway", "threads")  # how its embedded runs are served, not what they are
 
 
@@ -68,6 +68,11 @@ class ExperimentFile(ExperimentSpec):
     description: str = Field("", description="what the experiment is, in a sentence or two")
     budget: str | None = Field(None, description="its cost, e.g. 'about 10 minutes on 2 cores'")
     claim: Claim | None = None
+    status: bool = Field(
+        False,
+        description="its kept report is the recipe's status figure, the one its page opens "
+        "with (at most one file per recipe; without one, the report over the most runs)",
+    )
     gateway: dict[str, Any] | None = Field(
         None,
         description="LLM gateway settings of the embedded runs, as in a gateway config file "
@@ -156,8 +161,8 @@ def _with_base(path: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) ->
     with its own keys over it: `config` merged key by key at every depth (as `key=value`
     overrides are; ELLM's `ppo` too), `gateway` as the gateway merges its settings (a model
     of another backend replaces the base's), `grid`, `seeds`, `threads` and `recipe` replaced
-    when given. What a file says of itself (`name`, `description`, `budget`, `claim`) is never
-    inherited. So a variant of a reported setting
+    when given. What a file says of itself (`name`, `description`, `budget`, `claim`,
+    `status`) is never inherited. So a variant of a reported setting
     writes only what it changes, and follows the base when the base changes."""
     name = data.pop("extends", None)
     if name is None:

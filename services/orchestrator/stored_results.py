@@ -401,12 +401,25 @@ def experiment_state(experiment_file: Path) -> dict[str, Any]:
 
 
 def status_report(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The report a recipe page opens with: the one over the most kept runs (a status figure
-    over seeds rather than the quick file's check that everything runs), quick.yaml's last."""
+    """The report a recipe page opens with: its experiment file's when the file says
+    `status: true`, else the one over the most kept runs (a status figure over seeds rather
+    than the quick file's check that everything runs), quick.yaml's last."""
     kept = [report for report in reports if kept_runs(report)]
     if not kept:
         return None
+    named = [report for report in kept if _is_status_file(report["file"])]
+    if named:
+        return named[0]
     return max(kept, key=lambda r: (not r["file"].endswith("/quick.yaml"), len(r["runs"])))
+
+
+def _is_status_file(file: str) -> bool:
+    """Whether the experiment file a report was kept from says `status: true` (read from the
+    file as it is now: a report kept before the key existed follows its file)."""
+    path = REPO_ROOT / file  # a report of a file outside the repository names it whole
+    if not path.is_file():
+        return False
+    return load_experiment(path).status
 
 
 def glance_section(report: dict[str, Any] | None, figures: list[str]) -> str:

@@ -320,3 +320,41 @@ def test_a_kept_configs_data_placeholder_is_the_data_llmrl_finds(tmp_path, monke
         validate_config("llm-personalize", settings)
     copy = fake_housekeep_copy(tmp_path)
     assert validate_config("llm-personalize", settings).data_dir == str(copy.resolve())
+
+
+def test_seeds_kept_with_the_data_placeholder_and_made_here_are_one_config(tmp_path, monkeypatch):
+    """A seed made here (its config holding this machine's data folder) and seeds kept before
+    (the folder written as $LLMRL_HOUSEKEEP_DATA) are one config in a report, not two."""
+    from llmrl.orchestrator.compare import RunData, group_runs
+
+    monkeypatch.setenv("LLMRL_HOUSEKEEP_DATA", str(tmp_path))
+    kept = {"data_dir": "$LLMRL_HOUSEKEEP_DATA", "rounds": 0}
+    runs = [
+        RunData("kept-s0", "llm-personalize", {**kept, "seed": 0}, "completed"),
+        RunData("here-s1", "llm-personalize", {**kept, "data_dir": str(tmp_path), "seed": 1}, ""),
+        RunData("other-s0", "llm-personalize", {**kept, "rounds": 1, "seed": 0}, "completed"),
+    ]
+    groups = group_runs(runs)
+    assert [[run.run_id for run in group.runs] for group in groups] == [
+        ["kept-s0", "here-s1"],
+        ["other-s0"],
+    ]
+    assert [group.label for group in groups] == ["rounds=0", "rounds=1"]
+
+
+def test_a_page_opens_with_the_file_that_says_it_is_the_status_figure():
+    """At most one experiment file per recipe says `status: true`, and its kept report opens the
+    page even where another report keeps as many runs (LLM-Personalize's ladder over three
+    seeds, not a lever's report over three)."""
+    from llmrl.orchestrator.experiment_files import RECIPES_DIR, load_experiment
+    from llmrl.orchestrator.stored_results import status_report, stored_reports
+
+    for package in sorted(p.name for p in RECIPES_DIR.iterdir() if (p / "experiments").is_dir()):
+        files = sorted((RECIPES_DIR / package / "experiments").glob("*.yaml"))
+        named = [f.name for f in files if load_experiment(f).status]
+        assert len(named) <= 1, f"{package}: several status files {named}"
+    reports = stored_reports()["llm_personalize"]
+    shallower = next(r for r in reports if r["file"].endswith("bootstrap-shallower-lora.yaml"))
+    ladder = next(r for r in reports if r["file"].endswith("ladder-seeds.yaml"))
+    assert len(shallower["runs"]) == len(ladder["runs"])
+    assert status_report(reports) is ladder
