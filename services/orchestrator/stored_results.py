@@ -211,6 +211,7 @@ def keep(out_dir: Path, experiment_file: Path, partial: bool = False) -> Path:
         "description": experiment.description,
         "budget": experiment.budget,
         "claim": experiment.claim.model_dump() if experiment.claim else None,
+        "status": experiment.status,
         "kept": time.strftime("%Y-%m-%d", time.gmtime()),
         "planned": len(planned),
         "missing": missing,
@@ -407,19 +408,10 @@ def status_report(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
     kept = [report for report in reports if kept_runs(report)]
     if not kept:
         return None
-    named = [report for report in kept if _is_status_file(report["file"])]
+    named = [report for report in kept if report.get("status")]  # kept before it: not named
     if named:
         return named[0]
     return max(kept, key=lambda r: (not r["file"].endswith("/quick.yaml"), len(r["runs"])))
-
-
-def _is_status_file(file: str) -> bool:
-    """Whether the experiment file a report was kept from says `status: true` (read from the
-    file as it is now: a report kept before the key existed follows its file)."""
-    path = REPO_ROOT / file  # a report of a file outside the repository names it whole
-    if not path.is_file():
-        return False
-    return load_experiment(path).status
 
 
 def glance_section(report: dict[str, Any] | None, figures: list[str]) -> str:

@@ -343,16 +343,21 @@ def test_seeds_kept_with_the_data_placeholder_and_made_here_are_one_config(tmp_p
 
 
 def test_a_page_opens_with_the_file_that_says_it_is_the_status_figure():
-    """At most one experiment file per recipe says `status: true`, and its kept report opens the
-    page even where another report keeps as many runs (LLM-Personalize's ladder over three
-    seeds, not a lever's report over three)."""
+    """At most one experiment file per recipe says `status: true`, its kept report says so too
+    (`keep` copies it, as it does the budget), and that report opens the page even where
+    another report keeps as many runs (LLM-Personalize's ladder over three seeds, not a
+    lever's report over three)."""
     from llmrl.orchestrator.experiment_files import RECIPES_DIR, load_experiment
     from llmrl.orchestrator.stored_results import status_report, stored_reports
 
     for package in sorted(p.name for p in RECIPES_DIR.iterdir() if (p / "experiments").is_dir()):
         files = sorted((RECIPES_DIR / package / "experiments").glob("*.yaml"))
-        named = [f.name for f in files if load_experiment(f).status]
-        assert len(named) <= 1, f"{package}: several status files {named}"
+        status = {f: load_experiment(f).status for f in files}
+        assert sum(status.values()) <= 1, f"{package}: several status files"
+        for file, says in status.items():
+            if stored_path(file).is_file():
+                kept = json.loads(stored_path(file).read_text())
+                assert kept.get("status", False) == says, f"{file.name}: keep it again"
     reports = stored_reports()["llm_personalize"]
     shallower = next(r for r in reports if r["file"].endswith("bootstrap-shallower-lora.yaml"))
     ladder = next(r for r in reports if r["file"].endswith("ladder-seeds.yaml"))
