@@ -14,14 +14,13 @@ seconds (default 120, as long as `llmrl up` waits for a service), then fails nam
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
 from llmrl.common.config import env_seconds
+from llmrl.common.outage import CHANNEL_OPTIONS, DEFAULT_WINDOW_S, Outage
 from llmrl.llm_gateway.api_types import (
     CachePolicy,
     ChatResult,
@@ -35,19 +34,13 @@ from llmrl.llm_gateway.api_types import (
 )
 from llmrl.llm_gateway.errors import GatewayError, InvalidRequestError, error_from_kind
 
-log = logging.getLogger("llmrl.llm_gateway.client")
 Messages = str | list[dict[str, str]]
 RETRY_VAR = "LLMRL_LLM_GATEWAY_RETRY_S"
-DEFAULT_RETRY_S = 120.0  # as long as `llmrl up` waits for a service to become healthy
-RETRY_PAUSE_S = (0.25, 2.0)  # the first pause between tries at an unreachable gateway, the longest
-# how soon a channel tries to connect again after a failed attempt, at most: gRPC's default
-# grows to 120 s, so a gateway that came up could go unnoticed for minutes
-MAX_RECONNECT_BACKOFF_MS = 2000
 
 
 def retry_window_s() -> float:
     """How long an unreachable gateway is waited for (LLMRL_LLM_GATEWAY_RETRY_S)."""
-    return env_seconds(RETRY_VAR, DEFAULT_RETRY_S)
+    return env_seconds(RETRY_VAR, DEFAULT_WINDOW_S)
 
 
 class LLMClient:
@@ -241,15 +234,14 @@ class GrpcClient(LLMClient):
             address,
             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
                      ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)],
+                     *CHANNEL_OPTIONS],
         )  # fmt: skip
         self._channel = authenticated_channel(channel)  # LLMRL_TOKEN as metadata, when set
         self._stub = pb_grpc.LlmGatewayStub(self._channel)
 
     def _process(self, request: Any, slot: str) -> Any:
         grpc = self._grpc
-        since: float | None = None  # when the gateway was first found unreachable
-        pause = RETRY_PAUSE_S[0]
+        outage = Outage("the LLM gateway", "llm_gateway", self.address, self.retry_s, RETRY_VAR)
         while True:
             try:
                 response = self._stub.Process(request, timeout=self.timeout_s)
@@ -268,34 +260,8 @@ class GrpcClient(LLMClient):
                     raise GatewayError(
                         f"the LLM gateway at {self.address} failed: {failure}"
                     ) from None
-            now = time.monotonic()
-            if since is None:  # once per outage: a run that waits says on what
-                since = now
-                log.warning(
-                    "the LLM gateway at %s cannot be reached (%s); waiting up to %g s for it",
-                    self.address, failure, self.retry_s,
-                )  # fmt: skip
-            left = since + self.retry_s - now
-            if left <= 0:
-                raise GatewayError(
-                    f"the LLM gateway at {self.address} could not be reached for "
-                    f"{self.retry_s:g} s (last: {failure}); is it running (`llmrl serve "
-                    f"llm_gateway`)? {RETRY_VAR} sets how long to wait"
-                ) from None
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, RETRY_PAUSE_S[1])
-            self._wait_until_ready(since + self.retry_s - time.monotonic())
-
-    def _wait_until_ready(self, timeout_s: float) -> None:
-        """Until the channel connects or `timeout_s` passed (the next try then says why)."""
-        grpc = self._grpc
-        ready = grpc.channel_ready_future(self._channel)
-        try:
-            ready.result(timeout=max(timeout_s, 0.0))
-        except grpc.FutureTimeoutError:
-            pass
-        finally:
-            ready.cancel()  # stops watching the channel's state
+            if not outage.wait(failure, self._channel):
+                raise GatewayError(outage.gave_up(failure)) from None
 
     def _encode(self, build: Any, request: Any) -> Any:
         try:

@@ -8,6 +8,12 @@
 `RemoteWorld` creates its world on the server, joins it over one dm_env_rpc connection and
 destroys it on `close()` (the server also destroys it if the connection drops). Bad input
 raises `WorldError` naming the field, as in-process.
+
+A simulator that does not listen yet (`llmrl up` starts every service at once, and a run's
+first phase may ask for a world before the simulator has loaded its envs) or is restarting is
+waited for when a world is created, for up to `LLMRL_SIMULATOR_RETRY_S` seconds (default 120),
+then creation fails naming the simulator and the setting. A world whose simulator goes away
+later is lost with it (its state lived there): its next call fails.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dm_env_rpc.v1 import dm_env_rpc_pb2, error, tensor_utils
 from gymnasium import spaces
 
 from llmrl.common.auth import authenticated_channel
+from llmrl.common.config import env_seconds
+from llmrl.common.outage import CHANNEL_OPTIONS, DEFAULT_WINDOW_S, Outage
 from llmrl.common.tls import client_channel
 from llmrl.simulator.actions import as_box_dtype
 from llmrl.simulator.specs import (
@@ -31,6 +39,13 @@ from llmrl.simulator.specs import (
     unpack_tensor,
 )
 from llmrl.simulator.world import World, WorldError
+
+RETRY_VAR = "LLMRL_SIMULATOR_RETRY_S"
+
+
+def retry_window_s() -> float:
+    """How long an unreachable simulator is waited for when a world is created."""
+    return env_seconds(RETRY_VAR, DEFAULT_WINDOW_S)
 
 
 def _as_world_error(exc: error.DmEnvRpcError) -> Exception:
@@ -56,10 +71,16 @@ class RemoteWorld:
         self.env = env
         self.num_envs = num_envs
         self.seed = seed
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+                   *CHANNEL_OPTIONS]  # fmt: skip
         self._channel = authenticated_channel(client_channel(address, options))  # TLS if set
-        self._connection = dm_connection.Connection(self._channel)
         self.world_name: str | None = None
+        outage = Outage("the simulator", "simulator", address, retry_window_s(), RETRY_VAR)
+        # dm_env_rpc's stream cannot be tried again once it failed: connect first
+        if outage.window_s > 0 and not outage.connected(self._channel):
+            self._channel.close()
+            raise ConnectionError(outage.gave_up("UNAVAILABLE: nothing listens there"))
+        self._connection = dm_connection.Connection(self._channel)
         settings = {"env": env, "num_envs": num_envs, **env_kwargs}
         if seed is not None:
             settings["seed"] = seed

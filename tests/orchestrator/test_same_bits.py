@@ -133,7 +133,9 @@ LLM_PERSONALIZE = Case(
 # the bench submits once the orchestrator is healthy; KALM's data phase asks the gateway for
 # embeddings seconds later, and a gateway still starting refused the connection (UNAVAILABLE).
 # The gateway's gRPC client now waits for it (LLMRL_LLM_GATEWAY_RETRY_S), and a sweep following
-# an experiment prints each failed run's phase and error.
+# an experiment prints each failed run's phase and error. ELLM's case then failed once (CI,
+# 2026-12-07) the same way at the simulator: both runs' pretraining found no simulator
+# listening (UNAVAILABLE); creating a world now waits for it too (LLMRL_SIMULATOR_RETRY_S).
 CASES = (WHEN2ASK, ELLM, GLAM, KALM, LLM_PERSONALIZE)
 
 

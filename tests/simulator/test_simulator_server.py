@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from support.sim_server import LLMRL, start_server, stop_server
 from support.world_rollouts import assert_same, rollout
 
 from llmrl.common.auth import authenticated_channel
-from llmrl.simulator.client import RemoteWorld, make_world
+from llmrl.simulator.client import RETRY_VAR, RemoteWorld, make_world
 from llmrl.simulator.world import StepType, World, WorldError
 
 
@@ -180,13 +181,44 @@ def test_step_on_a_destroyed_world_is_an_error(sim_server, bystander):
     still_serving(bystander)
 
 
-def test_unreachable_server_and_unsendable_settings(sim_server):
+def test_unreachable_server_and_unsendable_settings(sim_server, monkeypatch):
+    monkeypatch.setenv(RETRY_VAR, "0")  # told not to wait: the first refusal is the answer
     with pytest.raises(
         ConnectionError, match=r"no simulator answers at 127\.0\.0\.1:1 .*llmrl serve"
     ):
         RemoteWorld("127.0.0.1:1", "SimTestCorridor")
     with pytest.raises(WorldError, match=r"^length: cannot send"):
         RemoteWorld(sim_server.address, "SimTestCorridor", length={"a": 1})
+
+
+def test_a_simulator_that_starts_late_is_waited_for(monkeypatch):
+    """`llmrl up` starts every service at once: a run's first phase may ask for a world
+    before the simulator listens (ELLM's pretraining did, in CI). Creating it waits for the
+    simulator and gets the world; with nothing listening past the window it fails naming the
+    simulator and the setting."""
+    monkeypatch.setenv(RETRY_VAR, "120")
+    port = free_port()
+    started_server: list = []
+    starter = threading.Timer(1.5, lambda: started_server.append(start_server(grpc_port=port)))
+    starter.start()
+    try:
+        started = time.monotonic()
+        with RemoteWorld(f"127.0.0.1:{port}", "SimTestCorridor", num_envs=2, seed=0) as world:
+            assert time.monotonic() - started >= 1.5  # asked before the simulator listened
+            assert world.reset()["step_type"].shape == (2,)
+    finally:
+        starter.join()
+        for server in started_server:
+            stop_server(server)
+
+    monkeypatch.setenv(RETRY_VAR, "1")
+    nowhere = f"127.0.0.1:{free_port()}"
+    with pytest.raises(
+        ConnectionError,
+        match=rf"simulator at {nowhere} could not be reached for 1 s.*llmrl serve simulator.*"
+        rf"{RETRY_VAR}",
+    ):
+        RemoteWorld(nowhere, "SimTestCorridor")
 
 
 def test_server_going_away_mid_episode_raises_connection_error():

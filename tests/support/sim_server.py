@@ -45,9 +45,10 @@ class Server:
             return response.read().decode()
 
 
-def start_server(settings: dict[str, Any] | None = None) -> Server:
-    """A healthy server; `settings`: the simulator's (`--set`), e.g. its limits."""
-    http_port, grpc_port = free_port(), free_port()
+def start_server(settings: dict[str, Any] | None = None, grpc_port: int | None = None) -> Server:
+    """A healthy server; `settings`: the simulator's (`--set`), e.g. its limits; `grpc_port`:
+    where it listens for dm_env_rpc (a free port by default)."""
+    http_port, grpc_port = free_port(), grpc_port or free_port()
     env = dict(
         os.environ,
         LLMRL_PLUGINS="support.sim_envs",
