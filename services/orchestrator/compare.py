@@ -70,7 +70,8 @@ class ConfigGroup:
 
     @property
     def seeds(self) -> list[Any]:
-        return [run.seed for run in self.runs]
+        """Each seed once (a recipe's parts of one seed are several runs: `part_keys`)."""
+        return list(dict.fromkeys(run.seed for run in self.runs))
 
 
 @dataclass
@@ -92,16 +93,28 @@ def _is_number(value: Any) -> bool:
 
 
 # -- grouping --------------------------------------------------------------------------------
+def part_keys(recipe: str) -> tuple[str, ...]:
+    """The recipe's `part_keys` (none for a recipe this process does not know)."""
+    try:
+        return recipe_class(recipe).part_keys
+    except ConfigError:  # a remote plugin's recipe
+        return ()
+
+
 def group_runs(runs: Sequence[RunData]) -> list[ConfigGroup]:
     """Runs grouped by (recipe, config without seed), labelled by the keys that differ
     between the recipe's compared runs (and by the recipe when several are compared). A config
     is taken as a run's identity (`identity`): where it reported, and the folder where its
-    machine keeps the data, do not make two seeds of one config two configs."""
+    machine keeps the data, do not make two seeds of one config two configs; nor do the keys
+    that choose a run's parts (`Recipe.part_keys`) make two parts of one config two."""
     several_recipes = len({run.recipe for run in runs}) > 1
     groups: dict[str, ConfigGroup] = {}
     for recipe in dict.fromkeys(run.recipe for run in runs):
         mine = [run for run in runs if run.recipe == recipe]
-        configs = [{k: v for k, v in identity(run.config).items() if k != "seed"} for run in mine]
+        left_out = {"seed", *part_keys(recipe)}
+        configs = [
+            {k: v for k, v in identity(run.config).items() if k not in left_out} for run in mine
+        ]
         varying = _differing_keys(configs)
         for run, config in zip(mine, configs, strict=True):
             point = {"recipe": recipe} if several_recipes else {}
@@ -174,7 +187,10 @@ def aggregate_rows(group: ConfigGroup, layout: TableLayout) -> list[dict[str, An
             if key in seen:  # a repeated key within one run: keep its first row
                 continue
             seen.add(key)
-            by_key.setdefault(key, []).append({"seed": run.seed, **row})
+            rows = by_key.setdefault(key, [])
+            if any(kept["seed"] == run.seed for kept in rows):  # two parts of a seed: the first
+                continue
+            rows.append({"seed": run.seed, **row})
     entries = []
     for key, rows in by_key.items():
         values = {c: [row.get(c) for row in rows] for c in layout.columns}
@@ -213,7 +229,11 @@ def smooth(values: np.ndarray, share: float = SMOOTHING) -> np.ndarray:
 def curve_bands(group: ConfigGroup, tag: str) -> dict[str, list[float]] | None:
     """The group's curves for `tag` on a common x grid, each smoothed: mean and 95% band
     over seeds."""
-    curves = [run.curves[tag] for run in group.runs if len(run.curves.get(tag, ())) > 0]
+    by_seed: dict[Any, np.ndarray] = {}
+    for run in group.runs:  # one curve per seed (two parts of a seed: the first run's)
+        if len(run.curves.get(tag, ())) > 0:
+            by_seed.setdefault(run.seed, run.curves[tag])
+    curves = list(by_seed.values())
     if not curves:
         return None
     shortest = min(len(curve) for curve in curves)
@@ -232,14 +252,15 @@ def curve_bands(group: ConfigGroup, tag: str) -> dict[str, list[float]] | None:
 def recipe_curve_bands(group: ConfigGroup) -> list[dict[str, Any]]:
     """The group's recipe curves (`Results.curves`), per panel and line: each seed's curve
     on the x range all seeds cover, smoothed, then the mean and 95% band over seeds."""
-    by_key: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    by_key: dict[tuple[str, str], dict[Any, tuple[np.ndarray, np.ndarray]]] = {}
     for run in group.runs:
         for curve in run.results.curves if run.results else []:
             x, y = np.asarray(curve["x"], dtype=float), np.asarray(curve["y"], dtype=float)
-            if len(x):
-                by_key.setdefault((curve["panel"], curve["line"]), []).append((x, y))
+            if len(x):  # one curve per seed (two parts of a seed: the first run's)
+                by_key.setdefault((curve["panel"], curve["line"]), {}).setdefault(run.seed, (x, y))
     bands = []
-    for (panel, line), curves in by_key.items():
+    for (panel, line), by_seed in by_key.items():
+        curves = list(by_seed.values())
         low_x, high_x = max(x.min() for x, _ in curves), min(x.max() for x, _ in curves)
         if high_x < low_x:  # the seeds' curves do not overlap
             continue
@@ -296,7 +317,7 @@ def build_report(
             band = curve_bands(group, tag)
             if band is not None:
                 curves.setdefault(tag, []).append({"config": group.label, **band})
-    if any(len(group.runs) == 1 for group in groups):
+    if any(len(group.seeds) == 1 for group in groups):
         notes.append(f"{stats.ONE_VALUE_NOTE} (configs with a single run)")
     report: dict[str, Any] = {
         "title": title,
@@ -386,7 +407,8 @@ def judge_targets(group: ConfigGroup, entries: list[dict[str, Any]]) -> list[Ver
     samples: dict[str, dict[Any, list[float]]] = {}
     for run in group.runs:
         for name, values in (run.results.samples if run.results else {}).items():
-            samples.setdefault(name, {})[run.seed] = [float(v) for v in values]
+            by_seed = samples.setdefault(name, {})  # two parts of a seed: the first run's
+            by_seed.setdefault(run.seed, [float(v) for v in values])
     rows = [
         Row(key=entry["key"] or {"row": entry["row"]}, seeds=entry["seeds"], values=entry["values"])
         for entry in entries

@@ -57,6 +57,11 @@ class Recipe(ABC):
     # The results table's columns that experiment reports aggregate over seeds (mean, 95%
     # bootstrap interval, IQM; `llmrl compare`); None: every numeric column.
     headline_metrics: ClassVar[tuple[str, ...] | None] = None
+    # Config keys that choose which of a run's independent parts it computes, not what any
+    # part computes (grpo's `methods`): reports take runs that differ only there as one config,
+    # their rows of one seed side by side, so a comparison longer than one sitting can be run,
+    # and kept, part by part. A row two parts of a seed both give is the first run's.
+    part_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: RecipeConfig) -> None:
         self.config = config

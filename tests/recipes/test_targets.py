@@ -160,6 +160,42 @@ def test_glam_is_held_to_zero_shot_plus_a_fifth(tmp_path: Path):
     assert verdicts[1]["target"] == "glam − random, held-out success"
 
 
+def test_grpo_run_in_parts_is_judged_as_one_config_paired_within_each_seed(tmp_path: Path):
+    """GRPO against GLAM takes longer than one sitting per seed: the file runs each trained
+    method in its own part (`methods`, the recipe's `part_keys`), each with the zero-shot
+    model its gain per CPU-minute is measured against. A report takes the parts of a seed as
+    one config: GRPO and GLAM paired within each seed, and the zero-shot row, which each part
+    gives, counted once per seed."""
+    import llmrl.recipes.grpo.recipe  # noqa: F401 - registers the recipe
+
+    def part(seed: int, method: str, success: float, gain: float) -> RunData:
+        rows = [
+            {"method": "zero-shot", "test": "train", "success_rate": 0.2 + seed / 100,
+             "gain_per_cpu_minute": None},
+            {"method": method, "test": "train", "success_rate": success,
+             "gain_per_cpu_minute": gain},
+        ]  # fmt: skip
+        config = {"env": "BabyAIText-GoToLocalS5N2", "methods": ["zero-shot", method]}
+        results = Results("grpo", rows)
+        return RunData(f"{method}-{seed}", "grpo", {**config, "seed": seed}, "completed", results)
+
+    runs = [
+        part(0, "glam", 0.5, 0.01), part(0, "grpo", 0.3, 0.002),
+        part(1, "grpo", 0.4, 0.003), part(1, "glam", 0.6, 0.02),
+        part(2, "glam", 0.7, 0.03),  # seed 2's GRPO part not run yet
+    ]  # fmt: skip
+    report = build_report(runs, tmp_path, "grpo", plots=False)
+    assert report["configs"] == [{"config": "grpo", "recipe": "grpo", "seeds": [0, 1, 2]}]
+    success, per_minute = report["verdicts"]
+    assert success["target"] == "grpo − glam, held-out success"
+    assert success["n"] == 2  # the seeds with both parts
+    assert success["mean"] == pytest.approx(((0.3 - 0.5) + (0.4 - 0.6)) / 2)
+    assert per_minute["mean"] == pytest.approx(((0.002 - 0.01) + (0.003 - 0.02)) / 2)
+    zero = next(m for m in report["methods"] if m["row"]["method"] == "zero-shot")
+    assert zero["seeds"] == [0, 1, 2]  # once per seed, though two parts gave it
+    assert zero["metrics"]["success_rate"]["values"] == pytest.approx([0.2, 0.21, 0.22])
+
+
 def test_ellm_is_held_above_no_reward_and_to_its_cache_rate(tmp_path: Path):
     import llmrl.recipes.ellm.recipe  # noqa: F401 - registers the recipe
 

@@ -51,6 +51,9 @@ class Grpo(Recipe):
     Config = GrpoConfig
     config: GrpoConfig
     headline_metrics = ("success_rate", "mean_return", "mean_length", "cpu_minutes")
+    # each method trains and is evaluated on its own: a comparison may run them in parts
+    # (each with the zero-shot model its gain per CPU-minute is measured against)
+    part_keys = ("methods",)
 
     @classmethod
     def targets(cls, results: ConfigResults) -> list[Verdict]:
