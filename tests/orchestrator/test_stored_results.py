@@ -311,13 +311,21 @@ def test_kept_reports_hold_no_machines_data_folder_and_match_where_the_data_lies
 
 
 def test_a_kept_configs_data_placeholder_is_the_data_llmrl_finds(tmp_path, monkeypatch):
+    from llmrl.orchestrator.stored_results import RECIPES_DIR, experiment_state
     from llmrl.recipes.config import validate_config
 
     monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path))
     settings = {"data_dir": "$LLMRL_HOUSEKEEP_DATA", "scenes": ["Ihlen_1_int"]}
-    with pytest.raises(ConfigError, match="llmrl data get housekeep"):
-        validate_config("llm-personalize", settings)
+    # no data here: the placeholder stays (a run fails saying how to get the data), and the
+    # file's planned runs are the kept ones, so `llmrl results list` counts them kept
+    assert validate_config("llm-personalize", settings).data_dir == "$LLMRL_HOUSEKEEP_DATA"
+    files = sorted((RECIPES_DIR / "llm_personalize" / "experiments").glob("*.yaml"))
+    kept_files = [path for path in files if stored_path(path).is_file()]
+    assert kept_files
+    for path in kept_files:
+        kept = len(json.loads(stored_path(path).read_text())["runs"])
+        assert experiment_state(path)["kept_runs"] == kept, path.name
     copy = fake_housekeep_copy(tmp_path)
     assert validate_config("llm-personalize", settings).data_dir == str(copy.resolve())
 

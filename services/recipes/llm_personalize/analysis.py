@@ -70,15 +70,13 @@ def shared_categories(config: LlmPersonalizeConfig) -> list[dict[str, Any]]:
     the training episodes (empty for procedural houses, which have no fixed episodes)."""
     if config.data_dir is None:
         return []
-    rows = []
+    rows, folder = [], config.data_folder()
     for scene in config.scene_list():
-        train = set().union(
-            *(_misplaced(config.data_dir, scene, e) for e in range(config.train_episodes))
-        )
+        train = set().union(*(_misplaced(folder, scene, e) for e in range(config.train_episodes)))
         held_out = [
             category
             for e in range(config.train_episodes, config.train_episodes + config.eval_episodes)
-            for category in _misplaced(config.data_dir, scene, e)
+            for category in _misplaced(folder, scene, e)
         ]
         shared = sum(category in train for category in held_out)
         rows.append({"scene": scene, "held_out_misplaced": len(held_out), "shared": shared})

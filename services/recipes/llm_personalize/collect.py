@@ -38,7 +38,7 @@ class CollectPhases:
         if cfg.data_dir is None:
             return {"max_steps": cfg.max_steps}
         return {
-            "data_dir": cfg.data_dir,
+            "data_dir": cfg.data_folder(),
             "scene": scene,
             "episode": episode,
             "max_steps": cfg.max_steps,

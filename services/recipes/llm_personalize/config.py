@@ -28,11 +28,15 @@ SAMPLING_SEEDS = 2_000_000
 OPENAI_MODEL_PATTERN = r"^[A-Za-z0-9_.:-]{1,256}$"
 
 
-def default_data_dir() -> str | None:
+def default_data_dir() -> str:
     """The Housekeep data where `dataset_dir` finds it ($LLMRL_HOUSEKEEP_DATA, else
-    `llmrl data get housekeep`'s copy under LLMRL_HOME), else None (procedural houses)."""
+    `llmrl data get housekeep`'s copy under LLMRL_HOME), else its placeholder
+    `$LLMRL_HOUSEKEEP_DATA`, left unresolved: a config validates on any machine and plans the
+    same runs everywhere (`llmrl results list` counts kept runs on a machine without the data
+    too), and a run there fails saying how to get the data. Generated houses are asked for
+    (`data_dir: procedural`), never fallen back to."""
     found = dataset_dir("housekeep")
-    return str(found) if found else None
+    return str(found) if found else placeholder(HOUSEKEEP)
 
 
 def stage_name(stage: int | str) -> str:
@@ -46,7 +50,8 @@ class LlmPersonalizeConfig(RecipeConfig):
     data_dir: str | None = Field(
         default_factory=default_data_dir,
         description="Housekeep data directory ('procedural' or null: generated houses; "
-        "'$LLMRL_HOUSEKEEP_DATA': the copy llmrl finds, as kept reports write it).",
+        "'$LLMRL_HOUSEKEEP_DATA', the default: the copy llmrl finds, as kept reports write "
+        "it; a run on a machine without one fails saying how to get it).",
     )
     scenes: list[str] | None = Field(
         None, description="Scenes to personalise to (default: the data's val scenes)."
@@ -198,13 +203,10 @@ class LlmPersonalizeConfig(RecipeConfig):
         if value in (None, "", PROCEDURAL, "none", "null"):
             return None
         if value == placeholder(HOUSEKEEP):  # as a kept report writes the data llmrl finds
-            found = default_data_dir()
-            if found is None:
-                raise ValueError(
-                    f"{value} names the Housekeep data llmrl finds, and there is none on this "
-                    f"machine; {missing_hint('housekeep')}"
-                )
-            value = found
+            found = dataset_dir("housekeep")
+            if found is None:  # valid anywhere; a run here fails saying how to get the data
+                return value
+            value = str(found)
         from llmrl.common.paths import confine
         from llmrl.simulator.envs.housekeep.data import check_data_dir
 
@@ -218,14 +220,32 @@ class LlmPersonalizeConfig(RecipeConfig):
     def names_real_scenes(self) -> bool:
         return self.scenes not in (None, [PROCEDURAL])
 
+    @property
+    def data_missing(self) -> bool:
+        """Whether `data_dir` names the Housekeep data and this machine has none."""
+        return self.data_dir == placeholder(HOUSEKEEP)
+
+    def data_folder(self) -> str:
+        """The Housekeep folder this run reads (`data_dir` set: not procedural houses);
+        FileNotFoundError saying how to get the data when this machine has none."""
+        if self.data_dir is None:
+            raise ValueError("data_dir: procedural houses read no data folder")
+        if self.data_missing:
+            raise FileNotFoundError(
+                f"data_dir: {self.data_dir} names the Housekeep data, and none was found on "
+                f"this machine; {missing_hint('housekeep')} (or set data_dir=procedural for "
+                "generated houses)"
+            )
+        return self.data_dir
+
     @model_validator(mode="after")
     def _scenes(self) -> LlmPersonalizeConfig:
         if self.data_dir is None:
-            # Scenes named while data_dir was left to its default on a machine without the
-            # data: the file is valid (it validates anywhere), and running it says how to get
-            # the data (`scene_list`). Only an explicit "procedural" contradicts named scenes.
-            if self.names_real_scenes and "data_dir" in self.model_fields_set:
+            if self.names_real_scenes:
                 raise ValueError("scenes: procedural houses have no scenes (set data_dir)")
+            return self
+        if self.data_missing:
+            # the file is valid (it validates anywhere); running it says how to get the data
             return self
         from llmrl.simulator.envs.housekeep.data import available_scenes, split_scenes
 
@@ -308,14 +328,10 @@ class LlmPersonalizeConfig(RecipeConfig):
 
     def scene_list(self) -> list[str]:
         if self.data_dir is None:
-            if self.names_real_scenes:
-                raise FileNotFoundError(
-                    f"data_dir: scenes {', '.join(self.scenes or [])} are Housekeep scenes, and "
-                    f"no Housekeep data was found on this machine; {missing_hint('housekeep')}"
-                )
             return [PROCEDURAL]
+        folder = self.data_folder()  # FileNotFoundError, saying how to get it, without data
         if self.scenes:
             return list(self.scenes)
         from llmrl.simulator.envs.housekeep.data import split_scenes
 
-        return split_scenes(self.data_dir, "val")
+        return split_scenes(folder, "val")

@@ -1,6 +1,6 @@
 """`llm-personalize`: align an LLM planner with a household's preferences (Han et al. 2024).
 
-Per run, on the Housekeep simulator (real scenes from `data_dir`, else procedural houses):
+Per run, on the Housekeep simulator (real scenes from `data_dir`, or procedural houses):
 
     evaluate/zero-shot   the base model plans (greedy) on every evaluation episode
     demonstrate          the demonstrator plays the training episodes; its plans are logged

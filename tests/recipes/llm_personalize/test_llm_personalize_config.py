@@ -142,9 +142,14 @@ def test_named_scenes_validate_without_the_data_and_running_says_how_to_get_it(
     monkeypatch.delenv("LLMRL_HOUSEKEEP_DATA", raising=False)
     monkeypatch.setenv("LLMRL_HOME", str(tmp_path))  # a fresh machine: no `llmrl data get` copy
     config = validate_config("llm-personalize", {"scenes": ["Ihlen_1_int"]})
-    assert config.data_dir is None
-    with pytest.raises(FileNotFoundError, match="llmrl data get housekeep"):
+    assert config.data_dir == "$LLMRL_HOUSEKEEP_DATA"  # the data, unresolved: never procedural
+    with pytest.raises(FileNotFoundError, match=r"llmrl data get housekeep.*data_dir=procedural"):
         LlmPersonalize(config).eval_set()
+    unnamed = validate_config("llm-personalize", {})  # no scenes named: the same, not houses
+    with pytest.raises(FileNotFoundError, match="llmrl data get housekeep"):
+        LlmPersonalize(unnamed).eval_set()
+    procedural = validate_config("llm-personalize", {"data_dir": "procedural"})  # asked for
+    assert LlmPersonalize(procedural).eval_set()[0][0] == "procedural"
     with pytest.raises(ConfigError, match=r"data_dir.*llmrl data get housekeep"):
         validate_config("llm-personalize", {"data_dir": str(tmp_path / "housekeep")})
 
