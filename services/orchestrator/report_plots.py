@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from llmrl.common.plots import pyplot
 
 MAX_HEADLINE_PANELS = 9  # a 3×3 grid stays readable; further metrics are in the tables
+TITLE_CHARS_PER_INCH = 9  # characters of the figure's title (12 pt) that fit in an inch
 
 
 def _draw_band(ax: Any, band: dict[str, Any], label: str) -> None:
@@ -25,8 +27,10 @@ def _save(fig: Any, axes: Any, used: int, path: Path, title: str, bottom: float 
     plt = pyplot()
     for ax in list(axes.flat)[used:]:
         ax.axis("off")
-    fig.suptitle(title)
-    top = 1 - 0.35 / fig.get_figheight()  # room for the title above the panels' own
+    # a title wider than the figure is wrapped to it (a one-panel figure would clip it)
+    lines = textwrap.wrap(title, max(24, int(fig.get_figwidth() * TITLE_CHARS_PER_INCH)))
+    fig.suptitle("\n".join(lines))
+    top = 1 - (0.35 + 0.2 * (len(lines) - 1)) / fig.get_figheight()  # room for the title
     fig.tight_layout(rect=(0, bottom, 1, top))
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -132,10 +136,14 @@ def plot_headline(methods: list[dict[str, Any]], path: Path, title: str) -> None
             ax.set_yticks(positions_array, labels if index % columns == 0 else [], fontsize="small")
         ax.invert_yaxis()
         ax.set_title(metric)
+    bottom = 0.0
     if width > 1:
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours[n], alpha=0.8) for n in series_names]
-        fig.legend(handles, series_names, loc="lower center", ncol=min(6, len(series_names)))
-    bottom = 0.6 / height if width > 1 else 0.0  # about 0.6 inch for the legend
+        # as many entries a row as the figure's width holds (a narrow one would clip them)
+        entry_inches = 0.6 + 0.09 * max(len(name) for name in series_names)
+        ncol = max(1, min(6, len(series_names), int(fig.get_figwidth() / entry_inches)))
+        fig.legend(handles, series_names, loc="lower center", ncol=ncol)
+        bottom = (0.3 + 0.25 * math.ceil(len(series_names) / ncol)) / height  # the legend's rows
     caption = f"{title}: mean over seeds, 95% bootstrap interval"
     _save(fig, axes, len(metrics), path, caption, bottom)
 

@@ -419,9 +419,14 @@ def glance_section(report: dict[str, Any] | None, figures: list[str]) -> str:
     it and its verdicts; the detail is in the results section further down."""
     if report is None:
         return ""
+    partial = (
+        f", **partial: {len(report['runs'])} of its {report['planned']} planned runs**"
+        if report.get("missing")
+        else ""
+    )
     lines = [
-        f"**At a glance** (`{Path(report['file']).name}`, kept {report['kept']}; the full table "
-        "is under [Results](#results)): reproduce it with",
+        f"**At a glance** (`{Path(report['file']).name}`, kept {report['kept']}{partial}; the "
+        "full table is under [Results](#results)): reproduce it with",
         "",
         f"    llmrl sweep --config {report['file']}",
     ]

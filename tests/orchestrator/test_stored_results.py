@@ -371,3 +371,19 @@ def test_a_page_opens_with_the_file_that_says_it_is_the_status_figure():
     ladder = next(r for r in reports if r["file"].endswith("ladder-seeds.yaml"))
     assert len(shallower["runs"]) == len(ladder["runs"])
     assert status_report(reports) is ladder
+
+
+def test_a_pages_opening_says_when_its_report_is_partial():
+    """A file kept in parts opens its page before all its runs are in: the opening says so."""
+    from llmrl.orchestrator.stored_results import glance_section
+
+    report = {
+        "file": "services/recipes/grpo/experiments/vs-glam.yaml",
+        "kept": "2026-12-07",
+        "planned": 9,
+        "runs": [{"run_id": "a"}],
+        "missing": ["methods=['base'] seed 0"],
+        "verdicts": [],
+    }
+    assert "partial: 1 of its 9 planned runs" in glance_section(report, [])
+    assert "partial" not in glance_section({**report, "missing": []}, [])
