@@ -62,7 +62,6 @@ class Outage:
         call opens a stream that cannot be tried again (dm_env_rpc's), so it waits first."""
         if _ready(channel, min(QUICK_S, self.window_s)):
             return True
-        self.since = time.monotonic() - QUICK_S
         log.warning("%s cannot be reached; waiting up to %g s for it", self.service, self.window_s)
         return _ready(channel, self.window_s - QUICK_S)
 
