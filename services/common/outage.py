@@ -24,6 +24,7 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 CHANNEL_OPTIONS = (("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),)
 DEFAULT_WINDOW_S = 120.0  # as long as `llmrl up` waits for a service to become healthy
 QUICK_S = 1.0  # how long a listening service may take to connect before the wait is said
+WATCHER_TICK_S = 0.25  # a little over how often grpc's readiness watcher looks at a channel
 
 
 class Outage:
@@ -82,6 +83,9 @@ def _ready(channel: Any, timeout_s: float) -> bool:
         ready.result(timeout=max(timeout_s, 0.0))
         return True
     except grpc.FutureTimeoutError:
-        return False
-    finally:
-        ready.cancel()  # stops watching the channel's state
+        pass
+    ready.cancel()  # stops watching the channel's state (once: a second cancel raises)
+    # gRPC's watcher thread sees the cancellation at its next look (every 0.2 s); a caller
+    # that gives up and closes the channel before then makes that thread raise
+    time.sleep(WATCHER_TICK_S)
+    return False

@@ -198,18 +198,30 @@ def test_a_simulator_that_starts_late_is_waited_for(monkeypatch):
     simulator and the setting."""
     monkeypatch.setenv(RETRY_VAR, "120")
     port = free_port()
-    started_server: list = []
-    starter = threading.Timer(1.5, lambda: started_server.append(start_server(grpc_port=port)))
-    starter.start()
-    try:
+    asked: dict = {}
+
+    def ask_for_a_world() -> None:  # the run's first phase, before the simulator listens
         started = time.monotonic()
-        with RemoteWorld(f"127.0.0.1:{port}", "SimTestCorridor", num_envs=2, seed=0) as world:
-            assert time.monotonic() - started >= 1.5  # asked before the simulator listened
-            assert world.reset()["step_type"].shape == (2,)
+        try:
+            with RemoteWorld(f"127.0.0.1:{port}", "SimTestCorridor", num_envs=2, seed=0) as world:
+                asked["waited_s"] = time.monotonic() - started
+                asked["step_types"] = world.reset()["step_type"].shape
+        except Exception as error:  # re-raised below, in the test's thread
+            asked["error"] = error
+
+    # The server starts in this thread: it is stopped when the thread that started it ends.
+    run = threading.Thread(target=ask_for_a_world)
+    run.start()
+    time.sleep(1.5)
+    server = start_server(grpc_port=port)
+    try:
+        run.join()
     finally:
-        starter.join()
-        for server in started_server:
-            stop_server(server)
+        stop_server(server)
+    if "error" in asked:
+        raise asked["error"]
+    assert asked["waited_s"] >= 1.5  # it asked before the simulator listened, and waited
+    assert asked["step_types"] == (2,)
 
     monkeypatch.setenv(RETRY_VAR, "1")
     nowhere = f"127.0.0.1:{free_port()}"
