@@ -253,7 +253,8 @@ def start_subprocess(
     `--set` overrides.
 
     On Linux the child is stopped when this process dies, even by SIGKILL, so that a killed
-    test run leaves no server behind.
+    test run leaves no server behind; Linux means the thread that started it, so start it from
+    a thread that outlives it (not a timer's).
     """
     command = [str(Path(sys.executable).with_name("llmrl")), "serve", "simulator"]
     command += ["--host", host, "--port", str(port), "--grpc-port", str(grpc_port)]

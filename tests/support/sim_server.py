@@ -47,7 +47,10 @@ class Server:
 
 def start_server(settings: dict[str, Any] | None = None, grpc_port: int | None = None) -> Server:
     """A healthy server; `settings`: the simulator's (`--set`), e.g. its limits; `grpc_port`:
-    where it listens for dm_env_rpc (a free port by default)."""
+    where it listens for dm_env_rpc (a free port by default).
+
+    The server is told to stop when the thread that started it ends (PR_SET_PDEATHSIG is per
+    thread): start it on the test's own thread, never on a timer's."""
     http_port, grpc_port = free_port(), grpc_port or free_port()
     env = dict(
         os.environ,
