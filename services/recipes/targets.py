@@ -78,12 +78,22 @@ class Verdict:
         return _past(bound, self.direction, self.threshold)
 
     @property
+    def missed_beyond_noise(self) -> bool | None:
+        """Whether the whole 95% interval misses the threshold (None: fewer than 2 values): a
+        miss is reported with its noise as a hit is, so one seed's miss reads as no more than
+        that."""
+        if self.n < 2 or self.low is None or self.high is None:
+            return None
+        bound = self.high if self.direction in (">=", ">") else self.low
+        return not _past(bound, self.direction, self.threshold)
+
+    @property
     def status(self) -> str:
         if self.met is None:
             return "not measured"
-        if not self.met:
-            return "not met"
         noise = {True: "beyond noise", False: "within noise", None: "one value: noise unknown"}
+        if not self.met:
+            return f"not met, {noise[self.missed_beyond_noise]}"
         return f"met, {noise[self.beyond_noise]}"
 
     def measured(self) -> str:
@@ -107,6 +117,7 @@ class Verdict:
             "paper": self.paper,
             "met": self.met,
             "beyond_noise": self.beyond_noise,
+            "missed_beyond_noise": self.missed_beyond_noise,
             "status": self.status,
         }
 

@@ -21,7 +21,14 @@ def test_a_verdict_is_met_by_its_mean_and_beyond_noise_by_its_whole_interval():
     tight = judge("gain", Sample([6.0, 7.0, 8.0], "3 seeds"), ">=", 5.0)
     assert tight.met is True and tight.beyond_noise is True
     below = judge("queries", Sample([0.5, 0.6], "2 seeds"), "<=", 0.2)
-    assert below.met is False and below.beyond_noise is False and below.status == "not met"
+    assert below.met is False and below.beyond_noise is False
+    assert below.missed_beyond_noise is True and below.status == "not met, beyond noise"
+    # a miss is judged on its noise as a hit is: the interval reaching past the bar
+    near = judge("gain", Sample([-1.0, 0.5, 2.0], "3 seeds"), ">", 1.0)
+    assert near.met is False and near.status == "not met, within noise"
+    assert judge("gain", Sample([-0.36], "1 seed"), ">", 0.0).status == (
+        "not met, one value: noise unknown"
+    )
     one = judge("gain", Sample([7.0], "1 seed"), ">", 0.0)
     assert one.met is True and one.beyond_noise is None
     assert judge("gain", None, ">", 0.0).status == "not measured"
