@@ -30,8 +30,7 @@ def _save(fig: Any, axes: Any, used: int, path: Path, title: str, bottom: float 
     # a title wider than the figure is wrapped to it (a one-panel figure would clip it)
     lines = textwrap.wrap(title, max(24, int(fig.get_figwidth() * TITLE_CHARS_PER_INCH)))
     fig.suptitle("\n".join(lines))
-    top = 1 - (0.35 + 0.2 * (len(lines) - 1)) / fig.get_figheight()  # room for the title
-    fig.tight_layout(rect=(0, bottom, 1, top))
+    fig.tight_layout(rect=(0, bottom, 1, 1))  # it makes room for the title itself
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
