@@ -72,20 +72,24 @@ class Verdict:
     @property
     def beyond_noise(self) -> bool | None:
         """Whether the whole 95% interval is past the threshold (None: fewer than 2 values)."""
-        if self.n < 2 or self.low is None or self.high is None:
-            return None
-        bound = self.low if self.direction in (">=", ">") else self.high
-        return _past(bound, self.direction, self.threshold)
+        return self._interval_bound_past(near=True)
 
     @property
     def missed_beyond_noise(self) -> bool | None:
         """Whether the whole 95% interval misses the threshold (None: fewer than 2 values): a
         miss is reported with its noise as a hit is, so one seed's miss reads as no more than
         that."""
+        far_past = self._interval_bound_past(near=False)
+        return None if far_past is None else not far_past
+
+    def _interval_bound_past(self, near: bool) -> bool | None:
+        """Whether the interval's bound nearer the threshold's wrong side (`near`, its low end
+        for a floor) or its other bound is past the threshold; None below 2 values."""
         if self.n < 2 or self.low is None or self.high is None:
             return None
-        bound = self.high if self.direction in (">=", ">") else self.low
-        return not _past(bound, self.direction, self.threshold)
+        floor = self.direction in (">=", ">")
+        bound = self.low if floor == near else self.high
+        return _past(bound, self.direction, self.threshold)
 
     @property
     def status(self) -> str:
