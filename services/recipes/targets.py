@@ -35,6 +35,11 @@ from llmrl.common import stats
 
 Direction = Literal[">=", ">", "<=", "<"]
 DISPLAY_DIGITS = 3  # significant digits of every figure a report prints, and verdicts compare
+# The fewest values whose interval a verdict reads as noise. Two values' percentile bootstrap
+# interval is just their range, which holds the middle of what new seeds would give only half
+# of the time (both values fall on one side of it as often as not): calling a figure beyond
+# noise on it would overclaim. Three is the fewest seeds a claim is stated over.
+MIN_VALUES_FOR_NOISE = 3
 
 
 @dataclass(frozen=True)
@@ -71,21 +76,23 @@ class Verdict:
 
     @property
     def beyond_noise(self) -> bool | None:
-        """Whether the whole 95% interval is past the threshold (None: fewer than 2 values)."""
+        """Whether the whole 95% interval is past the threshold (None: fewer than
+        `MIN_VALUES_FOR_NOISE` values)."""
         return self._interval_bound_past(near=True)
 
     @property
     def missed_beyond_noise(self) -> bool | None:
-        """Whether the whole 95% interval misses the threshold (None: fewer than 2 values): a
-        miss is reported with its noise as a hit is, so one seed's miss reads as no more than
-        that."""
+        """Whether the whole 95% interval misses the threshold (None: fewer than
+        `MIN_VALUES_FOR_NOISE` values): a miss is reported with its noise as a hit is, so one
+        seed's miss reads as no more than that."""
         far_past = self._interval_bound_past(near=False)
         return None if far_past is None else not far_past
 
     def _interval_bound_past(self, near: bool) -> bool | None:
         """Whether the interval's bound nearer the threshold's wrong side (`near`, its low end
-        for a floor) or its other bound is past the threshold; None below 2 values."""
-        if self.n < 2 or self.low is None or self.high is None:
+        for a floor) or its other bound is past the threshold; None below
+        `MIN_VALUES_FOR_NOISE` values."""
+        if self.n < MIN_VALUES_FOR_NOISE or self.low is None or self.high is None:
             return None
         floor = self.direction in (">=", ">")
         bound = self.low if floor == near else self.high
@@ -95,7 +102,8 @@ class Verdict:
     def status(self) -> str:
         if self.met is None:
             return "not measured"
-        noise = {True: "beyond noise", False: "within noise", None: "one value: noise unknown"}
+        too_few = "one value" if self.n == 1 else f"{self.n} values"
+        noise = {True: "beyond noise", False: "within noise", None: f"{too_few}: noise unknown"}
         if not self.met:
             return f"not met, {noise[self.missed_beyond_noise]}"
         return f"met, {noise[self.beyond_noise]}"

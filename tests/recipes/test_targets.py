@@ -20,7 +20,7 @@ def test_a_verdict_is_met_by_its_mean_and_beyond_noise_by_its_whole_interval():
     assert wide.status == "met, within noise"
     tight = judge("gain", Sample([6.0, 7.0, 8.0], "3 seeds"), ">=", 5.0)
     assert tight.met is True and tight.beyond_noise is True
-    below = judge("queries", Sample([0.5, 0.6], "2 seeds"), "<=", 0.2)
+    below = judge("queries", Sample([0.5, 0.6, 0.55], "3 seeds"), "<=", 0.2)
     assert below.met is False and below.beyond_noise is False
     assert below.missed_beyond_noise is True and below.status == "not met, beyond noise"
     # a miss is judged on its noise as a hit is: the interval reaching past the bar
@@ -29,6 +29,10 @@ def test_a_verdict_is_met_by_its_mean_and_beyond_noise_by_its_whole_interval():
     assert judge("gain", Sample([-0.36], "1 seed"), ">", 0.0).status == (
         "not met, one value: noise unknown"
     )
+    # two values' interval is their range: no noise is read from it, however far it lies
+    two = judge("gain", Sample([-0.36, -0.2], "2 seeds"), ">", 0.0)
+    assert two.missed_beyond_noise is None and two.status == "not met, 2 values: noise unknown"
+    assert judge("gain", Sample([6.0, 7.0], "2 seeds"), ">", 0.0).beyond_noise is None
     one = judge("gain", Sample([7.0], "1 seed"), ">", 0.0)
     assert one.met is True and one.beyond_noise is None
     assert judge("gain", None, ">", 0.0).status == "not measured"
