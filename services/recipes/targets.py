@@ -111,7 +111,9 @@ class Verdict:
     def measured(self) -> str:
         if self.mean is None:
             return "n/a"
-        if self.n < 2 or self.low is None or self.high is None:
+        # below the values noise is read from, the "interval" is only the values' range: the
+        # mean alone, as the status says (the basis names how many values it is over)
+        if self.n < MIN_VALUES_FOR_NOISE or self.low is None or self.high is None:
             return _number(self.mean)
         return f"{_number(self.mean)} [{_number(self.low)}, {_number(self.high)}]"
 

@@ -32,6 +32,7 @@ def test_a_verdict_is_met_by_its_mean_and_beyond_noise_by_its_whole_interval():
     # two values' interval is their range: no noise is read from it, however far it lies
     two = judge("gain", Sample([-0.36, -0.2], "2 seeds"), ">", 0.0)
     assert two.missed_beyond_noise is None and two.status == "not met, 2 values: noise unknown"
+    assert two.measured() == "-0.28"  # no range shown as if it were a 95% interval
     assert judge("gain", Sample([6.0, 7.0], "2 seeds"), ">", 0.0).beyond_noise is None
     one = judge("gain", Sample([7.0], "1 seed"), ">", 0.0)
     assert one.met is True and one.beyond_noise is None
